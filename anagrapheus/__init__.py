@@ -1,0 +1,6 @@
+"""anagrapheus: pin every model and tool call of a pydantic-ai agent, and replay runs offline, exactly."""
+
+from anagrapheus.errors import AnagrapheusError
+from anagrapheus.timeline.events import register_builtin_events
+
+__all__ = ["AnagrapheusError", "register_builtin_events"]

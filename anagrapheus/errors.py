@@ -1,0 +1,148 @@
+"""The error root and every public error of anagrapheus."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from anagrapheus.timeline.replay import Divergence
+
+__all__ = [
+    "AmbiguousPin",
+    "AnagrapheusError",
+    "CanonicalError",
+    "CorruptEvent",
+    "EventTypeError",
+    "FutureSchemaVersion",
+    "PinMiss",
+    "PinResultError",
+    "RecordingError",
+    "SchemaTooNew",
+    "SeqConflict",
+    "StoreError",
+    "UnknownEventType",
+    "UpcastGap",
+    "UsageError",
+]
+
+
+class AnagrapheusError(Exception):
+    """Root of every error raised by anagrapheus."""
+
+
+class UsageError(AnagrapheusError):
+    """The library was used in a way it does not support (a developer's mistake)."""
+
+
+class CanonicalError(AnagrapheusError, TypeError):
+    """A value cannot be written as canonical JSON."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(f"{message} at {path}")
+        self.path = path
+        """Where in the value the offending item sits, as `$.a[0].b`."""
+
+
+class EventTypeError(AnagrapheusError):
+    """An event type is unknown, malformed or registered twice."""
+
+
+class UnknownEventType(EventTypeError):
+    """A stored event names a (namespace, type) that no registry entry knows."""
+
+    def __init__(self, namespace: str, event_type: str, *, seq: int | None = None) -> None:
+        where = f" (seq {seq})" if seq is not None else ""
+        super().__init__(f"unknown event type {namespace}:{event_type}{where}")
+        self.namespace = namespace
+        self.event_type = event_type
+        self.seq = seq
+
+
+class FutureSchemaVersion(EventTypeError):
+    """A stored event has a schema version newer than the code knows."""
+
+    def __init__(self, namespace: str, event_type: str, *, version: int, known: int, seq: int | None) -> None:
+        where = f" (seq {seq})" if seq is not None else ""
+        super().__init__(
+            f"event {namespace}:{event_type} has schema version {version}, newer than the"
+            f" registered version {known}{where}; upgrade the code that reads it"
+        )
+        self.namespace = namespace
+        self.event_type = event_type
+        self.version = version
+        self.known = known
+        self.seq = seq
+
+
+class UpcastGap(EventTypeError):
+    """No upcast is registered for one step of an old payload's way to the current version."""
+
+    def __init__(self, namespace: str, event_type: str, *, missing_from: int, target: int) -> None:
+        super().__init__(
+            f"no upcast registered for {namespace}:{event_type} v{missing_from} -> v{missing_from + 1}"
+            f" (needed to reach v{target})"
+        )
+        self.namespace = namespace
+        self.event_type = event_type
+        self.missing_from = missing_from
+        self.target = target
+
+
+class StoreError(AnagrapheusError):
+    """The event store failed; the sqlite3 (or other backend) error is the cause."""
+
+
+class SeqConflict(StoreError):
+    """An append expected a last seq that the log has moved past."""
+
+    def __init__(self, *, expected: int, actual: int) -> None:
+        super().__init__(f"expected the log to end at seq {expected}, but it ends at seq {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer anagrapheus than this one."""
+
+
+class CorruptEvent(StoreError):
+    """A stored event's row cannot be decoded."""
+
+    def __init__(self, message: str, *, seq: int) -> None:
+        super().__init__(f"corrupt event at seq {seq}: {message}")
+        self.seq = seq
+
+
+class PinResultError(AnagrapheusError):
+    """An effect returned a result that cannot be pinned (not JSON-shaped)."""
+
+
+class PinMiss(AnagrapheusError):
+    """Strict replay was asked for a key the recording has no pin for."""
+
+    def __init__(self, divergence: Divergence) -> None:
+        super().__init__(divergence.describe())
+        self.divergence = divergence
+        """Where and how the run left the recording."""
+
+
+class AmbiguousPin(AnagrapheusError):
+    """A key was pinned by several units with different results, so the whole log cannot answer it."""
+
+    def __init__(self, key: str, *, unit_ids: list[str]) -> None:
+        super().__init__(
+            f"key {key} was pinned with different results by units {', '.join(unit_ids)};"
+            " replay one unit (unit_id=...) to answer it exactly"
+        )
+        self.key = key
+        self.unit_ids = unit_ids
+
+
+class RecordingError(AnagrapheusError):
+    """A recording file is malformed, truncated, foreign or of an unknown format."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line

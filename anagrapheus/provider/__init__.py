@@ -1,0 +1,1 @@
+"""pydantic-ai adapters: the only layer that imports pydantic_ai."""

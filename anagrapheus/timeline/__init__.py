@@ -1,0 +1,1 @@
+"""The event log and pins; knows nothing of pydantic-ai."""

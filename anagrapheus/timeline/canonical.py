@@ -1,0 +1,111 @@
+"""Canonical JSON and the pin key derived from it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import unicodedata
+from typing import Any, TypeAlias
+
+from anagrapheus.errors import CanonicalError, UsageError
+
+__all__ = ["KEY_SCHEME", "JSONValue", "canonical_json", "canonical_value", "pin_key"]
+
+JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
+"""A value made only of JSON's own types."""
+
+KEY_SCHEME = "p1"
+"""Bumped whenever what goes into key material changes, so old keys miss instead of matching wrongly."""
+
+_KIND = re.compile(r"^[a-z][a-z0-9_.\-]*$")
+_SAFE_INT = 2**53
+_encode = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
+).encode
+
+
+class _Refused(Exception):
+    """Internal: carries the reason and the reversed path up the recursion."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[str] = []
+
+
+def _text(value: str) -> str:
+    # ASCII is always NFC; the check is the common fast path.
+    if value.isascii() or unicodedata.is_normalized("NFC", value):
+        return str(value) if type(value) is not str else value
+    return unicodedata.normalize("NFC", value)
+
+
+def _normalise(value: object) -> Any:
+    kind = type(value)
+    if kind is str:
+        return _text(value)  # pyright: ignore[reportArgumentType]
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is float:
+        number: float = value  # pyright: ignore[reportAssignmentType]
+        if not math.isfinite(number):
+            raise _Refused(f"{number!r} is not a JSON number")
+        # One spelling per number: -0.0 is 0, and integral floats are written as integers.
+        if number.is_integer() and abs(number) < _SAFE_INT:
+            return int(number)
+        return number
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():  # pyright: ignore[reportUnknownVariableType, reportAttributeAccessIssue]
+            if type(k) is not str:
+                raise _Refused(f"object key {k!r} is not a string")
+            try:
+                out[_text(k)] = _normalise(v)
+            except _Refused as refused:
+                refused.path.append(f".{k}")
+                raise
+        if len(out) != len(value):  # pyright: ignore[reportArgumentType]
+            raise _Refused("two object keys are equal once NFC-normalised")
+        return out
+    if kind is list or kind is tuple:
+        items: list[Any] = []
+        for i, v in enumerate(value):  # pyright: ignore[reportArgumentType, reportUnknownVariableType]
+            try:
+                items.append(_normalise(v))
+            except _Refused as refused:
+                refused.path.append(f"[{i}]")
+                raise
+        return items
+    if isinstance(value, str):
+        return _text(str(value))
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _normalise(float(value))
+    raise _Refused(f"{kind.__qualname__} is not a JSON type (convert it deliberately before pinning)")
+
+
+def canonical_value(value: object) -> JSONValue:
+    """Return `value` normalised for canonical JSON, or raise `CanonicalError` naming where it is not JSON."""
+    try:
+        return _normalise(value)
+    except _Refused as refused:
+        raise CanonicalError(refused.reason, path="$" + "".join(reversed(refused.path))) from None
+    except RecursionError:
+        raise CanonicalError("value is nested too deeply (or contains itself)", path="$") from None
+
+
+def canonical_json(value: object) -> str:
+    """Write `value` as canonical JSON: sorted keys, compact, NFC strings, one spelling per number."""
+    return _encode(canonical_value(value))
+
+
+def pin_key(kind: str, material: object) -> str:
+    """Return `p1:<kind>:<sha256 of the canonical JSON of material>`."""
+    if not _KIND.match(kind):
+        raise UsageError(f"pin kind {kind!r} must be lowercase letters, digits, '_', '.' or '-'")
+    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    return f"{KEY_SCHEME}:{kind}:{digest}"

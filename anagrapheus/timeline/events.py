@@ -1,0 +1,264 @@
+"""Typed events, their envelopes, and the registry that encodes and decodes them."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.upcast import UpcastRegistry
+
+__all__ = [
+    "BUILTIN_NAMESPACE",
+    "AbandonedPin",
+    "Event",
+    "EventTypeRegistry",
+    "PendingEvent",
+    "PinPromoted",
+    "PinsAbandoned",
+    "ReplayDiverged",
+    "StoredEvent",
+    "register_builtin_events",
+]
+
+BUILTIN_NAMESPACE = "anagrapheus"
+"""The namespace reserved for the library's own events."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
+E = TypeVar("E", bound="Event")
+
+
+class Event(BaseModel):
+    """Base of every event: a frozen pydantic model named by (namespace, event_type, schema_version)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: ClassVar[str]
+    """Who owns the event type; `anagrapheus` is reserved for built-in events."""
+    event_type: ClassVar[str]
+    """The event's name within its namespace."""
+    schema_version: ClassVar[int] = 1
+    """The payload version this class reads and writes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """An encoded event on its way into the log; the store gives it a seq, id and time."""
+
+    namespace: str
+    """The event's namespace."""
+    type: str
+    """The event's type name."""
+    schema_version: int
+    """The payload's schema version."""
+    payload: str
+    """The payload as canonical JSON text."""
+    causation_id: str | None = None
+    """The event id of what caused this event, if any."""
+    correlation_id: str | None = None
+    """An id shared by every event of one conversation, run or unit."""
+    event_id: str | None = None
+    """A preset event id; the store mints a UUIDv7 when None."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as the log holds it: its envelope, its seq and its payload as canonical JSON text."""
+
+    seq: int
+    """Gap-free, strictly increasing position in the log."""
+    event_id: str
+    """The event's UUIDv7."""
+    namespace: str
+    """The event's namespace."""
+    type: str
+    """The event's type name."""
+    schema_version: int
+    """The payload's schema version as written (before any upcast)."""
+    causation_id: str | None
+    """The event id of what caused this event, if any."""
+    correlation_id: str | None
+    """An id shared by the events of one conversation, run or unit."""
+    created_at: str
+    """When it was appended, ISO 8601 in UTC."""
+    payload: str
+    """The payload as canonical JSON text."""
+
+    def payload_json(self) -> dict[str, JSONValue]:
+        """Parse the payload, reporting a malformed one with this event's seq."""
+        try:
+            value = json.loads(self.payload)
+        except ValueError as e:
+            raise CorruptEvent(f"payload is not JSON ({e})", seq=self.seq) from None
+        if not isinstance(value, dict):
+            raise CorruptEvent("payload is not a JSON object", seq=self.seq)
+        return value  # pyright: ignore[reportUnknownVariableType]
+
+    def to_json(self) -> dict[str, JSONValue]:
+        """Return the envelope and parsed payload as one JSON object (the recording line)."""
+        return {
+            "seq": self.seq,
+            "event_id": self.event_id,
+            "namespace": self.namespace,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "causation_id": self.causation_id,
+            "correlation_id": self.correlation_id,
+            "created_at": self.created_at,
+            "payload": self.payload_json(),
+        }
+
+
+class EventTypeRegistry:
+    """Maps (namespace, type) to the event class that reads and writes it at its current version."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[tuple[str, str], type[Event]] = {}
+
+    def register(self, cls: type[E], *, _builtin: bool = False) -> type[E]:
+        """Register an event class; usable as a class decorator."""
+        namespace = getattr(cls, "namespace", None)
+        event_type = getattr(cls, "event_type", None)
+        version = getattr(cls, "schema_version", None)
+        if not isinstance(namespace, str) or not isinstance(event_type, str):
+            raise EventTypeError(f"{cls.__qualname__} must set the class variables namespace and event_type")
+        if not _NAME.match(namespace) or not _NAME.match(event_type):
+            raise EventTypeError(f"{namespace}:{event_type}: names are lowercase letters, digits, '_', '.', '-'")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise EventTypeError(f"{namespace}:{event_type}: schema_version must be an integer >= 1")
+        if namespace == BUILTIN_NAMESPACE and not _builtin:
+            raise UsageError(f"the namespace {BUILTIN_NAMESPACE!r} is reserved for built-in events")
+        existing = self._by_name.get((namespace, event_type))
+        if existing is not None and existing is not cls:
+            raise EventTypeError(f"{namespace}:{event_type} is already registered to {existing.__qualname__}")
+        self._by_name[(namespace, event_type)] = cls
+        return cls
+
+    def lookup(self, namespace: str, event_type: str, *, seq: int | None = None) -> type[Event]:
+        """Return the class registered for (namespace, type), or raise `UnknownEventType`."""
+        try:
+            return self._by_name[(namespace, event_type)]
+        except KeyError:
+            raise UnknownEventType(namespace, event_type, seq=seq) from None
+
+    def __contains__(self, name: tuple[str, str]) -> bool:
+        return name in self._by_name
+
+    def encode(
+        self, event: Event, *, causation_id: str | None = None, correlation_id: str | None = None
+    ) -> PendingEvent:
+        """Encode a registered event into a `PendingEvent` ready to append."""
+        cls = type(event)
+        if self._by_name.get((cls.namespace, cls.event_type)) is not cls:
+            raise UnknownEventType(cls.namespace, cls.event_type)
+        return PendingEvent(
+            namespace=cls.namespace,
+            type=cls.event_type,
+            schema_version=cls.schema_version,
+            payload=canonical_json(event.model_dump(mode="json")),
+            causation_id=causation_id,
+            correlation_id=correlation_id,
+        )
+
+    def decode(self, stored: StoredEvent, *, upcasts: UpcastRegistry | None = None) -> Event:
+        """Decode a stored event into its current class, upcasting an old payload one step at a time."""
+        cls = self.lookup(stored.namespace, stored.type, seq=stored.seq)
+        payload: dict[str, Any] = stored.payload_json()
+        version = stored.schema_version
+        if version > cls.schema_version:
+            raise FutureSchemaVersion(
+                stored.namespace, stored.type, version=version, known=cls.schema_version, seq=stored.seq
+            )
+        if version < cls.schema_version:
+            if upcasts is None:
+                upcasts = UpcastRegistry()
+            payload = upcasts.upcast(stored.namespace, stored.type, payload, version=version, target=cls.schema_version)
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as e:
+            raise CorruptEvent(f"payload does not match {cls.__qualname__}: {e}", seq=stored.seq) from None
+
+
+# Built-in events. Their payloads are part of the recording format: change them only with a new
+# schema_version and an upcast.
+
+
+class PinPromoted(Event):
+    """A pin drawn in a unit of work, promoted into the log when the unit committed."""
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "pin_promoted"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The unit of work that drew the pin."""
+    key: str
+    """The pin key, `p1:<kind>:<sha256>`."""
+    kind: str
+    """What was pinned: `model_call`, `tool_call`, `entity_id`, ..."""
+    raw: JsonValue
+    """The raw JSON-shaped result the effect drew."""
+    attempts: int
+    """How many times the unit asked for this key (1 = drawn once, never retried)."""
+    fingerprint: dict[str, str] | None = None
+    """A compact per-field digest of the key material, used to say what moved on a miss."""
+
+
+class AbandonedPin(BaseModel):
+    """One discarded pin in a `PinsAbandoned` summary."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    """The discarded pin's key."""
+    kind: str
+    """The discarded pin's kind."""
+    attempts: int
+    """How many times the unit asked for it."""
+
+
+class PinsAbandoned(Event):
+    """A unit of work given up: one audit line listing what it had drawn, never the results."""
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "pins_abandoned"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The abandoned unit."""
+    reason: str
+    """Why the caller gave the unit up."""
+    pins: tuple[AbandonedPin, ...]
+    """Each discarded key with its kind and attempts, in draw order."""
+
+
+class ReplayDiverged(Event):
+    """A record-mode replay left the recording: the first call it had no pin for."""
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "replay_diverged"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The unit that recorded the new run."""
+    key: str
+    """The first key the recording could not answer."""
+    kind: str
+    """Its kind."""
+    after_hits: int
+    """How many pins were answered from the recording before it."""
+    moved: tuple[str, ...] = ()
+    """The fields that differ from the nearest recorded call, where the recording allows saying."""
+    nearest_key: str | None = None
+    """The recorded key the miss was compared with, if any."""
+
+
+def register_builtin_events(registry: EventTypeRegistry) -> None:
+    """Register `PinPromoted`, `PinsAbandoned` and `ReplayDiverged` in `registry`."""
+    for cls in (PinPromoted, PinsAbandoned, ReplayDiverged):
+        registry.register(cls, _builtin=True)

@@ -1,0 +1,54 @@
+"""Per-field fingerprints of key material, and what moved between two of them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
+
+__all__ = ["FINGERPRINT_LIMIT", "fingerprint_of", "moved_fields"]
+
+FINGERPRINT_LIMIT = 256
+"""The most fields a fingerprint keeps; the rest are folded into one `...` entry so its size is bounded."""
+
+_DIGEST_CHARS = 16
+
+
+def _digest(value: JSONValue) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:_DIGEST_CHARS]
+
+
+def _fields(prefix: str, value: JSONValue, depth: int, out: dict[str, str]) -> None:
+    if depth > 0 and isinstance(value, dict) and value:
+        for name in sorted(value):
+            _fields(f"{prefix}.{name}" if prefix else name, value[name], depth - 1, out)
+    elif depth > 0 and isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            _fields(f"{prefix}[{index}]", item, depth - 1, out)
+    else:
+        out[prefix or "$"] = _digest(value)
+
+
+def fingerprint_of(material: JSONValue, *, depth: int = 2) -> dict[str, str]:
+    """Digest each field of `material` down to `depth` levels: digests only, never content, bounded in size."""
+    fields: dict[str, str] = {}
+    _fields("", material, depth, fields)
+    if len(fields) <= FINGERPRINT_LIMIT:
+        return fields
+    names = list(fields)
+    kept = {name: fields[name] for name in names[: FINGERPRINT_LIMIT - 1]}
+    kept["..."] = _digest([fields[name] for name in names[FINGERPRINT_LIMIT - 1 :]])
+    return kept
+
+
+def moved_fields(asked: Mapping[str, str], recorded: Mapping[str, str]) -> list[str]:
+    """Name the fields in which `asked` differs from `recorded`: changed, added (`+`) or removed (`-`)."""
+    moved: list[str] = []
+    for name, digest in asked.items():
+        if name not in recorded:
+            moved.append(f"+{name}")
+        elif recorded[name] != digest:
+            moved.append(name)
+    moved.extend(f"-{name}" for name in recorded if name not in asked)
+    return moved

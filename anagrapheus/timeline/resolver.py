@@ -1,0 +1,73 @@
+"""The resolver protocol: one interface for live pinning and for replay."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+from anagrapheus.timeline.canonical import JSONValue
+
+__all__ = ["PinResolver", "StreamDraw"]
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+
+@dataclass(slots=True)
+class StreamDraw(Generic[S, T]):
+    """What `resolve_stream` yields: a live stream to consume, or the pinned value that answers it."""
+
+    live: S | None
+    """The live stream on a first draw; it is pinned through `settle` when the context exits."""
+    pinned: T | None
+    """The interpreted pinned value when the key was answered from a pin (reuse or replay)."""
+
+
+@runtime_checkable
+class PinResolver(Protocol):
+    """Answers a keyed effect: draws it once (live) or answers it from pins (reuse, replay).
+
+    Calling code never knows which implementation it runs under. `effect` draws the raw,
+    JSON-shaped result; `interpret` turns the raw value, exactly as it comes back from the
+    log, into what the caller gets, on every path. `fingerprint` is an optional compact
+    per-field digest of the key material, kept with the pin so a later miss can say what moved.
+    """
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> T:
+        """Resolve `key` with a synchronous effect."""
+        ...
+
+    async def aresolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> T:
+        """Resolve `key` with an asynchronous effect."""
+        ...
+
+    def resolve_stream(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], AbstractAsyncContextManager[S]],
+        settle: Callable[[S], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
+        """Resolve `key` with a streaming effect; a live stream is pinned as `settle(stream)` on exit, even on error."""
+        ...

@@ -1,0 +1,102 @@
+"""The ports: what the timeline needs of a store, whatever engine sits behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from anagrapheus.timeline.events import PendingEvent, StoredEvent
+
+__all__ = ["EventStore", "OpenUnit", "PinScratchStore", "ScratchPin", "TimelineStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchPin:
+    """A pin drawn in an open unit of work: durable, but not (yet) in the log."""
+
+    unit_id: str
+    """The unit that drew it."""
+    key: str
+    """The pin key."""
+    kind: str
+    """What was pinned."""
+    raw: str
+    """The raw result as canonical JSON text."""
+    attempts: int
+    """How many times the unit asked for the key."""
+    draw_no: int
+    """Its place in the unit's draw order, from 1."""
+    fingerprint: str | None
+    """The material fingerprint as canonical JSON text, if the caller gave one."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenUnit:
+    """A unit of work with pins in scratch and no commit or abandon yet (for example after a crash)."""
+
+    unit_id: str
+    """The unit's id."""
+    pins: int
+    """How many pins it has drawn."""
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """An append-only log of events with gap-free, strictly increasing seq numbers."""
+
+    def append(self, events: Sequence[PendingEvent], *, expected_last_seq: int | None = None) -> list[StoredEvent]:
+        """Append events in one transaction; with `expected_last_seq`, raise `SeqConflict` if the log moved."""
+        ...
+
+    def read(
+        self,
+        *,
+        since: int = 0,
+        limit: int | None = None,
+        namespace: str | None = None,
+        type: str | None = None,
+    ) -> Iterator[StoredEvent]:
+        """Stream events with seq > `since` in seq order, without loading the whole log into memory."""
+        ...
+
+    def last_seq(self) -> int:
+        """Return the seq of the last event, or 0 for an empty log."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        ...
+
+
+@runtime_checkable
+class PinScratchStore(Protocol):
+    """Durable scratch for the pins of open units of work, invisible to `EventStore.read`."""
+
+    def scratch_get(self, unit_id: str, key: str) -> ScratchPin | None:
+        """Return the unit's pin for `key`, if drawn."""
+        ...
+
+    def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
+        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new."""
+        ...
+
+    def scratch_bump(self, unit_id: str, key: str) -> int:
+        """Count one more attempt at an existing pin and return the new count."""
+        ...
+
+    def scratch_list(self, unit_id: str) -> list[ScratchPin]:
+        """Return the unit's pins in draw order."""
+        ...
+
+    def open_units(self) -> list[OpenUnit]:
+        """Return the units that have pins in scratch, oldest draw first."""
+        ...
+
+    def settle_unit(self, unit_id: str, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Append `events` and clear the unit's scratch in one transaction (commit or abandon)."""
+        ...
+
+
+class TimelineStore(EventStore, PinScratchStore, Protocol):
+    """A store that holds both the log and the pin scratch, as the ledger needs."""
