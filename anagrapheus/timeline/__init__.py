@@ -1,1 +1,52 @@
 """The event log and pins; knows nothing of pydantic-ai."""
+
+from anagrapheus.errors import AmbiguousPin, PinMiss
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.events import (
+    Event,
+    EventTypeRegistry,
+    PendingEvent,
+    PinPromoted,
+    PinsAbandoned,
+    ReplayDiverged,
+    StoredEvent,
+    register_builtin_events,
+)
+from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.replay import AmbiguousPinWarning, Divergence, ReplayPins
+from anagrapheus.timeline.resolver import PinResolver, StreamDraw
+from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.store import EventStore, OpenUnit, PinScratchStore, ScratchPin, TimelineStore
+from anagrapheus.timeline.upcast import UpcastRegistry
+
+__all__ = [
+    "AmbiguousPin",
+    "AmbiguousPinWarning",
+    "Divergence",
+    "Event",
+    "EventStore",
+    "EventTypeRegistry",
+    "JSONValue",
+    "OpenUnit",
+    "PendingEvent",
+    "PinLedger",
+    "PinMiss",
+    "PinPromoted",
+    "PinResolver",
+    "PinScratchStore",
+    "PinsAbandoned",
+    "ReplayDiverged",
+    "ReplayPins",
+    "SQLiteEventStore",
+    "ScratchPin",
+    "StoredEvent",
+    "StreamDraw",
+    "TimelineStore",
+    "UpcastRegistry",
+    "canonical_json",
+    "fingerprint_of",
+    "moved_fields",
+    "pin_key",
+    "register_builtin_events",
+]

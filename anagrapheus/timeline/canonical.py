@@ -56,8 +56,9 @@ def _normalise(value: object) -> Any:
             return int(number)
         return number
     if kind is dict:
+        mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
         out: dict[str, Any] = {}
-        for k, v in value.items():  # pyright: ignore[reportUnknownVariableType, reportAttributeAccessIssue]
+        for k, v in mapping.items():
             if type(k) is not str:
                 raise _Refused(f"object key {k!r} is not a string")
             try:
@@ -65,12 +66,13 @@ def _normalise(value: object) -> Any:
             except _Refused as refused:
                 refused.path.append(f".{k}")
                 raise
-        if len(out) != len(value):  # pyright: ignore[reportArgumentType]
+        if len(out) != len(mapping):
             raise _Refused("two object keys are equal once NFC-normalised")
         return out
     if kind is list or kind is tuple:
+        sequence: list[Any] = value  # pyright: ignore[reportAssignmentType]
         items: list[Any] = []
-        for i, v in enumerate(value):  # pyright: ignore[reportArgumentType, reportUnknownVariableType]
+        for i, v in enumerate(sequence):
             try:
                 items.append(_normalise(v))
             except _Refused as refused:

@@ -1,0 +1,266 @@
+"""Recordings: a header line, then the log's own events as canonical JSON lines, in a file for a repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline.upcast import UpcastRegistry
+
+__all__ = [
+    "RECORDING_FORMAT",
+    "RECORDING_VERSION",
+    "Recording",
+    "RecordingHeader",
+    "pin_events",
+    "read_recording",
+    "write_recording",
+]
+
+RECORDING_FORMAT = "anagrapheus.recording"
+"""The format marker on every recording's header line."""
+
+RECORDING_VERSION = 1
+"""The recording format version this code writes and reads."""
+
+# The envelope fields of a recording line, as `StoredEvent.to_json` writes them.
+_EVENT_FIELDS = frozenset(
+    (
+        "seq",
+        "event_id",
+        "namespace",
+        "type",
+        "schema_version",
+        "causation_id",
+        "correlation_id",
+        "created_at",
+        "payload",
+    )
+)
+
+
+class RecordingHeader(BaseModel):
+    """What a recording says about itself: what run it holds, what recorded it and how to record it again."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str
+    """What run the recording holds, in a sentence."""
+    recorded_with: str
+    """How it was recorded: the provider route, or honestly how the models were scripted."""
+    rerecord: str
+    """The exact command that records it again."""
+    models: dict[str, str] = {}
+    """The model id behind each role, as it appears in the pin keys."""
+    details: dict[str, JsonValue] = {}
+    """Anything else the recorder wants a reader of the file to know."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A recording read from disk: its header and its events exactly as stored (not yet upcast)."""
+
+    path: Path
+    """The file it was read from."""
+    header: RecordingHeader
+    """The header line."""
+    events: tuple[StoredEvent, ...]
+    """The events in file order; event N sits on line N + 1."""
+
+    def decode(self, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None) -> list[Event]:
+        """Decode every event into its current class, upcasting old payloads; a failure names the line."""
+        decoded: list[Event] = []
+        for line, stored in enumerate(self.events, start=2):
+            try:
+                decoded.append(registry.decode(stored, upcasts=upcasts))
+            except AnagrapheusError as e:
+                raise RecordingError(str(e), path=str(self.path), line=line) from e
+        return decoded
+
+
+def pin_events(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
+    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs."""
+    for event in events:
+        if event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
+            yield event
+
+
+def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent], *, header: RecordingHeader) -> Path:
+    """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
+
+    Each event is written as the canonical JSON of `StoredEvent.to_json()`, seq and ids as the
+    log holds them, so recording an unchanged run against the same ids and clock gives the
+    same bytes. Events must come in strictly increasing seq order, as a log yields them.
+    """
+    target = Path(path)
+    lines = [canonical_json({"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump()})]
+    last_seq = 0
+    for event in events:
+        if event.seq <= last_seq:
+            raise UsageError(f"events must come in increasing seq order: seq {event.seq} follows seq {last_seq}")
+        last_seq = event.seq
+        lines.append(canonical_json(event.to_json()))
+    data = "".join(line + "\n" for line in lines).encode()
+    # Write beside the target and rename over it, so a crash leaves the old recording or the new, never half.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        # mkstemp creates the file private (0600); a recording is meant to be shared and committed.
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_object(text: str, *, where: str, line: int) -> dict[str, Any]:
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as e:
+        raise RecordingError(f"line is not valid JSON ({e})", path=where, line=line) from None
+    except RecursionError:
+        raise RecordingError("line is nested too deeply to read", path=where, line=line) from None
+    if not isinstance(value, dict):
+        raise RecordingError("line is not a JSON object", path=where, line=line)
+    return value  # pyright: ignore[reportUnknownVariableType]
+
+
+def _read_header(text: str, *, where: str) -> RecordingHeader:
+    fields = _parse_object(text, where=where, line=1)
+    marker = fields.pop("format", None)
+    if marker is None:
+        if fields.keys() >= _EVENT_FIELDS:
+            raise RecordingError("missing header: line 1 is an event, not a recording header", path=where, line=1)
+        raise RecordingError("missing header: line 1 has no format marker", path=where, line=1)
+    if marker != RECORDING_FORMAT:
+        raise RecordingError(f"foreign file: format is {marker!r}, not {RECORDING_FORMAT!r}", path=where, line=1)
+    version = fields.pop("version", None)
+    if not _is_int(version) or version != RECORDING_VERSION:
+        raise RecordingError(
+            f"unknown recording format version {version!r}; this anagrapheus reads version {RECORDING_VERSION}",
+            path=where,
+            line=1,
+        )
+    try:
+        return RecordingHeader.model_validate(fields)
+    except ValidationError as e:
+        raise RecordingError(f"malformed header: {e}", path=where, line=1) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _read_event(text: str, *, where: str, line: int) -> StoredEvent:
+    fields = _parse_object(text, where=where, line=line)
+    if fields.keys() != _EVENT_FIELDS:
+        missing = sorted(_EVENT_FIELDS - fields.keys())
+        extra = sorted(fields.keys() - _EVENT_FIELDS)
+        detail = "; ".join(
+            part for part in (f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else "") if part
+        )
+        raise RecordingError(f"not a stored event: {detail}", path=where, line=line)
+    seq, version, payload = fields["seq"], fields["schema_version"], fields["payload"]
+    if not _is_int(seq) or seq < 1:
+        raise RecordingError(f"seq must be a positive integer, not {seq!r}", path=where, line=line)
+    if not _is_int(version) or version < 1:
+        raise RecordingError(f"schema_version must be a positive integer, not {version!r}", path=where, line=line)
+    for name in ("event_id", "namespace", "type", "created_at"):
+        if not isinstance(fields[name], str):
+            raise RecordingError(f"{name} must be a string", path=where, line=line)
+    for name in ("causation_id", "correlation_id"):
+        if fields[name] is not None and not isinstance(fields[name], str):
+            raise RecordingError(f"{name} must be a string or null", path=where, line=line)
+    if not isinstance(payload, dict):
+        raise RecordingError("payload must be a JSON object", path=where, line=line)
+    payload = cast("dict[str, JSONValue]", payload)
+    try:
+        payload_text = canonical_json(payload)
+    except AnagrapheusError as e:
+        raise RecordingError(f"payload cannot be written canonically ({e})", path=where, line=line) from None
+    return StoredEvent(
+        seq=seq,
+        event_id=fields["event_id"],
+        namespace=fields["namespace"],
+        type=fields["type"],
+        schema_version=version,
+        causation_id=fields["causation_id"],
+        correlation_id=fields["correlation_id"],
+        created_at=fields["created_at"],
+        payload=payload_text,
+    )
+
+
+def read_recording(
+    path: str | os.PathLike[str],
+    *,
+    registry: EventTypeRegistry | None = None,
+    upcasts: UpcastRegistry | None = None,
+) -> Recording:
+    """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
+
+    With a `registry`, every event is also decoded (through `upcasts`), so an unknown event
+    type, a future schema version or a payload that no longer fits is refused here, at its
+    line, rather than at replay. The events returned are as stored; replay upcasts them again
+    when given the same `upcasts`.
+    """
+    source = Path(path)
+    where = str(source)
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise RecordingError(f"cannot read the recording ({e.strerror or e})", path=where) from e
+    if not data:
+        raise RecordingError("empty file: missing header", path=where, line=1)
+    raw_lines = data.split(b"\n")
+    # A recording ends with a newline, so splitting leaves one empty tail; anything else was cut short.
+    tail = raw_lines.pop()
+    if tail:
+        raise RecordingError("truncated: the last line has no newline", path=where, line=len(raw_lines) + 1)
+    texts: list[str] = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise RecordingError(f"line is not UTF-8 ({e.reason} at byte {e.start})", path=where, line=number) from None
+    header = _read_header(texts[0], where=where)
+    events: list[StoredEvent] = []
+    seen_ids: dict[str, int] = {}
+    last_seq = 0
+    for number, text in enumerate(texts[1:], start=2):
+        event = _read_event(text, where=where, line=number)
+        if event.seq <= last_seq:
+            raise RecordingError(
+                f"seq {event.seq} does not follow seq {last_seq}: lines out of order or repeated",
+                path=where,
+                line=number,
+            )
+        if event.event_id in seen_ids:
+            raise RecordingError(
+                f"event id {event.event_id} already appears on line {seen_ids[event.event_id]}", path=where, line=number
+            )
+        last_seq = event.seq
+        seen_ids[event.event_id] = number
+        events.append(event)
+    recording = Recording(path=source, header=header, events=tuple(events))
+    if registry is not None:
+        recording.decode(registry, upcasts=upcasts)
+    return recording

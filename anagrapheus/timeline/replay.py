@@ -1,0 +1,286 @@
+"""ReplayPins: answers keyed effects from the log, and says where and how a run left it."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from anagrapheus.errors import AmbiguousPin, CorruptEvent, PinMiss, UsageError
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline.fingerprint import moved_fields
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.resolver import StreamDraw
+from anagrapheus.timeline.upcast import UpcastRegistry
+
+__all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, check_circular=False).encode
+
+
+class AmbiguousPinWarning(UserWarning):
+    """Emitted when a replay is built from events in which one key has several different results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a run left its recording: the first key it asked for that no pin answers."""
+
+    key: str
+    """The key no pin answered."""
+    kind: str
+    """What kind of call missed (`model_call`, `tool_call`, ...)."""
+    after_hits: int
+    """How many pins the replay answered before the miss."""
+    moved: tuple[str, ...] = ()
+    """Fields that differ from the nearest recorded call of the same kind (`+f` added, `-f` removed)."""
+    nearest_key: str | None = None
+    """The recorded key compared against, when fingerprints allowed a comparison."""
+
+    def describe(self) -> str:
+        """Say in one sentence where the run diverged and what moved."""
+        text = f"no pin for {self.kind} {self.key} (after {self.after_hits} hit(s))"
+        if self.nearest_key is None:
+            return text + "; the recording has no comparable call of this kind"
+        if not self.moved:
+            return text + f"; the nearest recorded call {self.nearest_key} has the same fingerprint"
+        return text + f"; against the nearest recorded call, what moved: {', '.join(self.moved)}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pin:
+    kind: str
+    raw: str
+    fingerprint: Mapping[str, str] | None
+    unit_id: str
+
+
+class ReplayPins:
+    """Answers keyed effects from pins in the log; the same resolver interface as `PinLedger`.
+
+    `on_miss="strict"` raises `PinMiss` before any effect runs. `on_miss="record"` marks the first
+    miss as the divergence and draws fresh through the ledger given as `into=`, adopting every
+    replayed pin into its scratch, so the ledger's commit is a new log that replays strictly.
+    """
+
+    def __init__(
+        self,
+        pins: Mapping[str, _Pin],
+        *,
+        ambiguous: Mapping[str, tuple[str, ...]] | None = None,
+        on_miss: Literal["strict", "record"] = "strict",
+        into: PinLedger | None = None,
+    ) -> None:
+        if on_miss not in ("strict", "record"):
+            raise UsageError(f"on_miss must be 'strict' or 'record', not {on_miss!r}")
+        if on_miss == "record" and into is None:
+            raise UsageError("on_miss='record' needs into=PinLedger(...): the fresh draws belong to a unit of work")
+        if on_miss == "strict" and into is not None:
+            raise UsageError("into= is only for on_miss='record'; strict replay never draws")
+        self._pins = dict(pins)
+        self._ambiguous = dict(ambiguous or {})
+        self._on_miss = on_miss
+        self._into = into
+        self._hits = 0
+        self._divergence: Divergence | None = None
+
+    @classmethod
+    def from_events(
+        cls,
+        events: Iterable[StoredEvent],
+        registry: EventTypeRegistry,
+        *,
+        unit_id: str | None = None,
+        upcasts: UpcastRegistry | None = None,
+        on_miss: Literal["strict", "record"] = "strict",
+        into: PinLedger | None = None,
+    ) -> ReplayPins:
+        """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
+        current = registry.lookup(BUILTIN_NAMESPACE, PinPromoted.event_type)
+        pins: dict[str, _Pin] = {}
+        units: dict[str, list[str]] = {}
+        ambiguous: set[str] = set()
+        for stored in events:
+            if stored.namespace != BUILTIN_NAMESPACE or stored.type != PinPromoted.event_type:
+                continue
+            pin = _pin_of(stored, registry, upcasts, current.schema_version)
+            if unit_id is not None and pin[0] != unit_id:
+                continue
+            key, found = pin[1], pin[2]
+            seen = pins.get(key)
+            if seen is None:
+                pins[key] = found
+                units[key] = [found.unit_id]
+                continue
+            units[key].append(found.unit_id)
+            if seen.raw != found.raw:
+                ambiguous.add(key)
+        conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
+        if conflicts:
+            warnings.warn(
+                f"{len(conflicts)} key(s) were pinned with different results by different units; resolving one"
+                " raises AmbiguousPin (replay one unit with unit_id=... to answer it exactly)",
+                AmbiguousPinWarning,
+                stacklevel=2,
+            )
+        return cls(pins, ambiguous=conflicts, on_miss=on_miss, into=into)
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pins
+
+    @property
+    def hits(self) -> int:
+        """How many resolves were answered from the recording."""
+        return self._hits
+
+    @property
+    def ambiguous(self) -> Mapping[str, tuple[str, ...]]:
+        """Keys pinned with different results by several units, with those units' ids."""
+        return dict(self._ambiguous)
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """The first miss, if the run has left the recording."""
+        return self._divergence
+
+    def _answer(self, key: str) -> _Pin | None:
+        if key in self._ambiguous:
+            raise AmbiguousPin(key, unit_ids=list(self._ambiguous[key]))
+        pin = self._pins.get(key)
+        if pin is None:
+            return None
+        self._hits += 1
+        if self._into is not None:
+            self._into.adopt(
+                key,
+                kind=pin.kind,
+                raw=pin.raw,
+                fingerprint=None if pin.fingerprint is None else canonical_json(dict(pin.fingerprint)),
+            )
+        return pin
+
+    def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
+        divergence = self._compare(key, kind, fingerprint)
+        if self._divergence is None:
+            self._divergence = divergence
+        if self._into is None:
+            raise PinMiss(divergence)
+        self._into.note_divergence(self._divergence)
+        return self._into
+
+    def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
+        nearest: tuple[int, str, Mapping[str, str]] | None = None
+        if fingerprint:
+            for recorded_key, pin in self._pins.items():
+                if pin.kind != kind or not pin.fingerprint:
+                    continue
+                shared = sum(1 for name, digest in fingerprint.items() if pin.fingerprint.get(name) == digest)
+                if nearest is None or shared > nearest[0]:
+                    nearest = (shared, recorded_key, pin.fingerprint)
+        if nearest is None or fingerprint is None:
+            return Divergence(key=key, kind=kind, after_hits=self._hits)
+        return Divergence(
+            key=key,
+            kind=kind,
+            after_hits=self._hits,
+            moved=tuple(moved_fields(fingerprint, nearest[2])),
+            nearest_key=nearest[1],
+        )
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> T:
+        """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
+        pin = self._answer(key)
+        if pin is not None:
+            return interpret(json.loads(pin.raw))
+        ledger = self._miss(key, kind, fingerprint)
+        return ledger.resolve(key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint)
+
+    async def aresolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> T:
+        """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
+        pin = self._answer(key)
+        if pin is not None:
+            return interpret(json.loads(pin.raw))
+        ledger = self._miss(key, kind, fingerprint)
+        return await ledger.aresolve(key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint)
+
+    def resolve_stream(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], AbstractAsyncContextManager[S]],
+        settle: Callable[[S], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
+        """Answer a streamed call from the recording; a miss is strict or recorded as for `resolve`."""
+        return self._stream(key, kind, effect, settle, interpret, fingerprint)
+
+    @asynccontextmanager
+    async def _stream(
+        self,
+        key: str,
+        kind: str,
+        effect: Callable[[], AbstractAsyncContextManager[S]],
+        settle: Callable[[S], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None,
+    ) -> AsyncGenerator[StreamDraw[S, T]]:
+        pin = self._answer(key)
+        if pin is not None:
+            yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+            return
+        ledger = self._miss(key, kind, fingerprint)
+        async with ledger.resolve_stream(
+            key, kind=kind, effect=effect, settle=settle, interpret=interpret, fingerprint=fingerprint
+        ) as draw:
+            yield draw
+
+
+def _pin_of(
+    stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None, current_version: int
+) -> tuple[str, str, _Pin]:
+    """Read one `PinPromoted` as (unit_id, key, pin); current-version payloads skip the model for speed."""
+    if stored.schema_version == current_version and current_version == PinPromoted.schema_version:
+        payload: dict[str, Any] = stored.payload_json()
+        try:
+            unit_id, key, kind = payload["unit_id"], payload["key"], payload["kind"]
+            raw, fingerprint = payload["raw"], payload.get("fingerprint")
+        except KeyError as e:
+            raise CorruptEvent(f"pin_promoted payload lacks {e}", seq=stored.seq) from None
+        if not (isinstance(unit_id, str) and isinstance(key, str) and isinstance(kind, str)):
+            raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=stored.seq)
+        if fingerprint is not None and not isinstance(fingerprint, dict):
+            raise CorruptEvent("pin_promoted fingerprint must be an object", seq=stored.seq)
+    else:
+        event = registry.decode(stored, upcasts=upcasts)
+        if not isinstance(event, PinPromoted):
+            raise CorruptEvent(f"expected PinPromoted, decoded {type(event).__qualname__}", seq=stored.seq)
+        unit_id, key, kind, raw, fingerprint = event.unit_id, event.key, event.kind, event.raw, event.fingerprint
+    return unit_id, key, _Pin(kind=kind, raw=_compact(raw), fingerprint=fingerprint, unit_id=unit_id)  # pyright: ignore[reportUnknownArgumentType]
