@@ -162,7 +162,8 @@ def _read_header(text: str, *, where: str) -> RecordingHeader:
     try:
         return RecordingHeader.model_validate(fields)
     except ValidationError as e:
-        raise RecordingError(f"malformed header: {e}", path=where, line=1) from None
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'header'}: {err['msg']}" for err in e.errors())
+        raise RecordingError(f"malformed header: {problems}", path=where, line=1) from None
 
 
 def _is_int(value: object) -> bool:
