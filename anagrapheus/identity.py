@@ -1,0 +1,51 @@
+"""Entity ids as draws: a fresh UUIDv7 pinned through a resolver, so a replay re-establishes the same id."""
+
+from __future__ import annotations
+
+import uuid
+
+import uuid_utils
+
+from anagrapheus.errors import PinResultError
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.resolver import PinResolver
+
+__all__ = ["ENTITY_ID_KIND", "mint_entity_id"]
+
+ENTITY_ID_KIND = "entity_id"
+"""The pin kind of a minted entity id."""
+
+
+def _draw() -> str:
+    return str(uuid_utils.uuid7())
+
+
+def _entity_id(raw: JSONValue) -> str:
+    # A pin that is not a UUID string would hand out a wrong id with confidence; refuse it instead.
+    if not isinstance(raw, str):
+        raise PinResultError(f"an {ENTITY_ID_KIND} pin holds {type(raw).__name__}, not a UUID string")
+    try:
+        parsed = uuid.UUID(raw)
+    except ValueError:
+        raise PinResultError(f"an {ENTITY_ID_KIND} pin holds {raw!r}, not a UUID") from None
+    return str(parsed)
+
+
+def mint_entity_id(material: object, *, resolver: PinResolver | None = None) -> str:
+    """Return a fresh UUIDv7 for the entity `material` describes, drawn through `resolver` when given one.
+
+    `material` is what makes the entity this entity (a kind and a human-readable name, say), as
+    JSON-shaped values: two mints with equal material in one unit of work get one id, and a
+    replay of the unit gets the id the recorded run got. Without a resolver the id is unpinned.
+    """
+    normalised = canonical_value(material)
+    if resolver is None:
+        return _draw()
+    return resolver.resolve(
+        pin_key(ENTITY_ID_KIND, normalised),
+        kind=ENTITY_ID_KIND,
+        effect=_draw,
+        interpret=_entity_id,
+        fingerprint=fingerprint_of(normalised),
+    )
