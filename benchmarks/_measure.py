@@ -1,0 +1,142 @@
+"""Interleaved, paired timing: every variant is measured against a baseline taken in the same round.
+
+Machines here are shared and noisy, so no absolute time is ever the claim. Each round runs
+every variant once (in a rotated order), and a variant's figure is the median over rounds of
+its time divided by the baseline's time in that same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Aim", "Comparison", "Variant", "compare", "machine_line", "options", "print_table"]
+
+Sample = Callable[[int], float]
+"""Run an operation `n` times and return the seconds spent in the timed part."""
+
+
+@dataclass(frozen=True)
+class Aim:
+    """A target for a ratio: below `at_most`, or above `at_least` (for speed-ups)."""
+
+    at_most: float | None = None
+    at_least: float | None = None
+
+    def met(self, ratio: float) -> bool:
+        """Whether `ratio` meets the aim."""
+        if self.at_most is not None and ratio > self.at_most:
+            return False
+        return not (self.at_least is not None and ratio < self.at_least)
+
+    def __str__(self) -> str:
+        if self.at_most is not None:
+            return f"<= {self.at_most:g}x"
+        return f">= {self.at_least:g}x" if self.at_least is not None else ""
+
+
+@dataclass
+class Variant:
+    """One way of doing the operation; `sample(n)` runs it n times and returns the seconds timed."""
+
+    name: str
+    sample: Sample
+    aim: Aim | None = None
+    unit: str = "op"
+    times: list[float] = field(default_factory=lambda: [])
+
+
+@dataclass
+class Comparison:
+    """The outcome for one variant against the baseline."""
+
+    name: str
+    per_op_median: float
+    per_op_min: float
+    ratio_median: float
+    ratio_spread: tuple[float, float]
+    aim: Aim | None
+    unit: str
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the aim was met, or None when there is no aim."""
+        return None if self.aim is None else self.aim.met(self.ratio_median)
+
+
+def compare(baseline: Variant, others: Sequence[Variant], *, n: int, rounds: int, warmup: int = 1) -> list[Comparison]:
+    """Time `baseline` and `others` interleaved for `rounds` rounds of `n` operations each; return paired ratios."""
+    everyone = [baseline, *others]
+    for _ in range(warmup):
+        for v in everyone:
+            v.sample(max(1, n // 4))
+    for v in everyone:
+        v.times.clear()
+    for r in range(rounds):
+        order = everyone[r % len(everyone) :] + everyone[: r % len(everyone)]
+        for v in order:
+            gc.collect()
+            v.times.append(v.sample(n) / n)
+    out: list[Comparison] = []
+    for v in everyone:
+        ratios = [t / b for t, b in zip(v.times, baseline.times, strict=True)]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+        out.append(
+            Comparison(
+                name=v.name,
+                per_op_median=statistics.median(v.times),
+                per_op_min=min(v.times),
+                ratio_median=statistics.median(ratios),
+                ratio_spread=(q1, q3),
+                aim=v.aim,
+                unit=v.unit,
+            )
+        )
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:8.2f} ms"
+    return f"{seconds * 1e6:8.1f} µs"
+
+
+def print_table(title: str, baseline_label: str, rows: Sequence[Comparison]) -> None:
+    """Print one comparison as a table; times are for information, the ratio is the figure."""
+    print(f"\n{title}")
+    print(f"  baseline: {baseline_label}")
+    header = f"  {'variant':<52} {'median/op':>12} {'min/op':>12} {'ratio':>7} {'IQR':>13}  aim"
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for c in rows:
+        aim = "" if c.aim is None else f"{c.aim!s} {'met' if c.met else 'MISSED'}"
+        spread = f"{c.ratio_spread[0]:.3f}-{c.ratio_spread[1]:.3f}"
+        print(
+            f"  {c.name:<52} {_duration(c.per_op_median):>12} {_duration(c.per_op_min):>12}"
+            f" {c.ratio_median:6.3f}x {spread:>13}  {aim}"
+        )
+
+
+def machine_line() -> str:
+    """Python version, platform and CPU count, for the record."""
+    return (
+        f"python {platform.python_version()} ({sys.implementation.name}), {platform.system()} {platform.machine()},"
+        f" {os.cpu_count()} cpus, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+def options(description: str, *, rounds: int) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick (smoke test), --long (more rounds and size), --rounds."""
+    parser = argparse.ArgumentParser(description=description)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the script runs")
+    size.add_argument("--long", action="store_true", help="more rounds and larger samples, for steadier figures")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    return parser
