@@ -1,0 +1,161 @@
+"""A reusable conformance suite for the store ports: subclass it with a `make_store` for each backend."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from anagrapheus.errors import SeqConflict, StoreError
+from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, TimelineStore
+
+
+def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingEvent:
+    return PendingEvent(namespace=namespace, type=type, schema_version=1, payload=f'{{"n":{n}}}')
+
+
+class StoreConformance:
+    """Every `TimelineStore` implementation must pass these."""
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> Callable[[], TimelineStore]:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, make_store: Callable[[], TimelineStore]) -> TimelineStore:
+        return make_store()
+
+    def test_implements_the_ports(self, store: TimelineStore) -> None:
+        assert isinstance(store, EventStore)
+        assert isinstance(store, PinScratchStore)
+
+    def test_empty_log(self, store: TimelineStore) -> None:
+        assert store.last_seq() == 0
+        assert list(store.read()) == []
+
+    def test_append_assigns_gap_free_seq_and_envelope(self, store: TimelineStore) -> None:
+        first = store.append([pending(1), pending(2)])
+        second = store.append([pending(3)])
+        assert [e.seq for e in first + second] == [1, 2, 3]
+        assert len({e.event_id for e in first + second}) == 3
+        assert all(e.created_at.endswith("Z") for e in first)
+        assert store.last_seq() == 3
+        assert [e.payload for e in store.read()] == ['{"n":1}', '{"n":2}', '{"n":3}']
+        assert list(store.read()) == first + second
+
+    def test_append_keeps_preset_ids_and_links(self, store: TimelineStore) -> None:
+        event = PendingEvent(
+            namespace="test",
+            type="thing",
+            schema_version=2,
+            payload="{}",
+            causation_id="cause",
+            correlation_id="corr",
+            event_id="01900000-0000-7000-8000-000000000001",
+        )
+        (stored,) = store.append([event])
+        assert (stored.event_id, stored.causation_id, stored.correlation_id, stored.schema_version) == (
+            "01900000-0000-7000-8000-000000000001",
+            "cause",
+            "corr",
+            2,
+        )
+
+    def test_empty_append_is_a_no_op(self, store: TimelineStore) -> None:
+        assert store.append([]) == []
+        assert store.last_seq() == 0
+
+    def test_expected_last_seq(self, store: TimelineStore) -> None:
+        store.append([pending(1)], expected_last_seq=0)
+        store.append([pending(2)], expected_last_seq=1)
+        with pytest.raises(SeqConflict) as caught:
+            store.append([pending(3)], expected_last_seq=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert store.last_seq() == 2
+
+    def test_duplicate_event_id_rejects_the_whole_batch(self, store: TimelineStore) -> None:
+        twin = PendingEvent(namespace="t", type="x", schema_version=1, payload="{}", event_id="same")
+        with pytest.raises(StoreError):
+            store.append([pending(1), twin, twin])
+        assert store.last_seq() == 0
+
+    def test_read_filters(self, store: TimelineStore) -> None:
+        store.append([pending(i, type="a" if i % 2 else "b") for i in range(1, 11)])
+        store.append([pending(11, namespace="other")])
+        assert [e.seq for e in store.read(since=7)] == [8, 9, 10, 11]
+        assert [e.seq for e in store.read(limit=3)] == [1, 2, 3]
+        assert [e.seq for e in store.read(since=2, limit=2)] == [3, 4]
+        assert [e.seq for e in store.read(type="a")] == [1, 3, 5, 7, 9]
+        assert [e.seq for e in store.read(namespace="other")] == [11]
+        assert [e.seq for e in store.read(namespace="test", type="b", since=4, limit=2)] == [6, 8]
+        assert list(store.read(limit=0)) == []
+
+    def test_read_streams_in_pages(self, store: TimelineStore) -> None:
+        store.append([pending(i) for i in range(2500)])
+        events = store.read()
+        first = next(events)
+        # Writing while a reader is part-way through must not block, nor change what it has yet to see.
+        store.append([pending(9999)])
+        rest = list(events)
+        assert [first.seq, *[e.seq for e in rest]] == list(range(1, 2502))
+
+    def test_scratch_is_invisible_to_the_log(self, store: TimelineStore) -> None:
+        store.scratch_put("u1", "k1", kind="model_call", raw='{"a":1}', fingerprint=None)
+        assert list(store.read()) == []
+        assert store.last_seq() == 0
+
+    def test_scratch_put_get_bump_list(self, store: TimelineStore) -> None:
+        assert store.scratch_get("u1", "k1") is None
+        put = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint='{"model":"x"}')
+        store.scratch_put("u1", "k2", kind="tool_call", raw='"r2"', fingerprint=None)
+        store.scratch_put("u2", "k1", kind="model_call", raw='"other"', fingerprint=None)
+        assert store.scratch_get("u1", "k1") == put
+        assert (put.attempts, put.draw_no) == (1, 1)
+        assert store.scratch_bump("u1", "k1") == 2
+        assert store.scratch_bump("u1", "k1") == 3
+        listed = store.scratch_list("u1")
+        assert [(p.key, p.raw, p.attempts, p.draw_no) for p in listed] == [("k1", '"r1"', 3, 1), ("k2", '"r2"', 1, 2)]
+        assert [p.raw for p in store.scratch_list("u2")] == ['"other"']
+
+    def test_scratch_put_twice_is_refused(self, store: TimelineStore) -> None:
+        store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint=None)
+        with pytest.raises(StoreError):
+            store.scratch_put("u1", "k1", kind="model_call", raw='"r2"', fingerprint=None)
+        assert store.scratch_get("u1", "k1").raw == '"r1"'  # type: ignore[union-attr]
+
+    def test_bump_of_missing_pin_is_an_error(self, store: TimelineStore) -> None:
+        with pytest.raises(StoreError):
+            store.scratch_bump("u1", "nope")
+
+    def test_open_units_and_settle(self, store: TimelineStore) -> None:
+        store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        store.scratch_put("u2", "k1", kind="model_call", raw='"b"', fingerprint=None)
+        store.scratch_put("u1", "k2", kind="model_call", raw='"c"', fingerprint=None)
+        assert [(u.unit_id, u.pins) for u in store.open_units()] == [("u1", 2), ("u2", 1)]
+        stored = store.settle_unit("u1", [pending(1), pending(2)])
+        assert [e.seq for e in stored] == [1, 2]
+        assert store.scratch_list("u1") == []
+        assert [u.unit_id for u in store.open_units()] == ["u2"]
+
+    def test_settle_is_atomic(self, store: TimelineStore) -> None:
+        store.append([pending(0)])
+        store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        twin = PendingEvent(namespace="t", type="x", schema_version=1, payload="{}", event_id="same")
+        with pytest.raises(StoreError):
+            store.settle_unit("u1", [twin, twin])
+        assert store.last_seq() == 1
+        assert [p.key for p in store.scratch_list("u1")] == ["k1"]
+
+    def test_threads_share_one_store(self, store: TimelineStore) -> None:
+        def writer(tag: int) -> None:
+            for i in range(50):
+                store.append([pending(tag * 1000 + i)])
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [e.seq for e in store.read()] == list(range(1, 201))

@@ -1,0 +1,101 @@
+"""Canonical JSON and pin keys: one spelling per value, refusals that say where."""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from anagrapheus.errors import CanonicalError, UsageError
+from anagrapheus.timeline import canonical_json, pin_key
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=25,
+)
+
+
+def shuffled(value: Any, seed: int) -> Any:
+    """The same value with every dict's insertion order changed."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        items = items[seed % max(len(items), 1) :] + items[: seed % max(len(items), 1)]
+        return {k: shuffled(v, seed + 1) for k, v in reversed(items)}
+    if isinstance(value, list):
+        return [shuffled(v, seed) for v in value]
+    return value
+
+
+@given(json_values)
+def test_round_trip_is_stable(value: Any) -> None:
+    text = canonical_json(value)
+    assert canonical_json(json.loads(text)) == text
+
+
+@given(json_values, st.integers(min_value=0, max_value=10))
+def test_dict_order_never_changes_the_key(value: Any, seed: int) -> None:
+    assert pin_key("model_call", shuffled(value, seed)) == pin_key("model_call", value)
+
+
+@given(json_values, json_values)
+def test_different_values_get_different_keys(a: Any, b: Any) -> None:
+    if canonical_json(a) != canonical_json(b):
+        assert pin_key("k", a) != pin_key("k", b)
+
+
+def test_shape_of_the_text_and_key() -> None:
+    assert canonical_json({"b": [1, 2.5, None, True], "a": "é"}) == '{"a":"é","b":[1,2.5,null,true]}'
+    key = pin_key("model_call", {"a": 1})
+    assert key.startswith("p1:model_call:") and len(key.split(":")[2]) == 64
+
+
+def test_strings_are_nfc_normalised() -> None:
+    decomposed = unicodedata.normalize("NFD", "café")
+    assert decomposed != "café"
+    assert canonical_json({decomposed: decomposed}) == canonical_json({"café": "café"})
+
+
+def test_numbers_have_one_spelling() -> None:
+    assert canonical_json([1.0, -0.0, 2**60, 0.1]) == f"[1,0,{2**60},0.1]"
+    assert pin_key("k", {"temperature": 1}) == pin_key("k", {"temperature": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"a": [1, math.nan]}, "$.a[1]"),
+        ({"a": math.inf}, "$.a"),
+        ({"b": b"bytes"}, "$.b"),
+        ({"s": {1, 2}}, "$.s"),
+        ([object()], "$[0]"),
+        ({1: "int key"}, "$"),
+    ],
+)
+def test_non_json_values_are_refused_with_their_place(value: Any, path: str) -> None:
+    with pytest.raises(CanonicalError) as caught:
+        canonical_json(value)
+    assert caught.value.path == path
+    assert path in str(caught.value)
+
+
+def test_keys_equal_after_normalisation_are_refused() -> None:
+    with pytest.raises(CanonicalError, match="NFC"):
+        canonical_json({"café": 1, unicodedata.normalize("NFD", "café"): 2})
+
+
+def test_self_containing_value_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(CanonicalError):
+        canonical_json(loop)
+
+
+def test_bad_kind_is_refused() -> None:
+    with pytest.raises(UsageError):
+        pin_key("Model Call:", {})

@@ -1,0 +1,128 @@
+"""The SQLite store: the conformance suite plus what only SQLite has (files, migrations, pragmas)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from itertools import count
+from pathlib import Path
+
+import pytest
+
+from anagrapheus.errors import SchemaTooNew, StoreError, UsageError
+from anagrapheus.timeline import SQLiteEventStore, TimelineStore
+
+from .store_conformance import StoreConformance, pending
+
+
+class TestSQLiteConformance(StoreConformance):
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> Iterator[Callable[[], TimelineStore]]:
+        opened: list[SQLiteEventStore] = []
+
+        def make() -> TimelineStore:
+            store = SQLiteEventStore(tmp_path / "log.db")
+            opened.append(store)
+            return store
+
+        yield make
+        for store in opened:
+            store.close()
+
+
+def test_file_is_wal_with_strict_tables(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    SQLiteEventStore(path).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {name: sql for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")}
+    assert {"events", "pin_scratch", "anagrapheus_migrations"} <= set(tables)
+    assert all(tables[name].rstrip().endswith("STRICT") for name in ("events", "pin_scratch"))
+    names = [row[0] for row in conn.execute("SELECT name FROM anagrapheus_migrations ORDER BY name")]
+    assert names == ["0001_events", "0002_pin_scratch"]
+
+
+def test_reopening_keeps_the_log_and_applies_nothing_twice(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+        store.scratch_put("u", "k", kind="model_call", raw="1", fingerprint=None)
+    with SQLiteEventStore(path) as store:
+        assert [e.payload for e in store.read()] == ['{"n":1}']
+        assert [p.key for p in store.scratch_list("u")] == ["k"]
+
+
+def test_a_database_newer_than_the_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    SQLiteEventStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO anagrapheus_migrations VALUES ('0099_from_the_future', '2030-01-01T00:00:00Z')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="0099_from_the_future"):
+        SQLiteEventStore(path)
+
+
+def test_the_log_refuses_updates_and_deletes(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+    conn = sqlite3.connect(path)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE events SET payload = '{}'")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM events")
+
+
+def test_injected_clock_and_ids_give_identical_logs(tmp_path: Path) -> None:
+    def make(path: Path) -> SQLiteEventStore:
+        ids = count(1)
+        return SQLiteEventStore(
+            path,
+            clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+            new_event_id=lambda: f"01900000-0000-7000-8000-{next(ids):012d}",
+        )
+
+    logs = []
+    for name in ("a.db", "b.db"):
+        with make(tmp_path / name) as store:
+            store.append([pending(1), pending(2)])
+            logs.append(list(store.read()))
+    assert logs[0] == logs[1]
+    assert logs[0][0].created_at == "2026-01-02T03:04:05.000000Z"
+    assert logs[0][1].event_id == "01900000-0000-7000-8000-000000000002"
+
+
+def test_naive_clock_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="timezone-aware"):
+        SQLiteEventStore(tmp_path / "x.db", clock=lambda: datetime(2026, 1, 1))
+
+
+def test_transactions_nest_and_roll_back_as_a_whole(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        with pytest.raises(RuntimeError, match="boom"), store.transaction():
+            store.append([pending(1)])
+            with store.transaction():
+                store.append([pending(2)])
+            raise RuntimeError("boom")
+        assert store.last_seq() == 0
+        with store.transaction():
+            store.append([pending(1)])
+            with pytest.raises(KeyError), store.transaction():
+                store.append([pending(2)])
+                raise KeyError("inner")
+            store.append([pending(3)])
+        assert [e.payload for e in store.read()] == ['{"n":1}', '{"n":3}']
+        assert [e.seq for e in store.read()] == [1, 2]
+
+
+def test_sqlite_errors_surface_as_store_errors(tmp_path: Path) -> None:
+    (tmp_path / "not-a-db").write_bytes(b"this is not a sqlite database, not at all" * 100)
+    with pytest.raises(StoreError) as caught:
+        SQLiteEventStore(tmp_path / "not-a-db")
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+    store = SQLiteEventStore(tmp_path / "ok.db")
+    store.close()
+    with pytest.raises(StoreError):
+        store.last_seq()
