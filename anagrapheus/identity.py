@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import uuid_utils
 
@@ -32,20 +33,21 @@ def _entity_id(raw: JSONValue) -> str:
     return str(parsed)
 
 
-def mint_entity_id(material: object, *, resolver: PinResolver | None = None) -> str:
+def mint_entity_id(material: object, *, resolver: PinResolver | None = None, new_id: Callable[[], str] = _draw) -> str:
     """Return a fresh UUIDv7 for the entity `material` describes, drawn through `resolver` when given one.
 
     `material` is what makes the entity this entity (a kind and a human-readable name, say), as
     JSON-shaped values: two mints with equal material in one unit of work get one id, and a
     replay of the unit gets the id the recorded run got. Without a resolver the id is unpinned.
+    `new_id` is the source of fresh ids, injectable so that a re-recording can be byte-identical.
     """
     normalised = canonical_value(material)
     if resolver is None:
-        return _draw()
+        return new_id()
     return resolver.resolve(
         pin_key(ENTITY_ID_KIND, normalised),
         kind=ENTITY_ID_KIND,
-        effect=_draw,
+        effect=new_id,
         interpret=_entity_id,
         fingerprint=fingerprint_of(normalised),
     )

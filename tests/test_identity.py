@@ -119,3 +119,15 @@ def test_a_pin_that_does_not_hold_a_uuid_is_refused(tmp_path: Path, types: Event
 def test_material_that_is_not_json_is_refused() -> None:
     with pytest.raises(CanonicalError, match=r"\$\.parties"):
         mint_entity_id({"entity": "treaty", "parties": {"EU", "UK"}})
+
+
+def test_the_id_source_is_injectable_and_its_draw_is_what_gets_pinned(tmp_path: Path, types: EventTypeRegistry) -> None:
+    fixed = "01900000-0000-7000-8000-000000000007"
+    with SQLiteEventStore(tmp_path / "run.db") as store:
+        ledger = PinLedger(store, types)
+        minted = mint_entity_id(TREATY, resolver=ledger, new_id=lambda: fixed)
+        ledger.commit()
+        replay = ReplayPins.from_events(store.read(), types)
+
+    assert minted == fixed
+    assert mint_entity_id(TREATY, resolver=replay, new_id=lambda: "never drawn under replay") == fixed
