@@ -188,8 +188,14 @@ class SQLiteEventStore:
                     pass
                 raise
             self._depth -= 1
-            with _translated("committing a transaction"):
-                self._conn.execute("COMMIT" if outer else f"RELEASE {name}")
+            try:
+                with _translated("committing a transaction"):
+                    self._conn.execute("COMMIT" if outer else f"RELEASE {name}")
+            except StoreError:
+                # A commit that failed leaves the transaction open; close it so the store stays usable.
+                if outer and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     # The event log.
 
