@@ -1,1 +1,16 @@
 """pydantic-ai adapters: the only layer that imports pydantic_ai."""
+
+from anagrapheus.provider.model import PinnedModel
+from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
+from anagrapheus.provider.stream import PinnedStreamedResponse
+from anagrapheus.provider.tools import pinned_tool
+
+__all__ = [
+    "CallPin",
+    "CallPolicy",
+    "PinnedModel",
+    "PinnedStreamedResponse",
+    "SemanticCallPolicy",
+    "call_pin",
+    "pinned_tool",
+]

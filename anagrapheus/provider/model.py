@@ -1,0 +1,262 @@
+"""PinnedModel: one pin per model request, streamed or not, answered from the log under replay."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+from weakref import WeakValueDictionary
+
+from pydantic import TypeAdapter
+from pydantic_ai import RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings, merge_model_settings
+from pydantic_ai.usage import RequestUsage
+
+from anagrapheus.errors import UsageError
+from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
+from anagrapheus.provider.stream import PinnedStreamedResponse
+from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.resolver import PinResolver
+
+if TYPE_CHECKING:
+    from pydantic_ai.models.batch import Batch, BatchRequest, BatchResult, EncodedBatchRequest
+
+__all__ = ["COMPACTION", "TOKEN_COUNT", "PinnedModel", "response_from_raw", "response_raw"]
+
+TOKEN_COUNT = "model_token_count"
+"""The pin kind of a token count asked of the provider ahead of a request."""
+COMPACTION = "model_compaction"
+"""The pin kind of a provider-side compaction of the message history."""
+
+_responses: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
+
+
+def response_raw(response: ModelResponse) -> JSONValue:
+    """Return `response` as the raw JSON its pin keeps."""
+    return _responses.dump_python(response, mode="json")
+
+
+def response_from_raw(raw: JSONValue) -> ModelResponse:
+    """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay."""
+    response = _responses.validate_python(raw)
+    # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.
+    response.run_id = None
+    response.conversation_id = None
+    return response
+
+
+def _usage_from_raw(raw: JSONValue) -> RequestUsage:
+    return _usages.validate_python(raw)
+
+
+def _settle(stream: StreamedResponse) -> JSONValue:
+    # `get()` reports how far the stream got and the state the provider stamped, also after an early stop or error.
+    return response_raw(stream.get())
+
+
+@dataclass(init=False)
+class PinnedModel(WrapperModel):
+    """Wraps any pydantic-ai model so that each request is pinned through a resolver.
+
+    Live (`PinLedger`) the first request for a key reaches the wrapped model and its response is
+    pinned; under replay (`ReplayPins`) the response comes from the log and the wrapped model is
+    never reached. Streamed and plain requests of the same call share one key. Batch calls are
+    refused: their results arrive outside any request a pin can see.
+    """
+
+    resolver: PinResolver
+    """Answers each keyed request: draws it live, or answers it from pins."""
+    policy: CallPolicy
+    """Decides what goes into a request's key material."""
+
+    def __init__(
+        self,
+        wrapped: Model | KnownModelName | str,
+        resolver: PinResolver,
+        *,
+        policy: CallPolicy | None = None,
+    ) -> None:
+        super().__init__(wrapped)
+        self.resolver = resolver
+        self.policy = policy if policy is not None else SemanticCallPolicy()
+        # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
+        self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
+
+    def pin_for(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> CallPin:
+        """Return the key and fingerprint of a request, exactly as `request` would pin it."""
+        # An agent run passes settings that already include the model's own; a direct request does not.
+        # Merging again is idempotent, so both reach the key the same way.
+        settings = merge_model_settings(self.wrapped.settings, model_settings)
+        return call_pin(self.policy, messages, settings, model_request_parameters, model_id=self.wrapped.model_id)
+
+    def _mark_answered(self, response: ModelResponse) -> None:
+        self._answered[id(response)] = response
+
+    def _was_answered(self, response: ModelResponse) -> bool:
+        return self._answered.get(id(response)) is response
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        """Answer the request from its pin, or draw it from the wrapped model and pin the response."""
+        call = self.pin_for(messages, model_settings, model_request_parameters)
+        drawn = False
+
+        async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
+            return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
+
+        response = await self.resolver.aresolve(
+            call.key, kind=MODEL_CALL, effect=draw, interpret=response_from_raw, fingerprint=call.fingerprint
+        )
+        if not drawn:
+            self._mark_answered(response)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        """Stream the live response through as it arrives and pin what it accumulated, or replay the pinned one."""
+        # Streaming is how a response is received, not what is asked: the key is the plain request's.
+        call = self.pin_for(messages, model_settings, model_request_parameters)
+
+        def open_stream() -> Any:
+            return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+
+        async with self.resolver.resolve_stream(
+            call.key,
+            kind=MODEL_CALL,
+            effect=open_stream,
+            settle=_settle,
+            interpret=response_from_raw,
+            fingerprint=call.fingerprint,
+        ) as draw:
+            if draw.live is not None:
+                yield draw.live
+                return
+            pinned = draw.pinned
+            if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+            self._mark_answered(pinned)
+            yield PinnedStreamedResponse(pinned, model_request_parameters=model_request_parameters)
+
+    async def count_tokens(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> RequestUsage:
+        """Count tokens through a pin of its own: asking the provider is a call like any other."""
+        call = self.pin_for(messages, model_settings, model_request_parameters)
+
+        async def draw() -> JSONValue:
+            usage = await self.wrapped.count_tokens(messages, model_settings, model_request_parameters)
+            return _usages.dump_python(usage, mode="json")
+
+        return await self.resolver.aresolve(
+            pin_key(TOKEN_COUNT, {"call": call.key}),
+            kind=TOKEN_COUNT,
+            effect=draw,
+            interpret=_usage_from_raw,
+            fingerprint=call.fingerprint,
+        )
+
+    async def compact_messages(
+        self,
+        request_context: ModelRequestContext,
+        *,
+        instructions: str | None = None,
+    ) -> ModelResponse:
+        """Compact the history through a pin of its own, keyed on the history and the compaction instructions."""
+        call = self.pin_for(
+            request_context.messages, request_context.model_settings, request_context.model_request_parameters
+        )
+
+        async def draw() -> JSONValue:
+            return response_raw(await self.wrapped.compact_messages(request_context, instructions=instructions))
+
+        return await self.resolver.aresolve(
+            pin_key(COMPACTION, {"call": call.key, "instructions": instructions}),
+            kind=COMPACTION,
+            effect=draw,
+            interpret=response_from_raw,
+            fingerprint={**call.fingerprint, **fingerprint_of({"instructions": instructions})},
+        )
+
+    # A suspended response answered from a pin names a server-side job of the recorded run, not of this one.
+
+    def continuation_delay(self, response: ModelResponse) -> float | None:
+        """Continue a pinned suspended response at once (its next segment is pinned too); a live one as drawn."""
+        return None if self._was_answered(response) else self.wrapped.continuation_delay(response)
+
+    async def cancel_suspended_response(self, response: ModelResponse) -> None:
+        """Cancel a live suspended job; a job named by a pinned response is the recorded run's and is left alone."""
+        if not self._was_answered(response):
+            await self.wrapped.cancel_suspended_response(response)
+
+    def _release_suspended_response(self, response: ModelResponse) -> None:
+        if not self._was_answered(response):
+            self.wrapped._release_suspended_response(response)  # pyright: ignore[reportPrivateUsage]
+
+    # Batches are refused, live and under replay: a batch's results arrive outside any request a pin can see.
+
+    @property
+    def batch_max_requests(self) -> int | None:
+        """None: a pinned model has no batch API, so pydantic-ai refuses to batch it before anything is sent."""
+        return None
+
+    @property
+    def batch_max_bytes(self) -> int | None:
+        """None, as for `batch_max_requests`."""
+        return None
+
+    def _refuse_batch(self, method: str) -> NoReturn:
+        raise UsageError(
+            f"PinnedModel cannot pin {method}: batch results arrive outside any request a pin can see."
+            " Send the requests one by one through the pinned model (each is pinned), or batch the unwrapped model"
+        )
+
+    async def batch_encode(self, request: BatchRequest) -> EncodedBatchRequest:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_encode")
+
+    async def batch_create(self, requests: Sequence[EncodedBatchRequest]) -> Batch:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_create")
+
+    async def batch_status(self, batch: Batch) -> Batch:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_status")
+
+    async def batch_results(self, batch: Batch) -> list[BatchResult]:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_results")
+
+    async def batch_cancel(self, batch: Batch) -> Batch:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_cancel")
+
+    def batch_decode(self, result: BatchResult, request: BatchRequest) -> ModelResponse:
+        """Refused: batch calls cannot be pinned."""
+        self._refuse_batch("batch_decode")

@@ -1,0 +1,113 @@
+"""Shared fixtures; real model requests are blocked for every test, as in pydantic-ai's own suite."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import models
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from anagrapheus import register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+
+# A test that reaches a real provider is a bug: pydantic-ai refuses every model but its test doubles.
+models.ALLOW_MODEL_REQUESTS = False
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "run.db"
+
+
+@pytest.fixture
+def types() -> EventTypeRegistry:
+    registry = EventTypeRegistry()
+    register_builtin_events(registry)
+    return registry
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SQLiteEventStore]:
+    opened = SQLiteEventStore(db_path)
+    yield opened
+    opened.close()
+
+
+class Verdict(BaseModel):
+    """The structured output the scripted models produce when asked for one."""
+
+    city: str
+    tonnes: int
+
+
+@dataclass
+class Scripted:
+    """A scripted `FunctionModel` that plays one part and counts how often it is reached.
+
+    It calls every function tool it is offered (with `city="Paris"`), then answers with text
+    naming what the tools returned, or with a `Verdict` when the run asks for structured output.
+    """
+
+    name: str
+    text: str = "The UK holds firm on fisheries."
+    calls: int = 0
+    fail_after_chunks: int | None = None
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(self._answer, stream_function=self._stream, model_name=self.name)
+
+    def _decide(self, messages: list[ModelMessage], info: AgentInfo) -> list[ModelResponsePart]:
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+        if info.function_tools and not returns:
+            return [ToolCallPart(tool.name, {"city": "Paris"}) for tool in info.function_tools]
+        if info.output_tools:
+            return [ToolCallPart(info.output_tools[0].name, {"city": "Paris", "tonnes": 10 * len(returns)})]
+        seen = "; ".join(str(part.content) for part in returns)
+        return [TextPart(f"{self.text} {seen}".strip())]
+
+    def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        return ModelResponse(parts=self._decide(messages, info))
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        self.calls += 1
+        parts = self._decide(messages, info)
+        chunks: list[str | DeltaToolCalls] = []
+        for index, part in enumerate(parts):
+            if isinstance(part, TextPart):
+                chunks.extend(word + " " for word in part.content.split(" "))
+            elif isinstance(part, ToolCallPart):
+                args = json.dumps(part.args)
+                half = len(args) // 2
+                chunks.append({index: DeltaToolCall(name=part.tool_name, json_args=args[:half])})
+                chunks.append({index: DeltaToolCall(json_args=args[half:])})
+        for sent, chunk in enumerate(chunks):
+            if self.fail_after_chunks is not None and sent == self.fail_after_chunks:
+                raise ConnectionError("the provider dropped the stream")
+            yield chunk
+
+
+@pytest.fixture
+def ledger(store: SQLiteEventStore, types: EventTypeRegistry) -> PinLedger:
+    return PinLedger(store, types)

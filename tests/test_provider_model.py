@@ -1,0 +1,316 @@
+"""PinnedModel: every way an agent reaches a model is pinned live and answered from the log under strict replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.direct import model_request, model_request_batch
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    PartStartEvent,
+    TextPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.batch import BatchRequest
+from pydantic_ai.run import AgentRunResultEvent
+
+from anagrapheus.errors import UsageError
+from anagrapheus.provider import PinnedModel, PinnedStreamedResponse
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
+from tests.conftest import Scripted, Verdict
+
+PROMPT = "Round 1: state the UK position on fisheries."
+MODES = ["run", "run_stream", "run_stream_events", "iter", "event_stream_handler"]
+
+
+async def drive(agent: Agent[Any, Any], mode: str, prompt: str = PROMPT) -> tuple[Any, list[ModelMessage]]:
+    """Run `agent` once the way `mode` names; return its output and messages."""
+    if mode == "run":
+        result = await agent.run(prompt)
+        return result.output, result.all_messages()
+    if mode == "run_stream":
+        async with agent.run_stream(prompt) as streamed:
+            output = await streamed.get_output()
+            return output, streamed.all_messages()
+    if mode == "run_stream_events":
+        seen: list[Any] = []
+        async with agent.run_stream_events(prompt) as events:
+            async for event in events:
+                seen.append(event)
+        final = seen[-1]
+        assert isinstance(final, AgentRunResultEvent)
+        assert any(isinstance(e, PartStartEvent) for e in seen)
+        return final.result.output, final.result.all_messages()
+    if mode == "iter":
+        async with agent.iter(prompt) as run:
+            async for _node in run:
+                pass
+            assert run.result is not None
+            return run.result.output, run.result.all_messages()
+    if mode == "event_stream_handler":
+        handled: list[AgentStreamEvent] = []
+
+        async def handler(_ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+            async for event in events:
+                handled.append(event)
+
+        result = await agent.run(prompt, event_stream_handler=handler)
+        assert any(isinstance(e, PartStartEvent) for e in handled)
+        return result.output, result.all_messages()
+    raise AssertionError(mode)
+
+
+def responses(messages: list[ModelMessage]) -> list[list[Any]]:
+    """The content of each model response: what a replay must reproduce exactly."""
+    return [[part.__dict__ | {"timestamp": None} for part in m.parts] for m in messages if isinstance(m, ModelResponse)]
+
+
+def agent_for(model: PinnedModel, kind: str) -> Agent[Any, Any]:
+    """An agent exercising one shape of run: plain text, tool calls (sync and async), or structured output."""
+    if kind == "text":
+        return Agent(model)
+    if kind == "structured":
+        return Agent(model, output_type=Verdict)
+    agent = Agent(model)
+
+    @agent.tool_plain
+    def harbour_count(city: str) -> str:
+        return f"{city} has 3 harbours"
+
+    @agent.tool
+    async def quota(ctx: RunContext[None], city: str) -> str:
+        return f"{city} quota 120t"
+
+    return agent
+
+
+def replay_of(store: SQLiteEventStore, types: EventTypeRegistry) -> ReplayPins:
+    return ReplayPins.from_events(store.read(), types)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["text", "tools", "structured"])
+@pytest.mark.parametrize("mode", MODES)
+async def test_strict_replay_never_reaches_the_model(
+    mode: str, kind: str, store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    live = Scripted("scripted-uk")
+    recorded_output, recorded = await drive(agent_for(PinnedModel(live.model, ledger), kind), mode)
+    ledger.commit()
+    requests = sum(isinstance(m, ModelResponse) for m in recorded)
+    assert live.calls == requests == (2 if kind == "tools" else 1)
+
+    replayed = Scripted("scripted-uk")
+    output, messages = await drive(agent_for(PinnedModel(replayed.model, replay_of(store, types)), kind), mode)
+    assert replayed.calls == 0
+    assert output == recorded_output
+    assert responses(messages) == responses(recorded)
+
+
+def test_run_sync_replays(store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger) -> None:
+    live = Scripted("scripted-uk")
+    recorded = agent_for(PinnedModel(live.model, ledger), "tools").run_sync(PROMPT)
+    ledger.commit()
+    replayed = Scripted("scripted-uk")
+    result = agent_for(PinnedModel(replayed.model, replay_of(store, types)), "tools").run_sync(PROMPT)
+    assert (live.calls, replayed.calls) == (2, 0)
+    assert result.output == recorded.output == "The UK holds firm on fisheries. Paris has 3 harbours; Paris quota 120t"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("recorded_with", "replayed_with"), [("run", "run_stream"), ("run_stream", "run")])
+async def test_streamed_and_plain_requests_share_pins(
+    recorded_with: str, replayed_with: str, store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    live = Scripted("scripted-uk")
+    recorded_output, _ = await drive(agent_for(PinnedModel(live.model, ledger), "structured"), recorded_with)
+    ledger.commit()
+    replayed = Scripted("scripted-uk")
+    output, _ = await drive(
+        agent_for(PinnedModel(replayed.model, replay_of(store, types)), "structured"), replayed_with
+    )
+    assert (live.calls, replayed.calls) == (1, 0)
+    assert output == recorded_output == Verdict(city="Paris", tonnes=0)
+
+
+@pytest.mark.anyio
+async def test_multi_request_run_pins_each_request(store: SQLiteEventStore, ledger: PinLedger) -> None:
+    live = Scripted("scripted-uk")
+    await agent_for(PinnedModel(live.model, ledger), "tools").run(PROMPT)
+    pins = ledger.pins()
+    assert [pin.kind for pin in pins] == ["model_call", "model_call"]
+    assert len({pin.key for pin in pins}) == 2
+
+
+@pytest.mark.anyio
+async def test_a_retry_in_the_same_unit_reuses_the_draw(ledger: PinLedger) -> None:
+    live = Scripted("scripted-uk")
+    agent = agent_for(PinnedModel(live.model, ledger), "tools")
+    first = await agent.run(PROMPT)
+    second = await agent.run(PROMPT)
+    assert live.calls == 2
+    assert second.output == first.output
+    assert [pin.attempts for pin in ledger.pins()] == [2, 2]
+
+
+@pytest.mark.anyio
+async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    live = Scripted("scripted-uk")
+    async with Agent(PinnedModel(live.model, ledger)).run_stream(PROMPT) as streamed:
+        async for _delta in streamed.stream_text(delta=True, debounce_by=None):
+            break
+    (pin,) = ledger.pins()
+    raw = json.loads(pin.raw)
+    assert raw["state"] != "complete"
+    assert raw["parts"][0]["content"] == "The "
+    ledger.commit()
+
+    # Replaying the same consumption answers from the partial pin; the model is not reached.
+    replayed = Scripted("scripted-uk")
+    async with Agent(PinnedModel(replayed.model, replay_of(store, types))).run_stream(PROMPT) as streamed:
+        async for delta in streamed.stream_text(delta=True, debounce_by=None):
+            assert delta == "The "
+            break
+    assert replayed.calls == 0
+
+
+@pytest.mark.anyio
+async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: PinLedger) -> None:
+    live = Scripted("scripted-uk", fail_after_chunks=2)
+    with pytest.raises(ConnectionError):
+        async with Agent(PinnedModel(live.model, ledger)).run_stream(PROMPT) as streamed:
+            await streamed.get_output()
+    (pin,) = ledger.pins()
+    raw = json.loads(pin.raw)
+    assert raw["state"] == "incomplete"
+    assert raw["parts"][0]["content"] == "The UK "
+
+
+@pytest.mark.anyio
+async def test_a_replayed_stream_is_a_pinned_streamed_response(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    model = PinnedModel(Scripted("scripted-uk").model, ledger)
+    messages: list[ModelMessage] = [ModelRequest.user_text_prompt(PROMPT)]
+    params = ModelRequestParameters()
+    async with model.request_stream(messages, None, params) as live:
+        assert not isinstance(live, PinnedStreamedResponse)
+        events = [event async for event in live]
+    assert len(events) > 2
+    ledger.commit()
+
+    replay = PinnedModel(Scripted("scripted-uk").model, replay_of(store, types))
+    async with replay.request_stream(messages, None, params) as pinned:
+        assert isinstance(pinned, PinnedStreamedResponse)
+        replayed_events = [event async for event in pinned]
+        assert pinned.get().parts == [TextPart("The UK holds firm on fisheries. ")]
+    assert [type(e).__name__ for e in replayed_events] == ["PartStartEvent", "FinalResultEvent", "PartEndEvent"]
+
+
+@pytest.mark.anyio
+async def test_pins_hold_no_run_stamps_and_replay_gets_the_new_runs(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    recorded = await Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run(PROMPT)
+    (pin,) = ledger.pins()
+    raw = json.loads(pin.raw)
+    assert raw["run_id"] is None and raw["conversation_id"] is None
+    recorded_response = recorded.all_messages()[-1]
+    assert isinstance(recorded_response, ModelResponse) and recorded_response.run_id == recorded.run_id
+    ledger.commit()
+
+    replayed = await Agent(PinnedModel(Scripted("scripted-uk").model, replay_of(store, types))).run(PROMPT)
+    response = replayed.all_messages()[-1]
+    assert isinstance(response, ModelResponse)
+    assert response.run_id == replayed.run_id != recorded.run_id
+    assert response.conversation_id == replayed.conversation_id != recorded.conversation_id
+
+
+@pytest.mark.anyio
+async def test_the_wrapped_models_own_settings_are_part_of_the_key(ledger: PinLedger) -> None:
+    messages: list[ModelMessage] = [ModelRequest.user_text_prompt(PROMPT)]
+    params = ModelRequestParameters()
+    warm = Scripted("scripted-uk").model
+    warm._settings = {"temperature": 0.9}  # pyright: ignore[reportPrivateUsage]
+    pinned_warm = PinnedModel(warm, ledger)
+    pinned_plain = PinnedModel(Scripted("scripted-uk").model, ledger)
+    # A direct request passes settings without the model's own; an agent run passes them merged in.
+    assert pinned_warm.pin_for(messages, None, params) == pinned_warm.pin_for(messages, {"temperature": 0.9}, params)
+    assert pinned_warm.pin_for(messages, None, params) == pinned_plain.pin_for(messages, {"temperature": 0.9}, params)
+    assert pinned_warm.pin_for(messages, None, params).key != pinned_plain.pin_for(messages, None, params).key
+
+    # And through pydantic-ai's own entry points: a direct request and an agent run share the pin.
+    await model_request(pinned_warm, messages)
+    await Agent(pinned_plain, model_settings={"temperature": 0.9}).run(PROMPT)
+    (pin,) = ledger.pins()
+    assert pin.attempts == 2
+
+
+@pytest.mark.anyio
+async def test_strict_replay_refuses_a_request_it_has_no_pin_for(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    await Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run(PROMPT)
+    ledger.commit()
+    model = Scripted("scripted-uk")
+    agent = Agent(PinnedModel(model.model, replay_of(store, types)))
+    with pytest.raises(PinMiss) as miss:
+        await agent.run("Round 1: state the EU position on fisheries.")
+    assert miss.value.divergence.kind == "model_call"
+    assert model.calls == 0
+    with pytest.raises(PinMiss):
+        async with agent.run_stream("Round 1: state the EU position on fisheries.") as streamed:
+            await streamed.get_output()
+    assert model.calls == 0
+
+
+@pytest.mark.anyio
+async def test_token_counts_are_pinned_too(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    messages: list[ModelMessage] = [ModelRequest.user_text_prompt(PROMPT)]
+    params = ModelRequestParameters()
+    counted: list[int] = []
+
+    inner = Scripted("scripted-uk").model
+
+    async def count_tokens(*_args: Any) -> Any:
+        from pydantic_ai.usage import RequestUsage
+
+        counted.append(1)
+        return RequestUsage(input_tokens=42)
+
+    inner.count_tokens = count_tokens  # type: ignore[method-assign]
+    live = await PinnedModel(inner, ledger).count_tokens(messages, None, params)
+    assert [pin.kind for pin in ledger.pins()] == ["model_token_count"]
+    ledger.commit()
+    replayed = await PinnedModel(inner, replay_of(store, types)).count_tokens(messages, None, params)
+    assert replayed == live and replayed.input_tokens == 42
+    assert counted == [1]
+    with pytest.raises(PinMiss):
+        await PinnedModel(inner, replay_of(store, types)).count_tokens(messages, {"temperature": 0.1}, params)
+    assert counted == [1]
+
+
+@pytest.mark.anyio
+async def test_batches_are_refused_before_anything_is_sent(ledger: PinLedger) -> None:
+    live = Scripted("scripted-uk")
+    model = PinnedModel(live.model, ledger)
+    assert live.model.batch_max_requests is not None  # FunctionModel has a batch API of its own
+    assert model.batch_max_requests is None
+    request = BatchRequest(custom_id="r1", messages=[ModelRequest.user_text_prompt(PROMPT)])
+    with pytest.raises(UserError, match="no batch API"):
+        await model_request_batch(model, [request])
+    with pytest.raises(UsageError, match="cannot pin batch_encode"):
+        await model.batch_encode(request)
+    assert live.calls == 0 and ledger.pins() == []

@@ -1,0 +1,185 @@
+"""pinned_tool: same schema as the bare tool, keyed on name and arguments, drawn once, replayed without running."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from datetime import date
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
+
+from anagrapheus.errors import CanonicalError, PinResultError
+from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore, pin_key
+from tests.conftest import Scripted
+
+PROMPT = "How many harbours has Paris?"
+
+
+class Catch(BaseModel):
+    species: str
+    tonnes: int
+
+
+def harbour_count(city: str, *, include_marinas: bool = False) -> dict[str, Any]:
+    """Count the harbours of a city.
+
+    Args:
+        city: The city to look up.
+        include_marinas: Whether marinas count as harbours.
+    """
+    return {"city": city, "harbours": 3, "marinas": include_marinas}
+
+
+async def landed(ctx: RunContext[None], city: str, catch: Catch, on: date | None = None) -> str:
+    """Say what was landed in a city."""
+    return f"{catch.tonnes}t of {catch.species} landed in {city}"
+
+
+def tool_defs(*tools: Any) -> list[ToolDefinition]:
+    """The tool definitions pydantic-ai sends the model for these tools."""
+    seen: list[ToolDefinition] = []
+
+    def capture(_messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(info.function_tools)
+        return ModelResponse(parts=[TextPart("done")])
+
+    Agent(FunctionModel(capture, model_name="capture"), tools=list(tools)).run_sync("hi")
+    return seen
+
+
+@pytest.mark.parametrize("func", [harbour_count, landed])
+def test_the_wrapper_keeps_the_schema_docstring_and_run_context(func: Any, ledger: PinLedger) -> None:
+    wrapped = pinned_tool(ledger, func)
+    assert inspect.iscoroutinefunction(wrapped)
+    assert wrapped.__name__ == func.__name__ and wrapped.__doc__ == func.__doc__
+    assert Tool(wrapped).takes_ctx == Tool(func).takes_ctx
+    assert tool_defs(wrapped) == tool_defs(func)
+
+
+@pytest.mark.anyio
+async def test_a_run_with_pinned_tools_replays_without_running_them(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    ran: list[str] = []
+    loop_thread = threading.get_ident()
+
+    def harbours(city: str) -> str:
+        """Count a city's harbours (a sync tool: runs in a worker thread)."""
+        ran.append(f"sync on {'loop' if threading.get_ident() == loop_thread else 'worker'}")
+        return f"{city} has 3 harbours"
+
+    async def quota(ctx: RunContext[None], city: str) -> str:
+        """Look up a city's quota."""
+        ran.append("async")
+        return f"{city} quota 120t"
+
+    def agent(resolver: Any, model: FunctionModel) -> Agent[None, str]:
+        return Agent(
+            PinnedModel(model, resolver), tools=[pinned_tool(resolver, harbours), pinned_tool(resolver, quota)]
+        )
+
+    live = Scripted("scripted-uk")
+    recorded = await agent(ledger, live.model).run(PROMPT)
+    assert sorted(ran) == ["async", "sync on worker"]
+    assert sorted(pin.kind for pin in ledger.pins()) == ["model_call", "model_call", "tool_call", "tool_call"]
+    ledger.commit()
+
+    ran.clear()
+    replayed = Scripted("scripted-uk")
+    result = await agent(ReplayPins.from_events(store.read(), types), replayed.model).run(PROMPT)
+    assert (ran, replayed.calls) == ([], 0)
+    assert result.output == recorded.output == "The UK holds firm on fisheries. Paris has 3 harbours; Paris quota 120t"
+
+
+@pytest.mark.anyio
+async def test_the_key_is_the_name_and_bound_arguments_with_defaults(ledger: PinLedger) -> None:
+    tool = pinned_tool(ledger, harbour_count)
+    await tool("Paris")
+    await tool(city="Paris", include_marinas=False)
+    (pin,) = ledger.pins()
+    assert pin.key == pin_key(
+        "tool_call", {"tool": "harbour_count", "args": {"city": "Paris", "include_marinas": False}}
+    )
+    assert pin.attempts == 2
+    await pinned_tool(ledger, harbour_count, name="harbours")("Paris")
+    assert len(ledger.pins()) == 2
+
+
+@pytest.mark.anyio
+async def test_the_run_context_stays_out_of_the_key_and_rich_arguments_are_keyed_as_json(
+    ledger: PinLedger,
+) -> None:
+    tool = pinned_tool(ledger, landed)
+    catch = Catch(species="cod", tonnes=12)
+    first = await tool(object.__new__(RunContext), "Hull", catch)  # pyright: ignore[reportArgumentType]
+    again = await tool(object.__new__(RunContext), "Hull", catch=catch)  # pyright: ignore[reportArgumentType]
+    assert first == again == "12t of cod landed in Hull"
+    (pin,) = ledger.pins()
+    material = {"tool": "landed", "args": {"city": "Hull", "catch": {"species": "cod", "tonnes": 12}, "on": None}}
+    assert pin.key == pin_key("tool_call", material)
+    assert json.loads(pin.fingerprint or "{}").keys() == {"tool", "args.city", "args.catch", "args.on"}
+
+
+@pytest.mark.anyio
+async def test_a_result_that_is_not_json_is_refused_at_draw_time(ledger: PinLedger) -> None:
+    def fetch_catch(city: str) -> Catch:
+        return Catch(species="cod", tonnes=1)
+
+    with pytest.raises(PinResultError, match="tool 'fetch_catch' returned Catch, which is not JSON-shaped"):
+        await pinned_tool(ledger, fetch_catch)("Hull")
+    assert ledger.pins() == []
+
+
+@pytest.mark.anyio
+async def test_an_argument_that_cannot_be_json_is_refused_before_the_tool_runs(ledger: PinLedger) -> None:
+    ran: list[object] = []
+
+    def inspect_object(thing: object) -> str:
+        ran.append(thing)
+        return "seen"
+
+    with pytest.raises(CanonicalError, match="argument 'thing' of tool 'inspect_object'"):
+        await pinned_tool(ledger, inspect_object)(object())
+    assert ran == []
+
+
+@pytest.mark.anyio
+async def test_first_draw_and_replay_return_the_same_json(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    def survey(city: str) -> dict[str, Any]:
+        return {"city": city, "depths": (4.0, 7.5), "open": True}
+
+    first = await pinned_tool(ledger, survey)("Hull")
+    ledger.commit()
+    replayed = await pinned_tool(ReplayPins.from_events(store.read(), types), survey)("Hull")
+    # The tuple and the integral float come back as JSON on both paths, so the run cannot tell them apart.
+    assert first == replayed == {"city": "Hull", "depths": [4, 7.5], "open": True}
+
+
+@pytest.mark.anyio
+async def test_strict_replay_names_the_argument_that_moved(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    await pinned_tool(ledger, harbour_count)("Paris")
+    ledger.commit()
+    ran: list[str] = []
+
+    def harbour_count_spy(city: str, *, include_marinas: bool = False) -> dict[str, Any]:
+        ran.append(city)
+        return {}
+
+    tool = pinned_tool(ReplayPins.from_events(store.read(), types), harbour_count_spy, name="harbour_count")
+    with pytest.raises(PinMiss) as miss:
+        await tool("Hull")
+    assert miss.value.divergence.kind == "tool_call"
+    assert miss.value.divergence.moved == ("args.city",)
+    assert ran == []
