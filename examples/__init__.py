@@ -1,0 +1,1 @@
+"""Worked examples of anagrapheus; run one with `python -m examples.<name>` from the repository root."""

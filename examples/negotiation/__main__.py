@@ -1,0 +1,124 @@
+"""Run the negotiation demo: replay the committed recording offline (default), record anew, or show a divergence."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from anagrapheus import AnagrapheusError
+from examples.negotiation.runs import (
+    DEFAULT_SEED,
+    PROVIDERS,
+    RECORDING,
+    ProviderUnavailable,
+    ReplayReport,
+    record_negotiation,
+    replay_negotiation,
+)
+from examples.negotiation.talks import TREATY, RoundConcluded
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _print_round(outcome: RoundConcluded) -> None:
+    print(f"Round {outcome.round}: the {outcome.topic}")
+    print(f"  EU: {outcome.eu}")
+    print(f"  UK: {outcome.uk}")
+
+
+def _print_replay(report: ReplayReport) -> None:
+    models = report.recording.header.models
+    for outcome in report.rounds:
+        _print_round(outcome)
+    print()
+    if report.rounds:
+        print(f"Treaty {TREATY!r}: entity id {report.rounds[0].treaty_id}, re-established from the recording")
+    if report.diverged is not None:
+        diverged = report.diverged
+        divergence = diverged.divergence
+        model = models.get(diverged.party.code, "?")
+        print(
+            f"Diverged in round {diverged.round_no}, at the {diverged.party.code} negotiator ({model}),"
+            f" after {divergence.after_hits} pin(s) of that round were replayed:"
+        )
+        print(f"  no pin for this {divergence.kind}: {divergence.key}")
+        if divergence.nearest_key is not None:
+            moved = ", ".join(divergence.moved) if divergence.moved else "nothing the fingerprint can see"
+            print(f"  what moved against the nearest recorded call: {moved}")
+        print("  Strict replay stopped before reaching the model. To record the changed run, use --record.")
+    calls = ", ".join(f"{model_id} {count}" for model_id, count in report.model_calls.items())
+    print(f"Pins answered from the recording: {report.hits}")
+    print(f"Model calls: {sum(report.model_calls.values())} ({calls}); world readings: {report.world_readings}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.negotiation",
+        description="A four-round EU-UK fisheries negotiation, pinned with anagrapheus. By default the committed"
+        " recording is replayed offline, strictly, into a fresh database: no model and no network is reached.",
+    )
+    parser.add_argument("--recording", type=Path, default=None, help=f"the recording file (default {RECORDING})")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--record", action="store_true", help="hold the negotiation live and rewrite the recording")
+    mode.add_argument(
+        "--diverge", action="store_true", help="reword one prompt, replay strictly, and show where and what moved"
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of a scripted recording's world and ids")
+    parser.add_argument(
+        "--provider",
+        choices=sorted(PROVIDERS),
+        help="with --record: real models through this provider (needs its extra and API key)",
+    )
+    parser.add_argument("--eu-model", help="with --provider: the EU negotiator's model name")
+    parser.add_argument("--uk-model", help="with --provider: the UK negotiator's model name")
+    args = parser.parse_args(argv)
+    if args.provider and not args.record:
+        parser.error("--provider only applies to --record; a replay never reaches a provider")
+
+    if args.record:
+        default = RECORDING if args.provider is None else RECORDING.with_name(f"negotiation-{args.provider}.jsonl")
+        path: Path = args.recording or default
+        who = "scripted models, offline" if args.provider is None else f"{args.provider} models"
+        print(f"Recording the negotiation with {who} into {_shown(path)}")
+        try:
+            asyncio.run(
+                record_negotiation(
+                    path,
+                    seed=args.seed,
+                    provider=args.provider,
+                    eu_model=args.eu_model,
+                    uk_model=args.uk_model,
+                    on_round=_print_round,
+                )
+            )
+        except ProviderUnavailable as e:
+            print(e, file=sys.stderr)
+            return 2
+        print(f"Wrote {_shown(path)}; replay it with: python -m examples.negotiation --recording {_shown(path)}")
+        return 0
+
+    path = args.recording or RECORDING
+    how = "with the UK's round-3 prompt reworded" if args.diverge else "strictly"
+    print(f"Replaying {_shown(path)} {how}, into a fresh database: no model, no network.")
+    try:
+        report = asyncio.run(replay_negotiation(path, diverge=args.diverge))
+    except AnagrapheusError as e:
+        print(f"cannot replay: {e}", file=sys.stderr)
+        return 1
+    print(f"Recorded with: {report.recording.header.recorded_with}")
+    print()
+    _print_replay(report)
+    if report.diverged is not None and not args.diverge:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
