@@ -31,7 +31,7 @@ def test_the_committed_recording_replays_into_an_empty_store_reaching_no_model(t
     assert report.world_readings == 0
     assert report.hits == len(recording.events)  # every pin was used, each once
     assert [r.round for r in report.rounds] == [1, 2, 3, 4]
-    treaty = [e for e in recording.events if e.payload_json()["kind"] == "entity_id"][0]
+    treaty = next(e for e in recording.events if e.payload_json()["kind"] == "entity_id")
     assert {r.treaty_id for r in report.rounds} == {treaty.payload_json()["raw"]}
     types = negotiation_types()
     with SQLiteEventStore(database) as store:
