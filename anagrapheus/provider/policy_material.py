@@ -1,0 +1,353 @@
+"""Canonical key material walked straight from pydantic-ai's message and request dataclasses.
+
+The walk writes canonical JSON text directly (sorted keys, NFC strings, one spelling per number), so a message
+is visited once: no dump to Python values, no second normalising pass, no separate encode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import unicodedata
+from collections.abc import Callable, Mapping
+from enum import Enum
+from json.encoder import encode_basestring
+from typing import Any, Final, cast
+
+import pydantic_core
+from pydantic_ai.messages import BaseToolCallPart
+
+from anagrapheus.errors import CanonicalError
+
+__all__ = [
+    "CLASS_VOLATILE_FIELDS",
+    "PROVIDER_PART_FIELDS",
+    "VOLATILE_FIELDS",
+    "MaterialWalk",
+    "encode_canonical",
+]
+
+VOLATILE_FIELDS: Final = frozenset(
+    {
+        "timestamp",
+        "run_id",
+        "conversation_id",
+        "metadata",
+        "provider_details",
+        "provider_response_id",
+        "provider_url",
+        "signature",
+        "history_digest",
+    }
+)
+"""Fields of any pydantic-ai dataclass that differ between two runs of one call or are never sent to the model."""
+
+PROVIDER_PART_FIELDS: Final = frozenset({"id", "provider_name"})
+"""Dropped from a class that also carries `provider_details`: ids and names a provider stamped on what it produced."""
+
+CLASS_VOLATILE_FIELDS: Final[Mapping[str, frozenset[str]]] = {
+    "ModelResponse": frozenset(
+        {"usage", "model_name", "model_id", "finish_reason", "canonical_system", "workspace_ref", "failed_attempts"}
+    ),
+    "ToolDefinition": frozenset({"sequential", "timeout", "toolset_id", "capability_id"}),
+    "ModelRequestParameters": frozenset(
+        {"_telemetry_mcp_url_ids", "_telemetry_mcp_url_toolset_ids", "_telemetry_mcp_url_tool_names"}
+    ),
+}
+"""Further fields dropped per class (matched by class name along the MRO): bookkeeping that is not sent to the model."""
+
+_TAG_FIELDS = frozenset({"part_kind", "kind"})
+_SAFE_INT = 2**53
+_NO_DEFAULT: Final = object()
+_PLAIN, _CALL_ID, _ARGS, _PROPERTY, _ENCRYPTED = range(5)
+
+encode_canonical: Final[Callable[[object], str]] = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
+).encode
+"""Encode an already-canonical value exactly as `canonical_json` would (the same encoder settings)."""
+
+_encode_text: Final[Callable[[str], str]] = encode_basestring
+"""The string encoder `canonical_json` uses (`ensure_ascii=False`)."""
+
+
+class _Refused(Exception):
+    """Internal: carries the reason and the reversed path up the walk."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[str] = []
+
+
+class _Omitted(Exception):
+    """Internal: a special field holds its default and is left out."""
+
+
+_Writer = Callable[[Any, "MaterialWalk"], str]
+"""Writes one pydantic-ai object as canonical JSON; generated per class from the fields it keeps."""
+
+_WRITERS: dict[type, _Writer | None] = {}
+
+
+def _from_pydantic_ai(cls: type) -> bool:
+    return any(base.__module__.startswith("pydantic_ai") for base in cls.__mro__)
+
+
+def _default_of(field: dataclasses.Field[Any]) -> object:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    factory = field.default_factory
+    if factory is dataclasses.MISSING:
+        return _NO_DEFAULT
+    try:
+        # A factory minting fresh values (now, a new id) never compares equal, so nothing is lost by calling it.
+        return factory()
+    except Exception:
+        return _NO_DEFAULT
+
+
+def _writer_for(cls: type[Any]) -> _Writer | None:
+    if cls in _WRITERS:
+        return _WRITERS[cls]
+    writer: _Writer | None = None
+    if dataclasses.is_dataclass(cls) and _from_pydantic_ai(cls):
+        declared = dataclasses.fields(cls)
+        names = {f.name for f in declared}
+        drop = set(VOLATILE_FIELDS)
+        if "provider_details" in names:
+            drop |= PROVIDER_PART_FIELDS
+        for base in cls.__mro__:
+            drop |= CLASS_VOLATILE_FIELDS.get(base.__name__, frozenset())
+        entries: list[tuple[str, str, object, int]] = []
+        for field in declared:
+            name = field.name
+            if name in drop:
+                continue
+            if name in _TAG_FIELDS:
+                entries.append((name, name, _NO_DEFAULT, _PLAIN))
+                continue
+            out, attr, how = name, name, _PLAIN
+            if name.startswith("_"):
+                out = name.lstrip("_")
+                # A private field behind a public property (FileUrl.media_type, BinaryContent.identifier) is keyed
+                # by the property: the effective value, the same before and after a JSON round trip.
+                if isinstance(getattr(cls, out, None), property):  # pyright: ignore[reportUnknownArgumentType]
+                    attr, how = out, _PROPERTY
+            elif name == "tool_call_id":
+                how = _CALL_ID
+            elif name == "args" and issubclass(cls, BaseToolCallPart):
+                how = _ARGS
+            entries.append((out, attr, _default_of(field) if how != _PROPERTY else _NO_DEFAULT, how))
+        if cls.__name__ == "CompactionPart":
+            # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
+            entries.append(("encrypted_content", "provider_details", None, _ENCRYPTED))
+        tag = None if names & _TAG_FIELDS else cls.__name__
+        writer = _compile(cls.__name__, tag, sorted(entries, key=lambda entry: entry[0]))
+    _WRITERS[cls] = writer
+    return writer
+
+
+def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, object, int]]) -> _Writer:
+    """Generate the writer for one class, as `dataclasses` generates `__init__`: one straight-line function.
+
+    The walk visits every message of every request, so the per-field loop and dispatch of a generic writer
+    would be most of the cost of a key. Each field is written only when it differs from its default, so a
+    field a later pydantic-ai adds with a default leaves existing keys unchanged.
+    """
+    scope: dict[str, Any] = {
+        "_encode_text": _encode_text,
+        "_nfc": _nfc,
+        "_Refused": _Refused,
+        "_Omitted": _Omitted,
+        "_NO_DEFAULT": _NO_DEFAULT,
+    }
+    lines = ["def write(obj, walk):", "    text = walk._text", "    special = walk._special"]
+    lines.append(f"    pieces = [{_encode_text('$type') + ':' + _encode_text(tag)!r}]" if tag else "    pieces = []")
+    lines.append("    field = None")
+    lines.append("    try:")
+    lines.append("        pass")
+    for index, (name, attr, default, how) in enumerate(entries):
+        prefix, value = f"p{index}", f"d{index}"
+        scope[prefix], scope[value], scope[f"a{index}"] = _encode_text(name) + ":", default, attr
+        lines.append(f"        field = {name!r}")
+        if how != _PLAIN:
+            lines += [
+                "        try:",
+                f"            pieces.append({prefix} + special(obj, a{index}, {value}, {how}))",
+                "        except _Omitted:",
+                "            pass",
+            ]
+            continue
+        lines.append(f"        raw = obj.{attr}")
+        write = f"pieces.append({prefix} + (_encode_text(raw) if type(raw) is str and raw.isascii() else text(raw)))"
+        if default is _NO_DEFAULT:
+            lines.append(f"        {write}")
+        elif default is None:
+            lines += ["        if raw is not None:", f"            {write}"]
+        else:
+            lines += [f"        if raw is not {value} and (type(raw) is not type({value}) or raw != {value}):"]
+            lines.append(f"            {write}")
+    lines += [
+        "    except _Refused as refused:",
+        "        refused.path.append('.' + field)",
+        "        raise",
+        "    return '{' + ','.join(pieces) + '}'",
+    ]
+    exec("\n".join(lines), scope)
+    writer: _Writer = scope["write"]
+    writer.__qualname__ = f"write_{class_name}"
+    return writer
+
+
+def _nfc(value: str) -> str:
+    if unicodedata.is_normalized("NFC", value):
+        return value if type(value) is str else str.__str__(value)
+    return unicodedata.normalize("NFC", value)
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        raise _Refused(f"{value!r} is not a JSON number")
+    # One spelling per number: -0.0 is 0, and integral floats are written as integers.
+    if value.is_integer() and abs(value) < _SAFE_INT:
+        return int.__repr__(int(value))
+    return float.__repr__(value)
+
+
+def _key(key: object) -> str:
+    if type(key) is str:
+        return key if key.isascii() else _nfc(key)
+    if isinstance(key, Enum):
+        key = key.value
+    if isinstance(key, str):
+        return _nfc(key)
+    if isinstance(key, bool) or not isinstance(key, int | float):
+        raise _Refused(f"object key {key!r} is not a string")
+    # pydantic sends a number key as its JSON text, so that is what the model reads.
+    return int.__repr__(int(key)) if isinstance(key, int) else _number(float(key))
+
+
+class MaterialWalk:
+    """One walk over a call's objects: it numbers tool-call ids by first appearance, so links survive without ids."""
+
+    __slots__ = ("call_ids",)
+
+    def __init__(self) -> None:
+        self.call_ids: dict[str, int] = {}
+
+    def text(self, value: object, *, at: str = "$") -> str:
+        """Return the canonical JSON of `value` as key material, refusing what has no deliberate JSON form."""
+        try:
+            return self._text(value)
+        except _Refused as refused:
+            raise CanonicalError(refused.reason, path=at + "".join(reversed(refused.path))) from None
+        except RecursionError:
+            raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
+
+    def value(self, value: object, *, at: str = "$") -> Any:
+        """Return `value` as key material: JSON-shaped and already canonical."""
+        return json.loads(self.text(value, at=at))
+
+    def _text(self, value: Any) -> str:
+        kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]
+        if kind is str:
+            return _encode_text(value if value.isascii() else _nfc(value))
+        if value is None:
+            return "null"
+        if kind is bool:
+            return "true" if value else "false"
+        if kind is int:
+            return int.__repr__(value)
+        if kind is float:
+            return _number(value)
+        if kind is list or kind is tuple:
+            try:
+                return "[" + ",".join([self._text(item) for item in value]) + "]"
+            except _Refused as refused:
+                refused.path.append(f"[{self._failing_index(value)}]")
+                raise
+        if kind is dict:
+            return self._mapping(value)
+        writer = _WRITERS[kind] if kind in _WRITERS else _writer_for(kind)
+        if writer is not None:
+            return writer(value, self)
+        return self._text(self._other(value))
+
+    def _failing_index(self, items: Any) -> int:
+        # Only on the error path: walk again item by item to say which one was refused.
+        for index, item in enumerate(items):
+            try:
+                self._text(item)
+            except _Refused:
+                return index
+        return -1
+
+    def _mapping(self, value: Any) -> str:
+        pairs: dict[str, str] = {}
+        for key, item in value.items():
+            name = _key(key)
+            if name in pairs:
+                raise _Refused("two object keys are equal once written as canonical JSON")
+            try:
+                pairs[name] = self._text(item)
+            except _Refused as refused:
+                refused.path.append(f".{key}")
+                raise
+        return "{" + ",".join([_encode_text(name) + ":" + pairs[name] for name in sorted(pairs)]) + "}"
+
+    def _special(self, obj: Any, attr: str, default: object, how: int) -> str:
+        if how == _PROPERTY:
+            try:
+                return self._text(getattr(obj, attr))
+            except ValueError:
+                return "null"
+        raw = getattr(obj, attr)
+        if how == _ENCRYPTED:
+            if not isinstance(raw, dict) or "encrypted_content" not in raw:
+                raise _Omitted
+            return self._text(raw["encrypted_content"])
+        if raw is default or (type(raw) is type(default) and raw == default):
+            raise _Omitted
+        if how == _CALL_ID:
+            return self._text(self._call_id(raw))
+        return self._text(obj.args_as_dict())
+
+    def _call_id(self, raw: object) -> object:
+        if type(raw) is not str:
+            return raw
+        ordinal = self.call_ids.get(raw)
+        if ordinal is None:
+            ordinal = self.call_ids[raw] = len(self.call_ids) + 1
+        return ordinal
+
+    def _other(self, value: Any) -> Any:
+        """Convert a value that is not plainly JSON into one that is, deliberately, never by `repr`."""
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, bool):
+            return bool(value)
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return float(value)
+        if isinstance(value, bytes | bytearray | memoryview):
+            # Bytes are keyed by value, never by how they are wrapped; a digest keeps the key small.
+            return {"$bytes_sha256": hashlib.sha256(cast(bytes, value)).hexdigest()}
+        if isinstance(value, set | frozenset):
+            items = cast(set[Any], value)
+            return [json.loads(text) for text in sorted(self._text(item) for item in items)]
+        if isinstance(value, Mapping):
+            return dict(cast(Mapping[Any, Any], value))
+        if isinstance(value, list | tuple):
+            return list(cast(list[Any], value))
+        # Anything else (a pydantic model, a user dataclass, a datetime) is keyed as pydantic serialises it,
+        # which is how pydantic-ai renders such a value for the model.
+        try:
+            return pydantic_core.to_jsonable_python(value, bytes_mode="base64")
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError):
+            raise _Refused(
+                f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
+            ) from None
