@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable
@@ -410,3 +411,26 @@ def test_a_version_newer_than_the_code_is_refused_at_its_line(tmp_path: Path) ->
         read_recording(path, registry=registry_v1())
 
     assert raised.value.line == 2
+
+
+def test_an_upcast_step_that_trips_over_an_old_payload_is_reported_at_its_line(tmp_path: Path) -> None:
+    path = record(tmp_path, "old")
+    upcasts = UpcastRegistry()
+
+    @upcasts.register("demo", "offer_made", from_version=1)
+    def expects_a_field_v1_never_had(payload: dict[str, Any]) -> dict[str, Any]:  # pyright: ignore[reportUnusedFunction]
+        return {**payload, "species": payload["stock"]}
+
+    with pytest.raises(RecordingError, match="decoding demo:offer_made v1 failed: KeyError") as raised:
+        read_recording(path, registry=registry_v2(), upcasts=upcasts)
+
+    assert raised.value.line == 2
+    assert isinstance(raised.value.__cause__, KeyError)
+
+
+def test_writing_one_event_twice_is_refused(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "run.db") as store:
+        first, second, *_ = append_run(store, registry_v1())
+    clash = dataclasses.replace(second, event_id=first.event_id)
+    with pytest.raises(UsageError, match="appears twice"):
+        write_recording(tmp_path / "run.jsonl", [first, clash], header=HEADER)

@@ -85,6 +85,10 @@ class Recording:
                 decoded.append(registry.decode(stored, upcasts=upcasts))
             except AnagrapheusError as e:
                 raise RecordingError(str(e), path=str(self.path), line=line) from e
+            except (LookupError, ValueError, TypeError) as e:
+                # An upcast step is application code; one that trips over an old payload still names the line.
+                message = f"decoding {stored.namespace}:{stored.type} v{stored.schema_version} failed: {e!r}"
+                raise RecordingError(message, path=str(self.path), line=line) from e
         return decoded
 
 
@@ -103,12 +107,18 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
     same bytes. Events must come in strictly increasing seq order, as a log yields them.
     """
     target = Path(path)
-    lines = [canonical_json({"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump()})]
+    fields = header.model_dump(mode="json")
+    lines = [canonical_json({"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **fields})]
     last_seq = 0
+    event_ids: set[str] = set()
+    # Refuse to write what `read_recording` would refuse to read.
     for event in events:
         if event.seq <= last_seq:
             raise UsageError(f"events must come in increasing seq order: seq {event.seq} follows seq {last_seq}")
+        if event.event_id in event_ids:
+            raise UsageError(f"event id {event.event_id} appears twice")
         last_seq = event.seq
+        event_ids.add(event.event_id)
         lines.append(canonical_json(event.to_json()))
     data = "".join(line + "\n" for line in lines).encode()
     # Write beside the target and rename over it, so a crash leaves the old recording or the new, never half.
