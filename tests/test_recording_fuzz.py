@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from anagrapheus import AnagrapheusError, register_builtin_events
 from anagrapheus.timeline.events import Event, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
+from anagrapheus.timeline.upcast import UpcastRegistry
 
 
 class Quota(Event):
@@ -30,7 +31,25 @@ def _types() -> EventTypeRegistry:
     return types
 
 
+class QuotaV2(Event):
+    """Quota after it gained a season; v1 quotas were annual."""
+
+    namespace: ClassVar[str] = "fuzz"
+    event_type: ClassVar[str] = "quota_set"
+    schema_version: ClassVar[int] = 2
+
+    species: str
+    tonnes: int
+    shares: dict[str, float]
+    season: str
+
+
 TYPES = _types()
+TYPES_V2 = EventTypeRegistry()
+register_builtin_events(TYPES_V2)
+TYPES_V2.register(QuotaV2)
+UPCASTS = UpcastRegistry()
+UPCASTS.add("fuzz", "quota_set", from_version=1, step=lambda payload: {**payload, "season": "annual"})
 
 
 def _stored(seq: int, event: Event, *, correlation_id: str | None = None) -> StoredEvent:
@@ -118,17 +137,18 @@ def test_a_mutated_recording_reads_or_raises_a_typed_error(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "mutated.jsonl"
         path.write_bytes(data)
-        try:
-            recording = read_recording(path, registry=TYPES)
-        except AnagrapheusError as e:
-            # Every refusal names the file, and the line whenever the file could be opened.
-            assert str(path) in str(e)
-            assert getattr(e, "line", None) is not None
-        else:
-            # What reads is well formed all the way down: every event decodes and writes back out.
-            assert len(recording.decode(TYPES)) == len(recording.events)
-            rewritten = write_recording(Path(tmp) / "again.jsonl", recording.events, header=recording.header)
-            assert read_recording(rewritten, registry=TYPES).events == recording.events
+        for types, upcasts in ((TYPES, None), (TYPES_V2, UPCASTS)):
+            try:
+                recording = read_recording(path, registry=types, upcasts=upcasts)
+            except AnagrapheusError as e:
+                # Every refusal names the file, and the line whenever the file could be opened.
+                assert str(path) in str(e)
+                assert getattr(e, "line", None) is not None
+            else:
+                # What reads is well formed all the way down: every event decodes and writes back out.
+                assert len(recording.decode(types, upcasts=upcasts)) == len(recording.events)
+                rewritten = write_recording(Path(tmp) / "again.jsonl", recording.events, header=recording.header)
+                assert read_recording(rewritten, registry=types, upcasts=upcasts).events == recording.events
 
 
 def test_the_unmutated_recording_reads() -> None:
@@ -136,3 +156,5 @@ def test_the_unmutated_recording_reads() -> None:
         path = Path(tmp) / "r.jsonl"
         path.write_bytes(ORIGINAL)
         assert list(read_recording(path, registry=TYPES).events) == EVENTS
+        upcast = read_recording(path, registry=TYPES_V2, upcasts=UPCASTS).decode(TYPES_V2, upcasts=UPCASTS)
+        assert upcast[0] == QuotaV2(species="cod", tonnes=1200, shares={"EU": 0.6, "UK": 0.4}, season="annual")
