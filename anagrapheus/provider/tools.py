@@ -66,6 +66,7 @@ def pinned_tool(
     The wrapper is always a coroutine function with the tool's signature and docstring, so pydantic-ai
     builds the same schema. A synchronous body runs in a worker thread while the resolver is touched
     only on the calling thread. The result must be JSON-shaped; it is returned as JSON on every path.
+    `name` names both the pin and the tool pydantic-ai registers; it defaults to the function's name.
     """
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
@@ -96,4 +97,6 @@ def pinned_tool(
             fingerprint=fingerprint_of(material),
         )
 
+    # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
+    pinned.__name__ = tool
     return pinned
