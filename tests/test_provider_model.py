@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,8 +18,9 @@ from pydantic_ai.messages import (
     PartStartEvent,
     TextPart,
 )
-from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.batch import BatchRequest
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.run import AgentRunResultEvent
 
 from anagrapheus.errors import UsageError
@@ -314,3 +315,98 @@ async def test_batches_are_refused_before_anything_is_sent(ledger: PinLedger) ->
     with pytest.raises(UsageError, match="cannot pin batch_encode"):
         await model.batch_encode(request)
     assert live.calls == 0 and ledger.pins() == []
+
+
+@pytest.mark.anyio
+async def test_a_live_stream_passes_events_through_as_they_arrive(ledger: PinLedger) -> None:
+    produced: list[str] = []
+
+    async def stream(_messages: list[ModelMessage], _info: AgentInfo) -> AsyncIterator[str]:
+        for word in ("The ", "UK ", "holds ", "firm."):
+            produced.append(word)
+            yield word
+
+    model = PinnedModel(FunctionModel(stream_function=stream, model_name="scripted-uk"), ledger)
+    async with model.request_stream([ModelRequest.user_text_prompt(PROMPT)], None, ModelRequestParameters()) as live:
+        async for _event in live:
+            # The consumer sees the first event before the provider has produced the rest.
+            assert produced == ["The "]
+            break
+    (pin,) = ledger.pins()
+    assert json.loads(pin.raw)["parts"][0]["content"] == "The "
+
+
+@pytest.mark.anyio
+async def test_a_suspended_pinned_response_is_continued_at_once_and_never_cancelled(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    requests: list[int] = []
+    delays: list[str | None] = []
+
+    def background_job(messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        requests.append(len(messages))
+        last = messages[-1]
+        if isinstance(last, ModelResponse) and last.state == "suspended":
+            return ModelResponse(parts=[TextPart("The UK holds firm.")], provider_response_id="job-1")
+        return ModelResponse(parts=[], state="suspended", provider_response_id="job-1")
+
+    def continuation_delay(response: ModelResponse) -> float:
+        delays.append(response.provider_response_id)
+        return 0.01
+
+    inner = FunctionModel(background_job, model_name="scripted-uk")
+    inner.continuation_delay = continuation_delay  # type: ignore[method-assign]
+    recorded = await Agent(PinnedModel(inner, ledger)).run(PROMPT)
+    ledger.commit()
+    assert (recorded.output, requests, delays) == ("The UK holds firm.", [1, 2], ["job-1"])
+
+    requests.clear()
+    delays.clear()
+    replayed = await Agent(PinnedModel(inner, replay_of(store, types))).run(PROMPT)
+    assert (replayed.output, requests, delays) == ("The UK holds firm.", [], [])
+
+
+@pytest.mark.anyio
+async def test_compaction_is_pinned_on_the_history_and_its_instructions(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    compacted: list[str | None] = []
+    inner = Scripted("scripted-uk").model
+
+    async def compact_messages(_context: ModelRequestContext, *, instructions: str | None = None) -> ModelResponse:
+        compacted.append(instructions)
+        return ModelResponse(parts=[TextPart("Summary: the UK holds firm.")])
+
+    inner.compact_messages = compact_messages  # type: ignore[method-assign]
+
+    def context(model: PinnedModel) -> ModelRequestContext:
+        return ModelRequestContext(
+            model=model,
+            messages=[ModelRequest.user_text_prompt(PROMPT)],
+            model_settings=None,
+            model_request_parameters=ModelRequestParameters(),
+        )
+
+    live = PinnedModel(inner, ledger)
+    first = await live.compact_messages(context(live), instructions="Keep the quotas.")
+    assert [pin.kind for pin in ledger.pins()] == ["model_compaction"]
+    ledger.commit()
+
+    replay = PinnedModel(inner, replay_of(store, types))
+    again = await replay.compact_messages(context(replay), instructions="Keep the quotas.")
+    assert again.parts == first.parts and compacted == ["Keep the quotas."]
+    with pytest.raises(PinMiss) as miss:
+        await replay.compact_messages(context(replay), instructions="Keep the prices.")
+    assert miss.value.divergence.moved == ("compaction_instructions",)
+    assert compacted == ["Keep the quotas."]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["run", "run_stream"])
+async def test_stamps_on_a_live_response_never_reach_its_pin(mode: str, ledger: PinLedger) -> None:
+    _output, messages = await drive(Agent(PinnedModel(Scripted("scripted-uk").model, ledger)), mode)
+    response = messages[-1]
+    assert isinstance(response, ModelResponse) and response.run_id is not None
+    (pin,) = ledger.pins()
+    raw = json.loads(pin.raw)
+    assert (raw["run_id"], raw["conversation_id"]) == (None, None)

@@ -8,6 +8,7 @@ import threading
 from datetime import date
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext, Tool
@@ -183,3 +184,35 @@ async def test_strict_replay_names_the_argument_that_moved(
     assert miss.value.divergence.kind == "tool_call"
     assert miss.value.divergence.moved == ("args.city",)
     assert ran == []
+
+
+class ThreadWitness:
+    """Delegates to a real ledger, noting the thread each resolver call arrives on."""
+
+    def __init__(self, ledger: PinLedger) -> None:
+        self.ledger = ledger
+        self.threads: set[int] = set()
+
+    async def aresolve(self, key: str, **options: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        return await self.ledger.aresolve(key, **options)
+
+
+@pytest.mark.anyio
+async def test_parallel_sync_tools_run_in_workers_and_touch_the_resolver_on_the_loop(ledger: PinLedger) -> None:
+    bodies: set[int] = set()
+    started = threading.Barrier(3, timeout=5)
+
+    def depth(city: str) -> int:
+        bodies.add(threading.get_ident())
+        started.wait()  # all three bodies are in flight at once, each in its own worker
+        return len(city)
+
+    witness = ThreadWitness(ledger)
+    tool = pinned_tool(witness, depth)  # pyright: ignore[reportArgumentType]
+    async with anyio.create_task_group() as group:
+        for city in ("Hull", "Brest", "Vigo"):
+            group.start_soon(tool, city)
+    assert witness.threads == {threading.get_ident()}
+    assert len(bodies) == 3 and threading.get_ident() not in bodies
+    assert sorted(json.loads(pin.raw) for pin in ledger.pins()) == [4, 4, 5]

@@ -201,7 +201,8 @@ class PinnedModel(WrapperModel):
             kind=COMPACTION,
             effect=draw,
             interpret=response_from_raw,
-            fingerprint={**call.fingerprint, **fingerprint_of({"instructions": instructions})},
+            # Named apart from the request's own `instructions` fields, which the agent's instructions fill.
+            fingerprint={**call.fingerprint, **fingerprint_of({"compaction_instructions": instructions})},
         )
 
     # A suspended response answered from a pin names a server-side job of the recorded run, not of this one.
