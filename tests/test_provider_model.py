@@ -51,9 +51,13 @@ async def drive(agent: Agent[Any, Any], mode: str, prompt: str = PROMPT) -> tupl
         assert any(isinstance(e, PartStartEvent) for e in seen)
         return final.result.output, final.result.all_messages()
     if mode == "iter":
+        streamed_events: list[Any] = []
         async with agent.iter(prompt) as run:
-            async for _node in run:
-                pass
+            async for node in run:
+                if Agent.is_model_request_node(node):
+                    async with node.stream(run.ctx) as request_stream:
+                        streamed_events.extend([event async for event in request_stream])
+            assert any(isinstance(e, PartStartEvent) for e in streamed_events)
             assert run.result is not None
             return run.result.output, run.result.all_messages()
     if mode == "event_stream_handler":
