@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         except ProviderUnavailable as e:
             print(e, file=sys.stderr)
             return 2
+        except Exception as e:  # a provider error, say: the round was abandoned and the old file stands
+            print(f"recording failed: {type(e).__name__}: {e}; {_shown(path)} was not written", file=sys.stderr)
+            return 1
         print(f"Wrote {_shown(path)}; replay it with: python -m examples.negotiation --recording {_shown(path)}")
         return 0
 

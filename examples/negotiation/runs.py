@@ -30,7 +30,10 @@ from examples.negotiation.talks import (
 )
 from examples.negotiation.world import World
 
-RECORDING = Path(__file__).resolve().parents[2] / "recordings" / "negotiation.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository root, where `python -m examples.negotiation` runs from."""
+
+RECORDING = ROOT / "recordings" / "negotiation.jsonl"
 """The committed recording of the scripted negotiation."""
 
 DEFAULT_SEED = 2022
@@ -47,6 +50,13 @@ DESCRIPTION = (
     " stock-survey and market-price tools, treaty and position ids minted through each round's ledger,"
     " one unit of work per round."
 )
+
+
+def _from_root(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 class ProviderUnavailable(Exception):
@@ -137,16 +147,16 @@ async def record_negotiation(
                     f"Live, through the {provider} API with the provider's own sampling; the survey and market"
                     " readings were drawn live too. Recording again draws new answers."
                 ),
-                rerecord=rerecord + f" --recording {path.name}",
+                rerecord=rerecord + f" --recording {_from_root(path)}",
                 models={code: model.model_id for code, model in models.items()},
                 details={"units": [unit_id(n) for n in range(1, len(ROUNDS) + 1)]},
             )
         with store:
             sitting = LiveSitting(store, types)
             if new_id is None:
-                rounds = await negotiate(sitting, store, models, world, on_round=on_round)
+                rounds = await negotiate(sitting, models, world, on_round=on_round)
             else:
-                rounds = await negotiate(sitting, store, models, world, new_id=new_id, on_round=on_round)
+                rounds = await negotiate(sitting, models, world, new_id=new_id, on_round=on_round)
             write_recording(path, pin_events(store.read()), header=header)
     return rounds
 
@@ -189,7 +199,7 @@ async def replay_negotiation(
         sitting = ReplaySitting(store, types, recording.events)
         diverged: Diverged | None = None
         try:
-            rounds = await negotiate(sitting, store, models, world, diverge=diverge, on_round=on_round)
+            rounds = await negotiate(sitting, models, world, diverge=diverge, on_round=on_round)
         except Diverged as e:
             diverged, rounds = e, e.concluded
         # What the fresh log holds is what the report shows: the outcomes the replay appended.

@@ -222,7 +222,6 @@ def _agent(party: Party, model: Model, resolver: PinResolver, world: World) -> A
 
 async def negotiate(
     sitting: Sitting,
-    store: SQLiteEventStore,
     models: Mapping[str, Model],
     world: World,
     *,
