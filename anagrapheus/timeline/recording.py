@@ -124,9 +124,9 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
     # Write beside the target and rename over it, so a crash leaves the old recording or the new, never half.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        # mkstemp creates the file private (0600); a recording is meant to be shared and committed.
-        os.chmod(tmp, 0o644)
         with os.fdopen(fd, "wb") as out:
+            # mkstemp creates the file private (0600); a recording is meant to be shared and committed.
+            os.fchmod(out.fileno(), 0o644)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -134,6 +134,12 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # The rename is durable only once the directory entry is.
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
     return target
 
 
