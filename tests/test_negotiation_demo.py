@@ -15,7 +15,7 @@ from anagrapheus.timeline import SQLiteEventStore
 from anagrapheus.timeline.recording import read_recording
 from examples.negotiation.__main__ import main
 from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation, replay_negotiation
-from examples.negotiation.talks import ROUNDS, RoundConcluded, negotiation_types
+from examples.negotiation.talks import ROUNDS, TREATY, RoundConcluded, eu_prompt, negotiation_types, uk_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,3 +156,32 @@ def test_recording_with_a_provider_lacking_its_key_says_so_and_writes_nothing(tm
     assert done.returncode == 2
     assert "OPENAI_API_KEY" in done.stderr and "Nothing was recorded" in done.stderr
     assert not path.exists()
+
+
+def test_the_header_command_rerecords_the_committed_file(tmp_path: Path) -> None:
+    command = read_recording(RECORDING).header.rerecord.split()
+    assert command[:3] == ["python", "-m", "examples.negotiation"]
+    path = tmp_path / "again.jsonl"
+
+    done = _run(*command[3:], "--recording", str(path))
+
+    assert done.returncode == 0, done.stderr
+    assert "Round 4: the final package" in done.stdout
+    assert path.read_bytes() == RECORDING.read_bytes()
+
+
+def test_prompts_name_things_and_never_quote_an_id() -> None:
+    report = asyncio.run(replay_negotiation(RECORDING))
+    ids = {i for r in report.rounds for i in (r.treaty_id, r.eu_position_id, r.uk_position_id)}
+    prompts = [
+        text
+        for n, topic in enumerate(ROUNDS, start=1)
+        for text in (
+            eu_prompt(n, topic, report.rounds[: n - 1]),
+            uk_prompt(n, topic, report.rounds[: n - 1], report.rounds[n - 1].eu),
+        )
+    ]
+
+    assert len(ids) == 1 + 2 * len(ROUNDS)
+    assert not [i for i in ids for p in prompts if i in p]
+    assert all(TREATY in p for p in prompts)
