@@ -27,6 +27,18 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _glossed(field: str) -> str:
+    """A fingerprint field name, with what it means in this negotiation."""
+    name = field.lstrip("+-")
+    if name == "messages[0]":
+        return f"{field} (the round's prompt)"
+    if name.startswith("messages["):
+        return f"{field} (a later message of the run: a tool call or its result)"
+    if name == "model":
+        return f"{field} (the model's id)"
+    return field
+
+
 def _print_round(outcome: RoundConcluded) -> None:
     print(f"Round {outcome.round}: the {outcome.topic}")
     print(f"  EU: {outcome.eu}")
@@ -50,7 +62,7 @@ def _print_replay(report: ReplayReport) -> None:
         )
         print(f"  no pin for this {divergence.kind}: {divergence.key}")
         if divergence.nearest_key is not None:
-            moved = ", ".join(divergence.moved) if divergence.moved else "nothing the fingerprint can see"
+            moved = ", ".join(_glossed(field) for field in divergence.moved) or "nothing the fingerprint can see"
             print(f"  what moved against the nearest recorded call: {moved}")
         print("  Strict replay stopped before reaching the model. To record the changed run, use --record.")
     calls = ", ".join(f"{model_id} {count}" for model_id, count in report.model_calls.items())
