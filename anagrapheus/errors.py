@@ -14,6 +14,7 @@ __all__ = [
     "CorruptEvent",
     "EventTypeError",
     "FutureSchemaVersion",
+    "PartialPin",
     "PinMiss",
     "PinResultError",
     "RecordingError",
@@ -115,6 +116,19 @@ class CorruptEvent(StoreError):
 
 class PinResultError(AnagrapheusError):
     """An effect returned a result that cannot be pinned (not JSON-shaped)."""
+
+
+class PartialPin(AnagrapheusError):
+    """A pin holds a response whose stream stopped before completing, and the run asked for more than it holds."""
+
+    def __init__(self, key: str, *, state: str) -> None:
+        super().__init__(
+            f"the pin {key} holds a response whose stream stopped before completing (state {state!r}): the consumer"
+            " stopped early or the stream failed when it was drawn, and this run reads past where it stopped."
+            " Under replay the run has left its recording; in a live unit, abandon() it to draw the call again"
+        )
+        self.key = key
+        self.state = state
 
 
 class PinMiss(AnagrapheusError):

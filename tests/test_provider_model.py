@@ -23,7 +23,7 @@ from pydantic_ai.models.batch import BatchRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.run import AgentRunResultEvent
 
-from anagrapheus.errors import UsageError
+from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider import PinnedModel, PinnedStreamedResponse
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
 from tests.conftest import Scripted, Verdict
@@ -188,6 +188,13 @@ async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
             break
     assert replayed.calls == 0
 
+    # Reading past where the recorded stream stopped is not a replay of it, and says so.
+    for read_on in ("run_stream", "run"):
+        with pytest.raises(PartialPin) as partial:
+            await drive(Agent(PinnedModel(replayed.model, replay_of(store, types))), read_on)
+        assert partial.value.state == raw["state"]
+    assert replayed.calls == 0
+
 
 @pytest.mark.anyio
 async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: PinLedger) -> None:
@@ -199,6 +206,13 @@ async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: Pi
     raw = json.loads(pin.raw)
     assert raw["state"] == "incomplete"
     assert raw["parts"][0]["content"] == "The UK "
+
+    # A retry in the unit is answered by that pin, and is refused rather than given "The UK " as the answer.
+    live.fail_after_chunks = None
+    for retry in ("run_stream", "run"):
+        with pytest.raises(PartialPin, match="stopped before completing"):
+            await drive(Agent(PinnedModel(live.model, ledger)), retry)
+    assert live.calls == 1
 
 
 @pytest.mark.anyio

@@ -16,9 +16,9 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
-from anagrapheus.errors import UsageError
+from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
-from anagrapheus.provider.stream import PinnedStreamedResponse
+from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.resolver import PinResolver
@@ -126,6 +126,10 @@ class PinnedModel(WrapperModel):
             call.key, kind=MODEL_CALL, effect=draw, interpret=response_from_raw, fingerprint=call.fingerprint
         )
         if not drawn:
+            if response.state in PARTIAL_STATES:
+                # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
+                # as the whole one.
+                raise PartialPin(call.key, state=response.state)
             self._mark_answered(response)
         return response
 
@@ -159,7 +163,7 @@ class PinnedModel(WrapperModel):
             if pinned is None:  # pragma: no cover - a resolver yields one or the other
                 raise UsageError("the resolver yielded neither a live stream nor a pinned response")
             self._mark_answered(pinned)
-            yield PinnedStreamedResponse(pinned, model_request_parameters=model_request_parameters)
+            yield PinnedStreamedResponse(pinned, key=call.key, model_request_parameters=model_request_parameters)
 
     async def count_tokens(
         self,

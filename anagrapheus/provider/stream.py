@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
-from pydantic_ai.messages import ModelResponse
+from collections.abc import AsyncIterator
+
+from pydantic_ai.messages import ModelResponse, ModelResponseStreamEvent
 from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters
 
-__all__ = ["PinnedStreamedResponse"]
+from anagrapheus.errors import PartialPin
+
+__all__ = ["PARTIAL_STATES", "PinnedStreamedResponse"]
+
+PARTIAL_STATES = frozenset({"incomplete", "interrupted"})
+"""States of a response whose stream stopped before completing: the consumer stopped, it failed or was cancelled."""
 
 
 class PinnedStreamedResponse(CompletedStreamedResponse):
     """A stream that replays a pinned `ModelResponse`: each part arrives whole, as fast as the consumer reads.
 
     The provider's chunk boundaries and timing are not reproduced; everything built from the
-    content (`run_stream()`, `run_stream_events()`, `iter()`, event stream handlers) is.
+    content (`run_stream()`, `run_stream_events()`, `iter()`, event stream handlers) is. A pinned
+    response whose stream stopped before completing replays up to where it stopped, then raises
+    `PartialPin` if the consumer reads on, rather than pretending the stream ended there.
     """
 
-    def __init__(self, response: ModelResponse, *, model_request_parameters: ModelRequestParameters) -> None:
+    def __init__(self, response: ModelResponse, *, key: str, model_request_parameters: ModelRequestParameters) -> None:
         super().__init__(response, model_request_parameters=model_request_parameters, replay_events=True)
+        self.key = key
+        """The key of the pin this stream replays."""
 
     @property
     def pinned(self) -> ModelResponse:
         """The pinned response this stream replays."""
         return self.response
+
+    async def _get_event_iterator(self) -> AsyncIterator[ModelResponseStreamEvent]:
+        async for event in super()._get_event_iterator():
+            yield event
+        if self.response.state in PARTIAL_STATES:
+            # The recorded stream never reached its end: a consumer that got this far did not read on.
+            raise PartialPin(self.key, state=self.response.state)
