@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic_ai.messages import (
     BinaryContent,
     BinaryImage,
+    CachePoint,
     ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -229,6 +230,8 @@ VOLATILE: dict[str, Callable[[Call], None]] = {
         extra_body={"reasoning": {"effort": "high"}, "metadata": {"user_id": "player-7"}}
     ),
     "a setting set to None": set_settings(seed=None),
+    "a cache point in the prompt": lambda c: c.messages[4].parts[0].content.insert(1, CachePoint()),
+    "the resolved cache parameter": lambda c: setattr(c.parameters, "cache", "1h"),
 }
 
 SEMANTIC: dict[str, Callable[[Call], None]] = {

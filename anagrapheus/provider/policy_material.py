@@ -17,7 +17,7 @@ from json.encoder import encode_basestring
 from typing import Any, Final, cast
 
 import pydantic_core
-from pydantic_ai.messages import BaseToolCallPart
+from pydantic_ai.messages import BaseToolCallPart, CachePoint
 
 from anagrapheus.errors import CanonicalError
 
@@ -53,10 +53,11 @@ CLASS_VOLATILE_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "ToolDefinition": frozenset({"sequential", "timeout", "toolset_id", "capability_id"}),
     "ModelRequestParameters": frozenset(
-        {"_telemetry_mcp_url_ids", "_telemetry_mcp_url_toolset_ids", "_telemetry_mcp_url_tool_names"}
+        {"_telemetry_mcp_url_ids", "_telemetry_mcp_url_toolset_ids", "_telemetry_mcp_url_tool_names", "cache"}
     ),
 }
-"""Further fields dropped per class (matched by class name along the MRO): bookkeeping that is not sent to the model."""
+"""Further fields dropped per class (matched by class name along the MRO): bookkeeping that is not sent to the model,
+and the resolved prompt-cache setting."""
 
 _TAG_FIELDS = frozenset({"part_kind", "kind"})
 _SAFE_INT = 2**53
@@ -263,7 +264,8 @@ class MaterialWalk:
             return _number(value)
         if kind is list or kind is tuple:
             try:
-                return "[" + ",".join([self._text(item) for item in value]) + "]"
+                # A CachePoint marks where the provider may cache; the model reads the same content either way.
+                return "[" + ",".join([self._text(item) for item in value if type(item) is not CachePoint]) + "]"
             except _Refused as refused:
                 refused.path.append(f"[{self._failing_index(value)}]")
                 raise
