@@ -21,7 +21,14 @@ from tests.conftest import Scripted
 ROUNDS = 2
 
 
-async def talks(uk: Scripted, eu: Scripted, resolver: Any) -> list[str]:
+async def say(agent: Agent[None, str], prompt: str, *, streamed: bool) -> str:
+    if not streamed:
+        return (await agent.run(prompt)).output
+    async with agent.run_stream(prompt) as result:
+        return await result.get_output()
+
+
+async def talks(uk: Scripted, eu: Scripted, resolver: Any, *, streamed: bool = False) -> list[str]:
     """Two roles, each its own model, answering each other for a few rounds through one resolver."""
     uk_agent = Agent(PinnedModel(uk.model, resolver), instructions="You negotiate for the UK.")
     eu_agent = Agent(PinnedModel(eu.model, resolver), instructions="You negotiate for the EU.")
@@ -29,7 +36,7 @@ async def talks(uk: Scripted, eu: Scripted, resolver: Any) -> list[str]:
     transcript: list[str] = []
     for round_ in range(1, ROUNDS + 1):
         for agent in (uk_agent, eu_agent):
-            said = (await agent.run(f"Round {round_}. The other side said: {said}")).output
+            said = await say(agent, f"Round {round_}. The other side said: {said}", streamed=streamed)
             transcript.append(said)
     return transcript
 
@@ -39,18 +46,19 @@ def parties(eu_model: str = "scripted-eu") -> tuple[Scripted, Scripted]:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
 async def test_swapping_one_roles_model_redraws_exactly_that_roles_calls(
-    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+    streamed: bool, store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
 ) -> None:
     uk, eu = parties()
-    recorded = await talks(uk, eu, ledger)
+    recorded = await talks(uk, eu, ledger, streamed=streamed)
     ledger.commit()
     assert (uk.calls, eu.calls) == (ROUNDS, ROUNDS)
 
     rerun = PinLedger(store, types)
     replay = ReplayPins.from_events(store.read(), types, on_miss="record", into=rerun)
     uk, eu = parties(eu_model="scripted-eu-v2")
-    assert await talks(uk, eu, replay) == recorded
+    assert await talks(uk, eu, replay, streamed=streamed) == recorded
     assert (uk.calls, eu.calls) == (0, ROUNDS)
 
     divergence = replay.divergence
@@ -62,7 +70,7 @@ async def test_swapping_one_roles_model_redraws_exactly_that_roles_calls(
     # The new log replays strictly, the swapped model included.
     uk, eu = parties(eu_model="scripted-eu-v2")
     strict = ReplayPins.from_events(store.read(), types, unit_id=rerun.unit_id)
-    assert await talks(uk, eu, strict) == recorded
+    assert await talks(uk, eu, strict, streamed=streamed) == recorded
     assert (uk.calls, eu.calls) == (0, 0)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 from weakref import WeakValueDictionary
@@ -145,7 +145,7 @@ class PinnedModel(WrapperModel):
         # Streaming is how a response is received, not what is asked: the key is the plain request's.
         call = self.pin_for(messages, model_settings, model_request_parameters)
 
-        def open_stream() -> Any:
+        def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
             return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
 
         async with self.resolver.resolve_stream(
