@@ -275,11 +275,11 @@ def paired(slower: Variant, faster: Variant) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = options(__doc__.splitlines()[0], rounds=15)
+    parser = options(__doc__.splitlines()[0], rounds=25)
     parser.add_argument("--part", choices=["runs", "cassette", "all"], default="all")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
-    n = 2 if args.quick else 20
+    n = 2 if args.quick else 8
     print(f"benchmarks/agent.py  {machine_line()}")
     print(f"  rounds={rounds}, {n} runs per variant per round, interleaved")
     loop = asyncio.new_event_loop()

@@ -1,0 +1,44 @@
+"""Each benchmark script runs in its tiny --quick mode, so the scripts cannot rot. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+HAS_CASSETTE_TOOLS = all(importlib.util.find_spec(name) is not None for name in ("vcr", "openai"))
+
+
+def run_quick(script: str, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("script", ["store.py", "ledger.py"])
+def test_timeline_benchmark_runs(script: str) -> None:
+    out = run_quick(script)
+    assert "baseline: raw sqlite3" in out
+    assert out.count("1.000x") >= 3  # every table prints its baseline row
+
+
+def test_agent_runs_benchmark_runs() -> None:
+    out = run_quick("agent.py", "--part", "runs")
+    assert "replay: PinnedModel + ReplayPins" in out
+    assert "continuing a 200-message history" in out
+
+
+@pytest.mark.skipif(not HAS_CASSETTE_TOOLS, reason="the cassette comparison needs the bench extra (vcrpy, openai)")
+def test_agent_cassette_benchmark_runs() -> None:
+    out = run_quick("agent.py", "--part", "cassette")
+    assert "cassette / pins:" in out
