@@ -14,6 +14,15 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.recording import (
+    RECORDING_FORMAT,
+    RECORDING_VERSION,
+    Recording,
+    RecordingHeader,
+    pin_events,
+    read_recording,
+    write_recording,
+)
 from anagrapheus.timeline.replay import AmbiguousPinWarning, Divergence, ReplayPins
 from anagrapheus.timeline.resolver import PinResolver, StreamDraw
 from anagrapheus.timeline.sqlite import SQLiteEventStore
@@ -21,6 +30,8 @@ from anagrapheus.timeline.store import EventStore, OpenUnit, PinScratchStore, Sc
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
+    "RECORDING_FORMAT",
+    "RECORDING_VERSION",
     "AmbiguousPin",
     "AmbiguousPinWarning",
     "Divergence",
@@ -36,6 +47,8 @@ __all__ = [
     "PinResolver",
     "PinScratchStore",
     "PinsAbandoned",
+    "Recording",
+    "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
     "SQLiteEventStore",
@@ -47,6 +60,9 @@ __all__ = [
     "canonical_json",
     "fingerprint_of",
     "moved_fields",
+    "pin_events",
     "pin_key",
+    "read_recording",
     "register_builtin_events",
+    "write_recording",
 ]
