@@ -115,8 +115,9 @@ class SemanticCallPolicy:
         for name in sorted([*head, "messages"]):
             if name == "messages":
                 if history:
-                    for index, leaf in enumerate(history):
-                        fields[f"messages[{index}]"] = _leaf_digest(leaf)
+                    sha256 = hashlib.sha256
+                    digests = [sha256(leaf.encode()).hexdigest()[:_DIGEST_CHARS] for leaf in history]
+                    fields.update(zip(_message_fields(len(history)), digests, strict=False))
                     text = "[" + ",".join(history) + "]"
                 else:
                     text = "[]"
@@ -156,7 +157,7 @@ class SemanticCallPolicy:
         """Walk one request: the material without its messages, and each message's canonical JSON."""
         walk = MaterialWalk()
         # Messages first, so tool-call ids are numbered in the order the conversation shows them.
-        history = [walk.text(message, at=f"$.messages[{index}]") for index, message in enumerate(messages)]
+        history = walk.texts(messages, at="$.messages")
         return self._head(walk, settings, parameters, model_id=model_id), history
 
     def _head(
@@ -199,6 +200,20 @@ def _by_name(definitions: list[dict[str, Any]]) -> dict[str, Any]:
             name += "#"
         indexed[name] = definition
     return indexed
+
+
+_message_names: tuple[str, ...] = ()
+
+
+def _message_fields(count: int) -> tuple[str, ...]:
+    """The fingerprint's names for at least `count` messages, made once rather than on every request."""
+    global _message_names
+    names = _message_names
+    if len(names) < count:
+        # Built whole and then rebound, so a thread racing this one never sees a half-made tuple.
+        names = tuple(f"messages[{index}]" for index in range(max(count, 2 * len(names))))
+        _message_names = names
+    return names
 
 
 def _leaf_digest(text: str) -> str:

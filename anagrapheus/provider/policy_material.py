@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from json.encoder import encode_basestring
 from typing import Any, Final, cast
@@ -88,7 +88,8 @@ class _Omitted(Exception):
 _Writer = Callable[[Any, "MaterialWalk"], str]
 """Writes one pydantic-ai object as canonical JSON; generated per class from the fields it keeps."""
 
-_WRITERS: dict[type, _Writer | None] = {}
+_WRITERS: dict[type, _Writer] = {}
+"""The writer for each type met so far; JSON's own types are added below `MaterialWalk`."""
 
 
 def _from_pydantic_ai(cls: type) -> bool:
@@ -108,10 +109,11 @@ def _default_of(field: dataclasses.Field[Any]) -> object:
         return _NO_DEFAULT
 
 
-def _writer_for(cls: type[Any]) -> _Writer | None:
+def _writer_for(cls: type[Any]) -> _Writer:
+    """The writer for values of `cls`: generated for pydantic-ai's dataclasses, a deliberate conversion otherwise."""
     if cls in _WRITERS:
         return _WRITERS[cls]
-    writer: _Writer | None = None
+    writer: _Writer = _converted
     if dataclasses.is_dataclass(cls) and _from_pydantic_ai(cls):
         declared = dataclasses.fields(cls)
         names = {f.name for f in declared}
@@ -149,6 +151,10 @@ def _writer_for(cls: type[Any]) -> _Writer | None:
     return writer
 
 
+def _converted(value: Any, walk: MaterialWalk) -> str:
+    return walk._converted(value)  # pyright: ignore[reportPrivateUsage]
+
+
 def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, object, int]]) -> _Writer:
     """Generate the writer for one class, as `dataclasses` generates `__init__`: one straight-line function.
 
@@ -163,7 +169,7 @@ def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, obj
         "_Omitted": _Omitted,
         "_NO_DEFAULT": _NO_DEFAULT,
     }
-    lines = ["def write(obj, walk):", "    text = walk._text", "    special = walk._special"]
+    lines = ["def write(obj, walk):", "    text, sequence, special = walk._text, walk._sequence, walk._special"]
     lines.append(f"    pieces = [{_encode_text('$type') + ':' + _encode_text(tag)!r}]" if tag else "    pieces = []")
     lines.append("    field = None")
     lines.append("    try:")
@@ -181,7 +187,10 @@ def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, obj
             ]
             continue
         lines.append(f"        raw = obj.{attr}")
-        write = f"pieces.append({prefix} + (_encode_text(raw) if type(raw) is str and raw.isascii() else text(raw)))"
+        write = (
+            f"pieces.append({prefix} + (_encode_text(raw) if type(raw) is str and raw.isascii()"
+            " else sequence(raw) if type(raw) is list else text(raw)))"
+        )
         if default is _NO_DEFAULT:
             lines.append(f"        {write}")
         elif default is None:
@@ -246,6 +255,16 @@ class MaterialWalk:
         except RecursionError:
             raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
 
+    def texts(self, items: Sequence[object], *, at: str = "$") -> list[str]:
+        """Return the canonical JSON of each item, in order (`at` names the sequence in an error)."""
+        try:
+            return [self._text(item) for item in items]
+        except _Refused as refused:
+            refused.path.append(f"[{self._failing_index(items)}]")
+            raise CanonicalError(refused.reason, path=at + "".join(reversed(refused.path))) from None
+        except RecursionError:
+            raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
+
     def value(self, value: object, *, at: str = "$") -> Any:
         """Return `value` as key material: JSON-shaped and already canonical."""
         return json.loads(self.text(value, at=at))
@@ -254,26 +273,20 @@ class MaterialWalk:
         kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]
         if kind is str:
             return _encode_text(value if value.isascii() else _nfc(value))
-        if value is None:
-            return "null"
-        if kind is bool:
-            return "true" if value else "false"
-        if kind is int:
-            return int.__repr__(value)
-        if kind is float:
-            return _number(value)
-        if kind is list or kind is tuple:
-            try:
-                # A CachePoint marks where the provider may cache; the model reads the same content either way.
-                return "[" + ",".join([self._text(item) for item in value if type(item) is not CachePoint]) + "]"
-            except _Refused as refused:
-                refused.path.append(f"[{self._failing_index(value)}]")
-                raise
-        if kind is dict:
-            return self._mapping(value)
-        writer = _WRITERS[kind] if kind in _WRITERS else _writer_for(kind)
-        if writer is not None:
-            return writer(value, self)
+        writer = _WRITERS.get(kind)
+        if writer is None:
+            writer = _writer_for(kind)
+        return writer(value, self)
+
+    def _sequence(self, value: Any) -> str:
+        try:
+            # A CachePoint marks where the provider may cache; the model reads the same content either way.
+            return "[" + ",".join([self._text(item) for item in value if type(item) is not CachePoint]) + "]"
+        except _Refused as refused:
+            refused.path.append(f"[{self._failing_index(value)}]")
+            raise
+
+    def _converted(self, value: Any) -> str:
         return self._text(self._other(value))
 
     def _failing_index(self, items: Any) -> int:
@@ -353,3 +366,16 @@ class MaterialWalk:
             raise _Refused(
                 f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
             ) from None
+
+
+_WRITERS.update(
+    {
+        type(None): lambda _value, _walk: "null",
+        bool: lambda value, _walk: "true" if value else "false",
+        int: lambda value, _walk: int.__repr__(value),
+        float: lambda value, _walk: _number(value),
+        list: lambda value, walk: walk._sequence(value),  # pyright: ignore[reportPrivateUsage]
+        tuple: lambda value, walk: walk._sequence(value),  # pyright: ignore[reportPrivateUsage]
+        dict: lambda value, walk: walk._mapping(value),  # pyright: ignore[reportPrivateUsage]
+    }
+)
