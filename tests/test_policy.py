@@ -16,16 +16,28 @@ from pydantic_ai.messages import (
     BinaryContent,
     BinaryImage,
     CachePoint,
+    CompactionPart,
+    DocumentUrl,
+    FilePart,
     ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    ModelSettingsDeltaPart,
+    NativeToolCallPart,
+    NativeToolReturnPart,
+    RetryFeedbackPart,
+    RetryInfo,
+    SpeechPart,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
+    ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
+    UploadedFile,
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
@@ -485,3 +497,66 @@ def test_a_long_history_fingerprint_is_bounded_like_fingerprint_of() -> None:
     assert pin.fingerprint == fingerprint_of(material)
     assert "..." in pin.fingerprint
     assert pin.key == pin_key("model_call", material)
+
+
+def every_kind_of_part() -> list[ModelMessage]:
+    """A history with one of most part and content types pydantic-ai defines, as providers fill them in."""
+    return [
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    [
+                        "Look at these.",
+                        ImageUrl("https://example.com/chart.png"),
+                        DocumentUrl("https://example.com/treaty.pdf"),
+                        BinaryContent(PNG, media_type="image/png"),
+                        TextContent("From the app.", metadata={"source": "ui"}),
+                        CachePoint(),
+                        UploadedFile("file-1", "openai"),
+                    ]
+                ),
+                SystemPromptPart("You negotiate for the UK.", dynamic_ref="negotiator"),
+                RetryFeedbackPart("The output was not valid JSON.", retry=RetryInfo("validation_error")),
+                ToolAvailabilityDeltaPart(tools_added=["tide"], tool_call_id="search-1"),
+                ModelSettingsDeltaPart(settings={"thinking": "high"}),
+            ]
+        ),
+        ModelResponse(
+            parts=[
+                NativeToolCallPart("web_search", {"q": "cod quota"}, "ws_1", provider_name="openai"),
+                NativeToolReturnPart("web_search", {"results": [1]}, "ws_1", provider_name="openai"),
+                CompactionPart(None, id="cmp_1", provider_name="openai", provider_details={"encrypted_content": "E1"}),
+                FilePart(BinaryContent(PNG, media_type="image/png"), provider_name="google"),
+                SpeechPart(
+                    speaker="assistant", transcript="Hello.", audio=BinaryContent(b"RIFF", media_type="audio/wav")
+                ),
+                ThinkingPart("Think.", signature="sig", provider_name="anthropic"),
+            ]
+        ),
+    ]
+
+
+def test_every_kind_of_part_is_keyed_and_survives_a_json_round_trip() -> None:
+    messages = every_kind_of_part()
+    call = Call(messages, None, ModelRequestParameters())
+    material = SemanticCallPolicy().material(messages, None, call.parameters, model_id=call.model_id)
+    assert call.pin() == CallPin(key=pin_key("model_call", material), fingerprint=fingerprint_of(material))
+    loaded = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(messages))
+    assert Call(loaded, None, call.parameters).pin() == call.pin()
+    assert "metadata" not in json.dumps(material)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        set_on(part(1, 2), provider_details={"encrypted_content": "E2"}),
+        set_on(part(1, 4), audio=BinaryContent(b"RIFX", media_type="audio/wav")),
+        set_on(part(1, 0), args={"q": "hake quota"}),
+        set_on(part(0, 2), retry=RetryInfo("no_output")),
+        set_on(part(0, 4), settings={"thinking": "low"}),
+    ],
+    ids=["compaction content", "speech audio", "native tool args", "retry cause", "settings delta"],
+)
+def test_the_content_of_rarer_parts_is_keyed(change: Callable[[Call], None]) -> None:
+    call = Call(every_kind_of_part(), None, ModelRequestParameters())
+    assert changed(call, change).pin().key != call.pin().key
