@@ -234,8 +234,12 @@ def _key(key: object) -> str:
         return _nfc(key)
     if isinstance(key, bool) or not isinstance(key, int | float):
         raise _Refused(f"object key {key!r} is not a string")
-    # pydantic sends a number key as its JSON text, so that is what the model reads.
-    return int.__repr__(int(key)) if isinstance(key, int) else _number(float(key))
+    # pydantic sends a number key as its text (`1`, `1.5`, `1.0`), so that is what the model reads.
+    if isinstance(key, int):
+        return int.__repr__(int(key))
+    if not math.isfinite(key):
+        raise _Refused(f"object key {key!r} is not a finite number")
+    return float.__repr__(float(key))
 
 
 class MaterialWalk:
