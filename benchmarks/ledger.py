@@ -224,7 +224,11 @@ def main() -> None:
     sync = args.synchronous
 
     print(f"benchmarks/ledger.py  {machine_line()}")
-    print(f"  synchronous={sync}, journal_mode=WAL, rounds={rounds}, sqlite {sqlite3.sqlite_version}")
+    build_rounds = rounds if args.long or args.quick else 3  # a second or more a build: steady at 3
+    print(
+        f"  synchronous={sync}, journal_mode=WAL, rounds={rounds} (draws {3 * rounds}, replay build {build_rounds}),"
+        f" sqlite {sqlite3.sqlite_version}"
+    )
 
     types = EventTypeRegistry()
     register_builtin_events(types)
@@ -249,7 +253,7 @@ def main() -> None:
         big = PinLedger(draw_store, types, unit_id=big_unit)
         raw_unit = str(uuid_utils.uuid7())
         # Keys are hashed before timing: every variant draws a new key from this pool each time.
-        pool = iter([key_of(i) for i in range(3 * draws * (rounds + 1))])
+        pool = iter([key_of(i) for i in range(3 * draws * (3 * rounds + 1))])
 
         def ledger_draws(*, into: PinLedger | None) -> Callable[[int], float]:
             def sample(n: int) -> float:
@@ -278,7 +282,7 @@ def main() -> None:
                 Variant(f"... into a unit holding {commit_size:,} pins", ledger_draws(into=big), unit="draw"),
             ],
             n=draws,
-            rounds=rounds,
+            rounds=3 * rounds,  # cheap, and fsync-bound: more rounds steady the median
         )
         print_table("Draw cost per pin (one durable scratch write each)", "raw sqlite3 insert per draw", rows)
         big.abandon(reason="benchmark over")
@@ -373,7 +377,7 @@ def main() -> None:
             Variant("raw sqlite3 select + json.loads into a dict", raw_build, unit="build"),
             [Variant("ReplayPins.from_events(store.read())", replay_build, unit="build")],
             n=1,
-            rounds=rounds,
+            rounds=build_rounds,
         )
         print_table(f"Build a replay from a {log_size:,}-pin log", "raw sqlite3 rows into dict[key, raw text]", rows)
 
