@@ -75,6 +75,7 @@ def test_numbers_have_one_spelling() -> None:
         ({"s": {1, 2}}, "$.s"),
         ([object()], "$[0]"),
         ({1: "int key"}, "$"),
+        ({"text": ["ok", "bad \ud800"]}, "$.text[1]"),
     ],
 )
 def test_non_json_values_are_refused_with_their_place(value: Any, path: str) -> None:

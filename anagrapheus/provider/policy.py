@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -14,8 +14,8 @@ from pydantic_ai.settings import ModelSettings
 
 from anagrapheus.provider.policy_material import MaterialWalk, encode_canonical
 from anagrapheus.provider.policy_settings import settings_material
-from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, canonical_json, pin_key
-from anagrapheus.timeline.fingerprint import FINGERPRINT_LIMIT, fingerprint_of
+from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
+from anagrapheus.timeline.fingerprint import DIGEST_CHARS, bounded_fingerprint, digest_text, fingerprint_of
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
 
@@ -30,7 +30,6 @@ _OUTPUT_FIELDS = {
     "allow_text_output": "allow_text",
     "allow_image_output": "allow_image",
 }
-_DIGEST_CHARS = 16
 
 
 @runtime_checkable
@@ -116,12 +115,12 @@ class SemanticCallPolicy:
             if name == "messages":
                 if history:
                     sha256 = hashlib.sha256
-                    digests = [sha256(leaf.encode()).hexdigest()[:_DIGEST_CHARS] for leaf in history]
+                    digests = [sha256(leaf.encode()).hexdigest()[:DIGEST_CHARS] for leaf in history]
                     fields.update(zip(_message_fields(len(history)), digests, strict=False))
                     text = "[" + ",".join(history) + "]"
                 else:
                     text = "[]"
-                    fields[name] = _leaf_digest(text)
+                    fields[name] = digest_text(text)
                 pairs.append(f'"messages":{text}')
                 continue
             value = head[name]
@@ -130,21 +129,21 @@ class SemanticCallPolicy:
                 entries = cast(dict[str, Any], value)
                 for sub in sorted(entries):
                     leaf = encode_canonical(entries[sub])
-                    fields[f"{name}.{sub}"] = _leaf_digest(leaf)
+                    fields[f"{name}.{sub}"] = digest_text(leaf)
                     inner.append(f"{encode_canonical(sub)}:{leaf}")
                 text = "{" + ",".join(inner) + "}"
             elif isinstance(value, list) and value:
                 leaves = [encode_canonical(item) for item in cast(list[Any], value)]
                 for index, leaf in enumerate(leaves):
-                    fields[f"{name}[{index}]"] = _leaf_digest(leaf)
+                    fields[f"{name}[{index}]"] = digest_text(leaf)
                 text = "[" + ",".join(leaves) + "]"
             else:
                 text = encode_canonical(value)  # pyright: ignore[reportUnknownArgumentType]
-                fields[name] = _leaf_digest(text)
+                fields[name] = digest_text(text)
             pairs.append(f"{encode_canonical(name)}:{text}")
         whole = "{" + ",".join(pairs) + "}"
         key = f"{KEY_SCHEME}:{MODEL_CALL}:{hashlib.sha256(whole.encode()).hexdigest()}"
-        return CallPin(key=key, fingerprint=_bounded(fields))
+        return CallPin(key=key, fingerprint=bounded_fingerprint(fields))
 
     def _walk(
         self,
@@ -214,21 +213,3 @@ def _message_fields(count: int) -> tuple[str, ...]:
         names = tuple(f"messages[{index}]" for index in range(max(count, 2 * len(names))))
         _message_names = names
     return names
-
-
-def _leaf_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:_DIGEST_CHARS]
-
-
-def _digest(value: object) -> str:
-    return _leaf_digest(canonical_json(value))
-
-
-def _bounded(fields: Mapping[str, str]) -> dict[str, str]:
-    """Fold fields past `FINGERPRINT_LIMIT` into one `...` entry, as `fingerprint_of` does."""
-    if len(fields) <= FINGERPRINT_LIMIT:
-        return dict(fields)
-    names = list(fields)
-    kept = {name: fields[name] for name in names[: FINGERPRINT_LIMIT - 1]}
-    kept["..."] = _digest([fields[name] for name in names[FINGERPRINT_LIMIT - 1 :]])
-    return kept

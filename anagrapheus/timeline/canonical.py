@@ -35,8 +35,14 @@ class _Refused(Exception):
 
 
 def _text(value: str) -> str:
-    # ASCII is always NFC; the check is the common fast path.
-    if value.isascii() or unicodedata.is_normalized("NFC", value):
+    # ASCII is always NFC and always UTF-8; the check is the common fast path.
+    if value.isascii():
+        return str(value) if type(value) is not str else value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
+    if unicodedata.is_normalized("NFC", value):
         return str(value) if type(value) is not str else value
     return unicodedata.normalize("NFC", value)
 
