@@ -329,16 +329,18 @@ def main() -> None:
         # Replay from a large log: the same PinPromoted events on both sides.
         log_store, log_raw = fresh_store(), fresh_raw()
         unit_id = str(uuid_utils.uuid7())
+        keys = [key_of(i) for i in range(log_size)]
+        # ASCII text and integers only, so the stdlib's sorted compact encoding is the canonical JSON.
         events = [
             PendingEvent(
                 namespace="anagrapheus",
                 type="pin_promoted",
                 schema_version=1,
-                payload=canonical_json(
+                payload=_dumps(
                     {
                         "attempts": 1,
                         "fingerprint": None,
-                        "key": key_of(i),
+                        "key": key,
                         "kind": "model_call",
                         "raw": result(i),
                         "unit_id": unit_id,
@@ -346,11 +348,12 @@ def main() -> None:
                 ),
                 correlation_id=unit_id,
             )
-            for i in range(log_size)
+            for i, key in enumerate(keys)
         ]
+        assert events[0].payload == canonical_json(json.loads(events[0].payload))
         for start in range(0, log_size, 10_000):
             log_store.append(events[start : start + 10_000])
-        log_raw.fill_scratch(unit_id, [])
+        log_raw.conn.execute("BEGIN IMMEDIATE")
         log_raw.conn.executemany(
             f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
             [
@@ -358,8 +361,8 @@ def main() -> None:
                 for e in events
             ],
         )
+        log_raw.conn.execute("COMMIT")
         del events
-        keys = [key_of(i) for i in range(log_size)]
 
         def replay_build(n: int) -> float:
             start = time.perf_counter()
