@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Aim", "Comparison", "Variant", "compare", "machine_line", "options", "print_table"]
+__all__ = ["Aim", "Comparison", "Variant", "compare", "machine_line", "options", "print_rates", "print_table"]
 
 Sample = Callable[[int], float]
 """Run an operation `n` times and return the seconds spent in the timed part."""
@@ -128,6 +128,14 @@ def print_table(title: str, baseline_label: str, rows: Sequence[Comparison]) -> 
             f"  {c.name:<52} {_duration(c.per_op_median):>11} {_duration(c.per_op_min):>11}"
             f" {c.ratio_median:6.3f}x {spread:>13} {c.ratio_of_mins:6.3f}x  {aim}"
         )
+
+
+def print_rates(rows: Sequence[Comparison], *, items: int, unit: str) -> None:
+    """Print throughput (`items` per operation, median rounds) and its ratio to the baseline's (first row)."""
+    base = items / rows[0].per_op_median
+    for c in rows:
+        rate = items / c.per_op_median
+        print(f"  {c.name:<52} {rate:>13,.0f} {unit}/s  {rate / base:6.3f}x the baseline's throughput")
 
 
 def machine_line() -> str:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import uuid_utils
-from _measure import Aim, Variant, compare, machine_line, options, print_table
+from _measure import Aim, Variant, compare, machine_line, options, print_rates, print_table
 
 from anagrapheus.timeline import SQLiteEventStore
 from anagrapheus.timeline.events import PendingEvent
@@ -161,6 +161,7 @@ def main() -> None:
         print_table(
             "Append, one event per transaction (per event)", "raw sqlite3 INSERT in BEGIN IMMEDIATE..COMMIT", rows
         )
+        print_rates(rows, items=1, unit="events")
 
         # A batch in one transaction, each sample into a fresh file.
         batch = payloads(batch_size)
@@ -188,6 +189,7 @@ def main() -> None:
             rounds=rounds,
         )
         print_table(f"Append, a batch of {batch_size:,} events in one transaction (per batch)", "raw sqlite3", rows)
+        print_rates(rows, items=batch_size, unit="events")
 
         # Reads of the whole log.
         store_r, raw_r = fresh_store(), fresh_raw()
@@ -216,6 +218,7 @@ def main() -> None:
             rounds=rounds,
         )
         print_table(f"Read the whole log of {read_size:,} events (per full read)", "raw sqlite3 cursor", rows)
+        print_rates(rows, items=read_size, unit="events")
         for closing in (store1, store_r):
             closing.close()
         for conn in (raw1.conn, raw_r.conn):
