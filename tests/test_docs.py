@@ -35,12 +35,6 @@ OUTPUT = "<!-- output -->"
 RUNNABLE = re.compile(r"^(python|py)(\s|\{|$)")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
-# Nav pages written by other helpers that have not landed yet; `test_nav_pages_exist` fails as soon as one
-# of them exists, so this set (and the `info` levels in mkdocs.yml's validation section) only ever shrinks.
-PENDING_PAGES: set[str] = {
-    "benchmarks.md",
-}
-
 
 @dataclass
 class Block:
@@ -181,15 +175,8 @@ def mkdocs_nav() -> list[str]:
 
 
 def test_nav_pages_exist() -> None:
-    nav = mkdocs_nav()
-    missing = [page for page in nav if page not in PENDING_PAGES and not (DOCS / page).is_file()]
+    missing = [page for page in mkdocs_nav() if not (DOCS / page).is_file()]
     assert not missing, f"mkdocs.yml's nav names pages that do not exist: {missing}"
-    landed = sorted(page for page in PENDING_PAGES if (DOCS / page).is_file())
-    assert not landed, (
-        f"{landed} now exist: remove them from PENDING_PAGES, and once it is empty set mkdocs.yml's"
-        " validation not_found levels back to warn"
-    )
-    assert set(nav) >= PENDING_PAGES, f"pending pages missing from the nav: {sorted(PENDING_PAGES - set(nav))}"
 
 
 def test_every_page_is_in_the_nav() -> None:
