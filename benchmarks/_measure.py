@@ -8,16 +8,31 @@ its time divided by the baseline's time in that same round.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import os
 import platform
+import pstats
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Aim", "Comparison", "Variant", "compare", "machine_line", "options", "print_rates", "print_table"]
+__all__ = [
+    "Aim",
+    "Comparison",
+    "Variant",
+    "compare",
+    "machine_line",
+    "options",
+    "print_rates",
+    "print_table",
+    "use_options",
+]
+
+_profile_match: str | None = None
 
 Sample = Callable[[int], float]
 """Run an operation `n` times and return the seconds spent in the timed part."""
@@ -85,6 +100,10 @@ def compare(baseline: Variant, others: Sequence[Variant], *, n: int, rounds: int
         for v in order:
             gc.collect()
             v.times.append(v.sample(n) / n)
+    if _profile_match is not None:
+        for v in everyone:
+            if _profile_match.lower() in v.name.lower():
+                _profile(v, n)
     out: list[Comparison] = []
     for v in everyone:
         ratios = [t / b for t, b in zip(v.times, baseline.times, strict=True)]
@@ -102,6 +121,21 @@ def compare(baseline: Variant, others: Sequence[Variant], *, n: int, rounds: int
             )
         )
     return out
+
+
+def _profile(v: Variant, n: int) -> None:
+    """Print where one variant's time goes: cProfile of `max(n, 10)` operations, top functions by own time."""
+    profiler = cProfile.Profile()
+    count = max(n, 10)
+    profiler.enable()
+    v.sample(count)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats("anagrapheus", 20)
+    print(f"\n--- profile of {v.name!r}, {count} operations (times include the profiler's own overhead) ---")
+    print(out.getvalue())
 
 
 def _duration(seconds: float) -> str:
@@ -153,4 +187,15 @@ def options(description: str, *, rounds: int) -> argparse.ArgumentParser:
     size.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the script runs")
     size.add_argument("--long", action="store_true", help="more rounds and larger samples, for steadier figures")
     parser.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    parser.add_argument(
+        "--profile",
+        metavar="TEXT",
+        help="after timing, cProfile each variant whose name contains TEXT and print where its time goes",
+    )
     return parser
+
+
+def use_options(args: argparse.Namespace) -> None:
+    """Apply the shared options that act inside `compare` (--profile)."""
+    global _profile_match
+    _profile_match = args.profile

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _measure import Aim, Variant, compare, machine_line, options, print_table
+from _measure import Aim, Variant, compare, machine_line, options, print_table, use_options
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -288,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = options(__doc__.splitlines()[0], rounds=25)
     parser.add_argument("--part", choices=["runs", "cassette", "all"], default="all")
     args = parser.parse_args(argv)
+    use_options(args)
     rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
     n = 2 if args.quick else 8
     print(f"benchmarks/agent.py  {machine_line()}")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import uuid_utils
-from _measure import Variant, compare, machine_line, options, print_table
+from _measure import Variant, compare, machine_line, options, print_table, use_options
 
 from anagrapheus import register_builtin_events
 from anagrapheus.timeline import (
@@ -217,6 +217,7 @@ def main() -> None:
     parser = options(__doc__.splitlines()[0], rounds=5)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
+    use_options(args)
     rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
     draws = 10 if args.quick else 100
     commit_size = 200 if args.quick else 10_000

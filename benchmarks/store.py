@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import uuid_utils
-from _measure import Aim, Variant, compare, machine_line, options, print_rates, print_table
+from _measure import Aim, Variant, compare, machine_line, options, print_rates, print_table, use_options
 
 from anagrapheus.timeline import SQLiteEventStore
 from anagrapheus.timeline.events import PendingEvent
@@ -115,6 +115,7 @@ def main() -> None:
     parser = options(__doc__.splitlines()[0], rounds=11)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
+    use_options(args)
     rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
     batch_size = 200 if args.quick else 10_000
     singles = 10 if args.quick else 100
