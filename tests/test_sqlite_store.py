@@ -40,7 +40,7 @@ def test_file_is_wal_with_strict_tables(tmp_path: Path) -> None:
     assert {"events", "pin_scratch", "anagrapheus_migrations"} <= set(tables)
     assert all(tables[name].rstrip().endswith("STRICT") for name in ("events", "pin_scratch"))
     names = [row[0] for row in conn.execute("SELECT name FROM anagrapheus_migrations ORDER BY name")]
-    assert names == ["0001_events", "0002_pin_scratch"]
+    assert names == ["0001_events", "0002_pin_scratch", "0003_pin_scratch_draw_order"]
 
 
 def test_reopening_keeps_the_log_and_applies_nothing_twice(tmp_path: Path) -> None:
@@ -126,3 +126,24 @@ def test_sqlite_errors_surface_as_store_errors(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError):
         store.last_seq()
+
+
+def test_an_older_database_is_migrated_forward(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX pin_scratch_draw_order")
+    conn.execute("DELETE FROM anagrapheus_migrations WHERE name = '0003_pin_scratch_draw_order'")
+    conn.commit()
+    conn.close()
+    with SQLiteEventStore(path) as store:
+        assert [e.payload for e in store.read()] == ['{"n":1}']
+    conn = sqlite3.connect(path)
+    plan = " ".join(
+        str(row)
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT coalesce(max(draw_no), 0) + 1 FROM pin_scratch WHERE unit_id = 'u'"
+        )
+    )
+    assert "pin_scratch_draw_order" in plan

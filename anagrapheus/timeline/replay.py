@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -283,4 +284,6 @@ def _pin_of(
         if not isinstance(event, PinPromoted):
             raise CorruptEvent(f"expected PinPromoted, decoded {type(event).__qualname__}", seq=stored.seq)
         unit_id, key, kind, raw, fingerprint = event.unit_id, event.key, event.kind, event.raw, event.fingerprint
+    # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
+    unit_id, kind = sys.intern(unit_id), sys.intern(kind)
     return unit_id, key, _Pin(kind=kind, raw=_compact(raw), fingerprint=fingerprint, unit_id=unit_id)  # pyright: ignore[reportUnknownArgumentType]

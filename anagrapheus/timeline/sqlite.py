@@ -59,6 +59,11 @@ _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             ) STRICT""",
         ),
     ),
+    (
+        # Without it, finding a unit's next draw number reads every pin the unit holds.
+        "0003_pin_scratch_draw_order",
+        ("CREATE INDEX pin_scratch_draw_order ON pin_scratch (unit_id, draw_no)",),
+    ),
 )
 _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
