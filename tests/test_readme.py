@@ -52,3 +52,11 @@ def test_demo_step_runs_offline() -> None:
     assert done.returncode == 0, f"{' '.join(demo)} failed:\n{done.stdout}\n{done.stderr}"
     # The demo replays its committed recording, so the model must not have been reached at all.
     assert re.search(r"^Model calls: 0\b", done.stdout, flags=re.MULTILINE), done.stdout
+
+
+def test_readme_links_resolve() -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    assert local, "the README links no local files"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
