@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from _measure import Aim, Variant, compare, machine_line, options, print_table, use_options
 from pydantic_ai import Agent
@@ -47,6 +47,7 @@ from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 HISTORY_TURNS = 50  # four messages a turn: 200 messages
+SYNCHRONOUS: list[Literal["FULL", "NORMAL"]] = ["FULL"]  # the stores' setting, from --synchronous
 TURNS = ("Which treaty governs fisheries?", "And who enforces it?", "Summarise both answers.")
 
 
@@ -98,7 +99,7 @@ class Pins:
     def open(cls, path: Path) -> Pins:
         types = EventTypeRegistry()
         register_builtin_events(types)
-        return cls(types, SQLiteEventStore(path))
+        return cls(types, SQLiteEventStore(path, synchronous=SYNCHRONOUS[0]))
 
     def ledger(self) -> PinLedger:
         return PinLedger(self.store, self.types)
@@ -287,12 +288,14 @@ def paired(slower: Variant, faster: Variant) -> float:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = options(__doc__.splitlines()[0], rounds=25)
     parser.add_argument("--part", choices=["runs", "cassette", "all"], default="all")
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="of the pin stores")
     args = parser.parse_args(argv)
     use_options(args)
+    SYNCHRONOUS[0] = args.synchronous
     rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
     n = 2 if args.quick else 8
     print(f"benchmarks/agent.py  {machine_line()}")
-    print(f"  rounds={rounds}, {n} runs per variant per round, interleaved")
+    print(f"  rounds={rounds}, {n} runs per variant per round, interleaved; pin stores synchronous={args.synchronous}")
     loop = asyncio.new_event_loop()
     try:
         with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
