@@ -95,8 +95,11 @@ def test_injected_clock_and_ids_give_identical_logs(tmp_path: Path) -> None:
 
 
 def test_naive_clock_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="timezone-aware"):
-        SQLiteEventStore(tmp_path / "x.db", clock=lambda: datetime(2026, 1, 1))
+    with (
+        SQLiteEventStore(tmp_path / "x.db", clock=lambda: datetime(2026, 1, 1)) as store,
+        pytest.raises(UsageError, match="timezone-aware"),
+    ):
+        store.append([pending(1)])
 
 
 def test_transactions_nest_and_roll_back_as_a_whole(tmp_path: Path) -> None:

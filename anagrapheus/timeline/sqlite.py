@@ -161,7 +161,10 @@ class SQLiteEventStore:
                 with _translated(f"migration {name}"):
                     for statement in statements:
                         self._conn.execute(statement)
-                table.insert({"name": name, "applied_at": self._timestamp()})
+                # The wall clock, not the injected one: migrating is not an event, and a recording made
+                # with a scripted clock must not change when a release adds a migration.
+                applied_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+                table.insert({"name": name, "applied_at": applied_at})
 
     def _timestamp(self) -> str:
         now = self._clock()
