@@ -10,6 +10,7 @@ from weakref import WeakValueDictionary
 
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
+from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -38,7 +39,12 @@ _usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
 
 
 def response_raw(response: ModelResponse) -> JSONValue:
-    """Return `response` as the raw JSON its pin keeps."""
+    """Return `response` as the raw JSON its pin keeps, with the cost estimate the run was given."""
+    # The agent estimates a response's cost from a price table when the provider did not report one,
+    # and never overwrites a cost already set. Estimating it here, with the agent's own function, pins
+    # the figure the recorded run saw: a replay reports the same cost whatever the price table says
+    # by then, and skips the table lookup.
+    fill_response_cost(response)
     return _responses.dump_python(response, mode="json")
 
 
