@@ -20,6 +20,7 @@ building `ReplayPins`) is outside the timed part.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -50,6 +51,11 @@ HISTORY_TURNS = 50  # four messages a turn: 200 messages
 SYNCHRONOUS: list[Literal["FULL", "NORMAL"]] = ["FULL"]  # the stores' setting, from --synchronous
 TURNS = ("Which treaty governs fisheries?", "And who enforces it?", "Summarise both answers.")
 
+
+# A real, priced model name: pydantic-ai estimates each response's cost from a price table on both
+# paths, as it would for a cassette of a real OpenAI run. (An unknown name makes every lookup a
+# failed scan of the whole table, on both sides.)
+STUB_MODEL = os.environ.get("ANAGRAPHEUS_BENCH_MODEL", "gpt-4o-mini")
 
 def lookup(topic: str) -> str:
     """Look a topic up in the (pure, unpinned) record."""
@@ -220,7 +226,7 @@ def cassette_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds
     with StubOpenAIServer(max_requests=4 * requests, lifetime=60.0) as server:
 
         def openai_model() -> OpenAIChatModel:
-            return OpenAIChatModel("stub-chat", provider=OpenAIProvider(base_url=server.base_url, api_key="x"))
+            return OpenAIChatModel(STUB_MODEL, provider=OpenAIProvider(base_url=server.base_url, api_key="x"))
 
         with recorder.use_cassette(str(cassette_path), record_mode="all") as cassette:
             expected = loop.run_until_complete(conversation(agent_on(openai_model())))
