@@ -57,6 +57,7 @@ TURNS = ("Which treaty governs fisheries?", "And who enforces it?", "Summarise b
 # failed scan of the whole table, on both sides.)
 STUB_MODEL = os.environ.get("ANAGRAPHEUS_BENCH_MODEL", "gpt-4o-mini")
 
+
 def lookup(topic: str) -> str:
     """Look a topic up in the (pure, unpinned) record."""
     return f"fact about {topic}"
