@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,19 +26,6 @@ from anagrapheus.timeline import (
     pin_key,
     register_builtin_events,
 )
-
-
-@pytest.fixture
-def types() -> EventTypeRegistry:
-    registry = EventTypeRegistry()
-    register_builtin_events(registry)
-    return registry
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteEventStore]:
-    with SQLiteEventStore(tmp_path / "log.db") as opened:
-        yield opened
 
 
 class Counter:

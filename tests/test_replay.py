@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,22 +21,8 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     fingerprint_of,
     pin_key,
-    register_builtin_events,
 )
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
-
-
-@pytest.fixture
-def types() -> EventTypeRegistry:
-    registry = EventTypeRegistry()
-    register_builtin_events(registry)
-    return registry
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteEventStore]:
-    with SQLiteEventStore(tmp_path / "log.db") as opened:
-        yield opened
 
 
 def never() -> Any:
