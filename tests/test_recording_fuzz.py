@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import ClassVar
@@ -13,6 +14,9 @@ from anagrapheus import AnagrapheusError, register_builtin_events
 from anagrapheus.timeline.events import Event, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 from anagrapheus.timeline.upcast import UpcastRegistry
+
+# The normal suite's bound; set ANAGRAPHEUS_FUZZ_EXAMPLES (e.g. 20000) for a longer fuzz run.
+FUZZ_EXAMPLES = int(os.environ.get("ANAGRAPHEUS_FUZZ_EXAMPLES", "400"))
 
 
 class Quota(Event):
@@ -131,7 +135,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=mutated())
 def test_a_mutated_recording_reads_or_raises_a_typed_error(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
