@@ -418,6 +418,17 @@ def test_a_message_mutated_in_place_is_keyed_afresh() -> None:
     assert call.pin() == before
 
 
+def test_a_fingerprint_read_after_the_message_changed_is_the_one_its_key_was_made_with() -> None:
+    call = base_call()
+    material = SemanticCallPolicy().material(call.messages, call.settings, call.parameters, model_id=call.model_id)
+    pin = call.pin()  # its fingerprint is digested on first read, which comes only after the change below
+    part(0, 1)(call).content = "Round 1: state the EU position on fisheries."
+    call.parameters.function_tools.pop()
+    assert list(pin.fingerprint.items()) == list(fingerprint_of(material).items())
+    assert pin.key == pin_key("model_call", material)
+    assert moved_fields(call.pin().fingerprint, pin.fingerprint) == ["messages[0]", "-tools.weather"]
+
+
 @pytest.mark.parametrize(
     ("change", "moved"),
     [

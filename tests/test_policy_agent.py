@@ -25,7 +25,8 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
-from anagrapheus.provider import SemanticCallPolicy, call_pin
+from anagrapheus.provider import PinnedModel, SemanticCallPolicy, call_pin
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 
@@ -174,3 +175,16 @@ async def test_the_material_holds_the_effective_settings_and_the_request_paramet
     call, answer = material["messages"][1]["parts"][0], material["messages"][2]["parts"][0]
     assert call["tool_call_id"] == answer["tool_call_id"] == 1
     assert call["args"] == {"species": "cod"}
+
+
+async def test_a_live_draw_stores_the_fingerprint_of_its_material(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    seen = spy()
+    ledger = PinLedger(store, types)
+    await agent_for(seen).run("Round 1: cod.", model=PinnedModel(seen, ledger))
+    ledger.commit()
+    stored = {event["key"]: event["fingerprint"] for event in (e.payload_json() for e in store.read())}
+    assert len(seen.seen) == len(stored) == 2
+    for request in seen.seen:
+        assert list(stored[request.key].items()) == list(fingerprint_of(request.material).items())

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
+    InstructionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -21,6 +22,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
@@ -148,3 +150,65 @@ def test_changing_any_text_changes_the_key_and_names_its_message(
     before, after = pin_of(messages), pin_of(edited)
     assert after.key != before.key
     assert moved_fields(after.fingerprint, before.fingerprint) == [f"messages[{m}]"]
+
+
+# Names that collide once NFC-normalised ("café" twice) or once deduplicated ("quota", "quota#"): the by-name
+# index of the fast path must resolve them exactly as the generic one.
+tool_names = st.sampled_from(["quota", "quota#", "Quota", "café", "cafe\u0301", "\u00e4", "a\u0308", ""])
+schemas = st.dictionaries(texts, json_values, max_size=3)
+
+
+def definitions(kind: str) -> st.SearchStrategy[ToolDefinition]:
+    return st.builds(
+        ToolDefinition,
+        name=tool_names,
+        parameters_json_schema=schemas,
+        description=st.none() | texts,
+        strict=st.none() | st.booleans(),
+        kind=st.just(kind),
+        sequential=st.booleans(),
+        metadata=st.none() | st.just({"volatile": True}),
+    )
+
+
+def tool_lists(kind: str) -> st.SearchStrategy[Any]:
+    # A tuple is not what pydantic-ai builds, but a caller may: it is keyed as the list it holds.
+    listed = st.lists(definitions(kind), max_size=3)
+    return listed | listed.map(tuple)
+
+
+request_parameters = st.builds(
+    ModelRequestParameters,
+    function_tools=tool_lists("function"),
+    output_tools=tool_lists("output"),
+    output_mode=st.sampled_from(["text", "tool", "native", "prompted", "tool_or_text", "auto"]),
+    output_object=st.none() | st.builds(OutputObjectDefinition, json_schema=schemas, name=st.none() | texts),
+    prompted_output_template=st.none() | texts,
+    allow_text_output=st.booleans(),
+    allow_image_output=st.booleans(),
+    instruction_parts=st.none() | st.lists(st.builds(InstructionPart, texts, dynamic=st.booleans()), max_size=2),
+    thinking=st.none() | st.sampled_from(["low", "high"]),
+)
+model_settings = st.fixed_dictionaries(
+    {},
+    optional={
+        "temperature": st.floats(0, 2),
+        "timeout": st.integers(1, 9),
+        "extra_body": st.dictionaries(texts, json_values, max_size=2),
+        "stop_sequences": st.lists(texts, max_size=2),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), request_parameters, model_settings, st.sampled_from(["function:uk", "openai:gpt-\u00e9"]))
+def test_the_fast_key_is_the_generic_key_whatever_the_request_parameters(
+    messages: list[ModelMessage], parameters: ModelRequestParameters, settings_: dict[str, Any], model_id: str
+) -> None:
+    policy = SemanticCallPolicy()
+    material = policy.material(messages, settings_, parameters, model_id=model_id)  # pyright: ignore[reportArgumentType]
+    assert canonical_value(material) == material
+    pin = call_pin(policy, messages, settings_, parameters, model_id=model_id)  # pyright: ignore[reportArgumentType]
+    assert pin == CallPin(key=pin_key("model_call", material), fingerprint=fingerprint_of(material))
+    # In order too: a fingerprint past its size bound folds its last fields, and divergence reports list in order.
+    assert list(pin.fingerprint.items()) == list(fingerprint_of(material).items())

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _encode_text
 from typing import Any, Protocol, cast, runtime_checkable
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import CachePoint, ModelMessage
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import ToolDefinition
 
-from anagrapheus.provider.policy_material import MaterialWalk, encode_canonical
+from anagrapheus.provider.policy_material import FieldText, MaterialWalk, encode_canonical, key_string
 from anagrapheus.provider.policy_settings import settings_material
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import DIGEST_CHARS, bounded_fingerprint, digest_text, fingerprint_of
@@ -54,7 +56,7 @@ class CallPin:
 
     key: str
     """`p1:model_call:<sha256 of the material's canonical JSON>`."""
-    fingerprint: dict[str, str]
+    fingerprint: Mapping[str, str]
     """Field name (`settings.temperature`, `tools.search`, `messages[3]`) to a short digest; never content."""
 
 
@@ -105,45 +107,44 @@ class SemanticCallPolicy:
         *,
         model_id: str,
     ) -> CallPin:
-        """Return exactly `call_pin(self, ...)`, encoding each leaf of the material once instead of three times."""
-        head, history = self._walk(messages, settings, parameters, model_id=model_id)
+        """Return exactly `call_pin(self, ...)`, writing each leaf of the material once, as text."""
+        walk = MaterialWalk()
+        # Messages first, so tool-call ids are numbered in the order the conversation shows them.
+        history = walk.texts(messages, at="$.messages")
+        head = self._head_texts(walk, settings, parameters, model_id=model_id)
         # Canonical JSON of a dict is its sorted "key":value pairs, so the text of the whole is assembled from the
-        # text of the fingerprint's leaves (two levels down), each written and digested exactly once.
-        fields: dict[str, str] = {}
+        # text of the fingerprint's leaves (two levels down), each written exactly once.
+        leaves: list[tuple[str, str]] = []
+        split = 0
         pairs: list[str] = []
         for name in sorted([*head, "messages"]):
             if name == "messages":
                 if history:
-                    sha256 = hashlib.sha256
-                    digests = [sha256(leaf.encode()).hexdigest()[:DIGEST_CHARS] for leaf in history]
-                    fields.update(zip(_message_fields(len(history)), digests, strict=False))
                     text = "[" + ",".join(history) + "]"
                 else:
                     text = "[]"
-                    fields[name] = digest_text(text)
+                    leaves.append((name, text))
+                split = len(leaves)
                 pairs.append(f'"messages":{text}')
                 continue
             value = head[name]
-            if isinstance(value, dict) and value:
+            if type(value) is dict:
                 inner: list[str] = []
-                entries = cast(dict[str, Any], value)
-                for sub in sorted(entries):
-                    leaf = encode_canonical(entries[sub])
-                    fields[f"{name}.{sub}"] = digest_text(leaf)
-                    inner.append(f"{encode_canonical(sub)}:{leaf}")
+                for sub in sorted(value):
+                    leaf = value[sub]
+                    leaves.append((f"{name}.{sub}", leaf))
+                    inner.append(f"{_encode_text(sub) if type(sub) is str else encode_canonical(sub)}:{leaf}")
                 text = "{" + ",".join(inner) + "}"
-            elif isinstance(value, list) and value:
-                leaves = [encode_canonical(item) for item in cast(list[Any], value)]
-                for index, leaf in enumerate(leaves):
-                    fields[f"{name}[{index}]"] = digest_text(leaf)
-                text = "[" + ",".join(leaves) + "]"
+            elif type(value) is list:
+                leaves.extend((f"{name}[{index}]", leaf) for index, leaf in enumerate(value))
+                text = "[" + ",".join(value) + "]"
             else:
-                text = encode_canonical(value)  # pyright: ignore[reportUnknownArgumentType]
-                fields[name] = digest_text(text)
-            pairs.append(f"{encode_canonical(name)}:{text}")
+                text = cast(str, value)
+                leaves.append((name, text))
+            pairs.append(f"{_encode_text(name)}:{text}")
         whole = "{" + ",".join(pairs) + "}"
         key = f"{KEY_SCHEME}:{MODEL_CALL}:{hashlib.sha256(whole.encode()).hexdigest()}"
-        return CallPin(key=key, fingerprint=bounded_fingerprint(fields))
+        return CallPin(key=key, fingerprint=_Fingerprint(leaves[:split], history, leaves[split:]))
 
     def _walk(
         self,
@@ -188,6 +189,38 @@ class SemanticCallPolicy:
             head["parameters"] = rest
         return head
 
+    def _head_texts(
+        self,
+        walk: MaterialWalk,
+        settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+        *,
+        model_id: str,
+    ) -> dict[str, _Top]:
+        """`_head` as the text of each fingerprint leaf, written straight from the objects (no JSON round trip)."""
+        written = walk.fields(parameters, at="$.parameters")
+        if written is None:
+            generic = self._head(walk, settings, parameters, model_id=model_id)
+            return {name: _top_of(value) for name, value in generic.items()}
+        rest = dict(written)
+        output: dict[str, str] = {}
+        for name, short in _OUTPUT_FIELDS.items():
+            if name in rest:
+                field = rest.pop(name)
+                output[short] = _top_text(_by_name_texts(field, parameters.output_tools) if short == "tools" else field)
+        head: dict[str, _Top] = {
+            "model": walk.text(model_id, at="$.model"),
+            "settings": _top_of(settings_material(settings, walk)),
+            "tools": _by_name_texts(rest.pop("function_tools", []), parameters.function_tools) or "{}",
+            "output": output or "{}",
+        }
+        for name, top in (("instruction_parts", "instructions"), ("native_tools", "native_tools")):
+            if name in rest:
+                head[top] = _top_items(rest.pop(name))
+        if rest:
+            head["parameters"] = {name: _joined(field) for name, field in rest.items()}
+        return head
+
 
 def _by_name(definitions: list[dict[str, Any]]) -> dict[str, Any]:
     """Index tool definitions by name: the order they are listed in is not something the model is told."""
@@ -213,3 +246,93 @@ def _message_fields(count: int) -> tuple[str, ...]:
         names = tuple(f"messages[{index}]" for index in range(max(count, 2 * len(names))))
         _message_names = names
     return names
+
+
+_Top = str | dict[str, str] | list[str]
+"""A top-level field of the material as text: a leaf (str), or its non-empty entries' or items' leaf texts."""
+
+
+def _joined(field: FieldText) -> str:
+    return field if type(field) is str else "[" + ",".join(field) + "]"
+
+
+def _top_of(value: JSONValue) -> _Top:
+    """Split an already-canonical value into leaf texts the way `fingerprint_of` does, two levels down."""
+    if isinstance(value, dict):
+        return {sub: encode_canonical(item) for sub, item in value.items()} if value else "{}"
+    if isinstance(value, list) and value:
+        return [encode_canonical(item) for item in value]
+    return encode_canonical(value)
+
+
+def _top_items(field: FieldText) -> _Top:
+    if type(field) is list:
+        return field if field else "[]"
+    text = cast(str, field)
+    # Only a value that is not a list or tuple (a list subclass, say) is written whole: split it generically.
+    return _top_of(json.loads(text)) if text[:1] in ("[", "{") else text
+
+
+def _top_text(top: _Top) -> str:
+    """The canonical JSON text of a top-level field given as leaf texts."""
+    if type(top) is dict:
+        return "{" + ",".join(f"{_encode_text(sub)}:{top[sub]}" for sub in sorted(top)) + "}"
+    return _joined(cast(FieldText, top))
+
+
+def _by_name_texts(field: FieldText, definitions: object) -> dict[str, str]:
+    """`_by_name` over the written tool definitions: each definition's text under its (deduplicated) name."""
+    if type(field) is list and type(definitions) is list:
+        kept = [item for item in cast(list[object], definitions) if type(item) is not CachePoint]
+        if len(kept) == len(field) and all(type(item) is ToolDefinition and type(item.name) is str for item in kept):
+            indexed: dict[str, str] = {}
+            for item, text in zip(cast(list[ToolDefinition], kept), field, strict=True):
+                # The name as the walk wrote it into the definition's text, which `_by_name` reads back.
+                name = key_string(item.name)
+                while name in indexed:
+                    name += "#"
+                indexed[name] = text
+            return indexed
+    # Anything unusual (a tuple of definitions, a subclass) is read back from its text and indexed generically.
+    return {name: encode_canonical(item) for name, item in _by_name(json.loads(_joined(field))).items()}
+
+
+class _Fingerprint(Mapping[str, str]):
+    """`fingerprint_of(material)`, digested on first read from the leaf texts the key was written from.
+
+    A replay that hits never reads a fingerprint, so it never pays for one digest a leaf. The texts are
+    immutable strings written when the key was, so a message changed afterwards cannot change either.
+    """
+
+    __slots__ = ("_digests", "_head", "_history", "_tail")
+
+    def __init__(self, head: list[tuple[str, str]], history: list[str], tail: list[tuple[str, str]]) -> None:
+        self._head, self._history, self._tail = head, history, tail
+        self._digests: dict[str, str] | None = None
+
+    def _fields(self) -> dict[str, str]:
+        digests = self._digests
+        if digests is None:
+            sha256 = hashlib.sha256
+            fields = {name: digest_text(text) for name, text in self._head}
+            history = [sha256(leaf.encode()).hexdigest()[:DIGEST_CHARS] for leaf in self._history]
+            fields.update(zip(_message_fields(len(history)), history, strict=False))
+            fields.update((name, digest_text(text)) for name, text in self._tail)
+            # Two threads may both digest; they compute the same dict and either may be kept.
+            digests = self._digests = bounded_fingerprint(fields)
+        return digests
+
+    def __getitem__(self, name: str) -> str:
+        return self._fields()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields())
+
+    def __len__(self) -> int:
+        return len(self._fields())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fields()
+
+    def __repr__(self) -> str:
+        return repr(self._fields())

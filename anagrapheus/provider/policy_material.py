@@ -25,8 +25,10 @@ __all__ = [
     "CLASS_VOLATILE_FIELDS",
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
+    "FieldText",
     "MaterialWalk",
     "encode_canonical",
+    "key_string",
 ]
 
 VOLATILE_FIELDS: Final = frozenset(
@@ -91,6 +93,15 @@ _Writer = Callable[[Any, "MaterialWalk"], str]
 _WRITERS: dict[type, _Writer] = {}
 """The writer for each type met so far; JSON's own types are added below `MaterialWalk`."""
 
+FieldText = str | list[str]
+"""One field's canonical JSON text, or, for a list, the text of each item (to be joined as `[a,b]`)."""
+
+_FieldsWriter = Callable[[Any, "MaterialWalk"], list[tuple[str, FieldText]]]
+"""Writes one pydantic-ai object as its kept fields' (name, text) pairs, in the order its writer joins them."""
+
+_FIELDS_WRITERS: dict[type, _FieldsWriter | None] = {}
+"""The fields writer for each type met so far (None: not a pydantic-ai dataclass)."""
+
 
 def _from_pydantic_ai(cls: type) -> bool:
     return any(base.__module__.startswith("pydantic_ai") for base in cls.__mro__)
@@ -109,45 +120,61 @@ def _default_of(field: dataclasses.Field[Any]) -> object:
         return _NO_DEFAULT
 
 
+def _layout(cls: type[Any]) -> tuple[str | None, list[tuple[str, str, object, int]]] | None:
+    """The tag and kept fields of a pydantic-ai dataclass, sorted by output name; None for any other type."""
+    if not (dataclasses.is_dataclass(cls) and _from_pydantic_ai(cls)):
+        return None
+    declared = dataclasses.fields(cls)
+    names = {f.name for f in declared}
+    drop = set(VOLATILE_FIELDS)
+    if "provider_details" in names:
+        drop |= PROVIDER_PART_FIELDS
+    for base in cls.__mro__:
+        drop |= CLASS_VOLATILE_FIELDS.get(base.__name__, frozenset())
+    entries: list[tuple[str, str, object, int]] = []
+    for field in declared:
+        name = field.name
+        if name in drop:
+            continue
+        if name in _TAG_FIELDS:
+            entries.append((name, name, _NO_DEFAULT, _PLAIN))
+            continue
+        out, attr, how = name, name, _PLAIN
+        if name.startswith("_"):
+            out = name.lstrip("_")
+            # A private field behind a public property (FileUrl.media_type, BinaryContent.identifier) is keyed
+            # by the property: the effective value, the same before and after a JSON round trip.
+            if isinstance(getattr(cls, out, None), property):  # pyright: ignore[reportUnknownArgumentType]
+                attr, how = out, _PROPERTY
+        elif name == "tool_call_id":
+            how = _CALL_ID
+        elif name == "args" and issubclass(cls, BaseToolCallPart):
+            how = _ARGS
+        entries.append((out, attr, _default_of(field) if how != _PROPERTY else _NO_DEFAULT, how))
+    if cls.__name__ == "CompactionPart":
+        # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
+        entries.append(("encrypted_content", "provider_details", None, _ENCRYPTED))
+    tag = None if names & _TAG_FIELDS else cls.__name__
+    return tag, sorted(entries, key=lambda entry: entry[0])
+
+
 def _writer_for(cls: type[Any]) -> _Writer:
     """The writer for values of `cls`: generated for pydantic-ai's dataclasses, a deliberate conversion otherwise."""
     if cls in _WRITERS:
         return _WRITERS[cls]
-    writer: _Writer = _converted
-    if dataclasses.is_dataclass(cls) and _from_pydantic_ai(cls):
-        declared = dataclasses.fields(cls)
-        names = {f.name for f in declared}
-        drop = set(VOLATILE_FIELDS)
-        if "provider_details" in names:
-            drop |= PROVIDER_PART_FIELDS
-        for base in cls.__mro__:
-            drop |= CLASS_VOLATILE_FIELDS.get(base.__name__, frozenset())
-        entries: list[tuple[str, str, object, int]] = []
-        for field in declared:
-            name = field.name
-            if name in drop:
-                continue
-            if name in _TAG_FIELDS:
-                entries.append((name, name, _NO_DEFAULT, _PLAIN))
-                continue
-            out, attr, how = name, name, _PLAIN
-            if name.startswith("_"):
-                out = name.lstrip("_")
-                # A private field behind a public property (FileUrl.media_type, BinaryContent.identifier) is keyed
-                # by the property: the effective value, the same before and after a JSON round trip.
-                if isinstance(getattr(cls, out, None), property):  # pyright: ignore[reportUnknownArgumentType]
-                    attr, how = out, _PROPERTY
-            elif name == "tool_call_id":
-                how = _CALL_ID
-            elif name == "args" and issubclass(cls, BaseToolCallPart):
-                how = _ARGS
-            entries.append((out, attr, _default_of(field) if how != _PROPERTY else _NO_DEFAULT, how))
-        if cls.__name__ == "CompactionPart":
-            # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
-            entries.append(("encrypted_content", "provider_details", None, _ENCRYPTED))
-        tag = None if names & _TAG_FIELDS else cls.__name__
-        writer = _compile(cls.__name__, tag, sorted(entries, key=lambda entry: entry[0]))
+    layout = _layout(cls)
+    writer: _Writer = _converted if layout is None else _compile(cls, *layout)
     _WRITERS[cls] = writer
+    return writer
+
+
+def _fields_writer_for(cls: type[Any]) -> _FieldsWriter | None:
+    """The fields writer for a pydantic-ai dataclass: the same walk as its writer, each kept field's text apart."""
+    if cls in _FIELDS_WRITERS:
+        return _FIELDS_WRITERS[cls]
+    layout = _layout(cls)
+    writer: _FieldsWriter | None = None if layout is None else _compile(cls, None, layout[1], apart=True)
+    _FIELDS_WRITERS[cls] = writer
     return writer
 
 
@@ -155,12 +182,15 @@ def _converted(value: Any, walk: MaterialWalk) -> str:
     return walk._converted(value)  # pyright: ignore[reportPrivateUsage]
 
 
-def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, object, int]]) -> _Writer:
+def _compile(
+    cls: type[Any], tag: str | None, entries: list[tuple[str, str, object, int]], *, apart: bool = False
+) -> Any:
     """Generate the writer for one class, as `dataclasses` generates `__init__`: one straight-line function.
 
     The walk visits every message of every request, so the per-field loop and dispatch of a generic writer
     would be most of the cost of a key. Each field is written only when it differs from its default, so a
-    field a later pydantic-ai adds with a default leaves existing keys unchanged.
+    field a later pydantic-ai adds with a default leaves existing keys unchanged. With `apart`, the function
+    returns the (name, text) pair of each field written instead of joining them (a list's items stay apart).
     """
     scope: dict[str, Any] = {
         "_encode_text": _encode_text,
@@ -168,31 +198,70 @@ def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, obj
         "_Refused": _Refused,
         "_Omitted": _Omitted,
         "_NO_DEFAULT": _NO_DEFAULT,
+        # Unbound, so a generated writer makes no bound method per object it writes.
+        "text": MaterialWalk._text,  # pyright: ignore[reportPrivateUsage]
+        "sequence": MaterialWalk._sequence,  # pyright: ignore[reportPrivateUsage]
+        "mapping": MaterialWalk._mapping,  # pyright: ignore[reportPrivateUsage]
+        "items": MaterialWalk._items,  # pyright: ignore[reportPrivateUsage]
+        "special": MaterialWalk._special,  # pyright: ignore[reportPrivateUsage]
     }
-    lines = ["def write(obj, walk):", "    text, sequence, special = walk._text, walk._sequence, walk._special"]
-    lines.append(f"    pieces = [{_encode_text('$type') + ':' + _encode_text(tag)!r}]" if tag else "    pieces = []")
+    lines = ["def write(obj, walk):"]
+    if any(how == _CALL_ID for _name, _attr, _default, how in entries):
+        lines.append("    call_ids = walk.call_ids")
+    if apart:
+        lines.append("    pieces = []")
+    else:
+        lines.append(
+            f"    pieces = [{_encode_text('$type') + ':' + _encode_text(tag)!r}]" if tag else "    pieces = []"
+        )
     lines.append("    field = None")
     lines.append("    try:")
     lines.append("        pass")
     for index, (name, attr, default, how) in enumerate(entries):
         prefix, value = f"p{index}", f"d{index}"
-        scope[prefix], scope[value], scope[f"a{index}"] = _encode_text(name) + ":", default, attr
+        scope[value], scope[f"a{index}"] = default, attr
+        scope[prefix] = name if apart else _encode_text(name) + ":"
+        # Joined: '"name":' + text. Apart: ("name", text).
+        start, end = (f"({prefix}, ", ")") if apart else (f"{prefix} + (", ")")
         lines.append(f"        field = {name!r}")
-        if how != _PLAIN:
+        if how in (_PROPERTY, _ENCRYPTED):
             lines += [
                 "        try:",
-                f"            pieces.append({prefix} + special(obj, a{index}, {value}, {how}))",
+                f"            pieces.append({start}special(walk, obj, a{index}, {value}, {how}){end})",
                 "        except _Omitted:",
                 "            pass",
             ]
             continue
         lines.append(f"        raw = obj.{attr}")
-        write = (
-            f"pieces.append({prefix} + (_encode_text(raw) if type(raw) is str and raw.isascii()"
-            " else sequence(raw) if type(raw) is list else text(raw)))"
-        )
+        if how == _CALL_ID:
+            # `_call_id` inline: a tool call and its return each carry one, in every request of a run.
+            write = (
+                "if type(raw) is str:\n"
+                "                ordinal = call_ids.get(raw)\n"
+                "                if ordinal is None:\n"
+                "                    ordinal = call_ids[raw] = len(call_ids) + 1\n"
+                f"                pieces.append({start}int.__repr__(ordinal){end})\n"
+                "            else:\n"
+                f"                pieces.append({start}text(walk, raw){end})"
+            )
+        elif how == _ARGS:
+            args = "text(walk, obj.args_as_dict())"
+            if getattr(cls, "args_as_dict", None) is BaseToolCallPart.args_as_dict:
+                # What `args_as_dict` returns for dict args (an empty one is written `{}` either way).
+                args = f"mapping(walk, raw) if type(raw) is dict else {args}"
+            write = f"pieces.append({start}{args}{end})"
+        else:
+            listed = (
+                "items(walk, raw) if type(raw) is list or type(raw) is tuple"
+                if apart
+                else "sequence(walk, raw) if type(raw) is list"
+            )
+            write = (
+                f"pieces.append({start}_encode_text(raw) if type(raw) is str and raw.isascii()"
+                f" else {listed} else mapping(walk, raw) if type(raw) is dict else text(walk, raw){end})"
+            )
         if default is _NO_DEFAULT:
-            lines.append(f"        {write}")
+            lines += ["        if True:", f"            {write}"]
         elif default is None:
             lines += ["        if raw is not None:", f"            {write}"]
         else:
@@ -202,11 +271,11 @@ def _compile(class_name: str, tag: str | None, entries: list[tuple[str, str, obj
         "    except _Refused as refused:",
         "        refused.path.append('.' + field)",
         "        raise",
-        "    return '{' + ','.join(pieces) + '}'",
+        "    return pieces" if apart else "    return '{' + ','.join(pieces) + '}'",
     ]
     exec("\n".join(lines), scope)
-    writer: _Writer = scope["write"]
-    writer.__qualname__ = f"write_{class_name}"
+    writer = scope["write"]
+    writer.__qualname__ = f"{'fields' if apart else 'write'}_{cls.__name__}"
     return writer
 
 
@@ -214,6 +283,11 @@ def _nfc(value: str) -> str:
     if unicodedata.is_normalized("NFC", value):
         return value if type(value) is str else str.__str__(value)
     return unicodedata.normalize("NFC", value)
+
+
+def key_string(value: str) -> str:
+    """Return a string as key material holds it (NFC), which is how `MaterialWalk` writes it."""
+    return value if value.isascii() else _nfc(value)
 
 
 def _number(value: float) -> str:
@@ -269,6 +343,22 @@ class MaterialWalk:
         except RecursionError:
             raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
 
+    def fields(self, value: object, *, at: str = "$") -> list[tuple[str, FieldText]] | None:
+        """Return the text of each field `text(value)` would write, in its order; None if `value` has no fields.
+
+        Joining the pairs as `{"name":text,...}` (a list's items as `[a,b]`) gives exactly `text(value)` without
+        its `$type` tag; the walk visits the same values in the same order, so tool-call ids number alike.
+        """
+        writer = _fields_writer_for(type(value))  # pyright: ignore[reportUnknownArgumentType]
+        if writer is None:
+            return None
+        try:
+            return writer(value, self)
+        except _Refused as refused:
+            raise CanonicalError(refused.reason, path=at + "".join(reversed(refused.path))) from None
+        except RecursionError:
+            raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
+
     def value(self, value: object, *, at: str = "$") -> Any:
         """Return `value` as key material: JSON-shaped and already canonical."""
         return json.loads(self.text(value, at=at))
@@ -290,6 +380,14 @@ class MaterialWalk:
             refused.path.append(f"[{self._failing_index(value)}]")
             raise
 
+    def _items(self, value: Any) -> list[str]:
+        # `_sequence` without the brackets; kept apart from it so the walk's hottest path pays no extra call.
+        try:
+            return [self._text(item) for item in value if type(item) is not CachePoint]
+        except _Refused as refused:
+            refused.path.append(f"[{self._failing_index(value)}]")
+            raise
+
     def _converted(self, value: Any) -> str:
         return self._text(self._other(value))
 
@@ -305,11 +403,12 @@ class MaterialWalk:
     def _mapping(self, value: Any) -> str:
         pairs: dict[str, str] = {}
         for key, item in value.items():
-            name = _key(key)
+            name: str = key if type(key) is str and key.isascii() else _key(key)
             if name in pairs:
                 raise _Refused("two object keys are equal once written as canonical JSON")
             try:
-                pairs[name] = self._text(item)
+                # An ASCII string, the commonest value in a JSON schema or tool arguments, is written inline.
+                pairs[name] = _encode_text(item) if type(item) is str and item.isascii() else self._text(item)
             except _Refused as refused:
                 refused.path.append(f".{key}")
                 raise
@@ -321,24 +420,11 @@ class MaterialWalk:
                 return self._text(getattr(obj, attr))
             except ValueError:
                 return "null"
+        # _ENCRYPTED
         raw = getattr(obj, attr)
-        if how == _ENCRYPTED:
-            if not isinstance(raw, dict) or "encrypted_content" not in raw:
-                raise _Omitted
-            return self._text(raw["encrypted_content"])
-        if raw is default or (type(raw) is type(default) and raw == default):
+        if not isinstance(raw, dict) or "encrypted_content" not in raw:
             raise _Omitted
-        if how == _CALL_ID:
-            return self._text(self._call_id(raw))
-        return self._text(obj.args_as_dict())
-
-    def _call_id(self, raw: object) -> object:
-        if type(raw) is not str:
-            return raw
-        ordinal = self.call_ids.get(raw)
-        if ordinal is None:
-            ordinal = self.call_ids[raw] = len(self.call_ids) + 1
-        return ordinal
+        return self._text(raw["encrypted_content"])
 
     def _other(self, value: Any) -> Any:
         """Convert a value that is not plainly JSON into one that is, deliberately, never by `repr`."""

@@ -147,7 +147,8 @@ class PinLedger:
 
     def _put(self, key: str, kind: str, result: object, fingerprint: Mapping[str, str] | None) -> str:
         raw = raw_text_of(result, key=key, kind=kind)
-        digests = None if fingerprint is None else canonical_json(fingerprint)
+        # Any Mapping (a provider may digest its fingerprint lazily); canonical JSON takes only a real dict.
+        digests = None if fingerprint is None else canonical_json(dict(fingerprint))
         self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=digests)
         return raw
 
