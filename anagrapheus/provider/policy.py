@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _encode_text
 from typing import Any, Protocol, cast, runtime_checkable
@@ -333,6 +333,20 @@ class _Fingerprint(Mapping[str, str]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._fields()
+
+    # The dict's own views and lookups, rather than Mapping's generic ones through __getitem__.
+
+    def keys(self) -> KeysView[str]:
+        return self._fields().keys()
+
+    def items(self) -> ItemsView[str, str]:
+        return self._fields().items()
+
+    def values(self) -> ValuesView[str]:
+        return self._fields().values()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._fields().get(name, default)
 
     def __repr__(self) -> str:
         return repr(self._fields())
