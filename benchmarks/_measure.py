@@ -51,6 +51,12 @@ class Aim:
             return False
         return not (self.at_least is not None and ratio < self.at_least)
 
+    def verdict(self, median: float, q1: float, q3: float) -> str:
+        """`met`, `MISSED` (judged on the median), or `met narrowly` when the interquartile range crosses the aim."""
+        if not self.met(median):
+            return "MISSED"
+        return "met" if self.met(q1) and self.met(q3) else "met narrowly"
+
     def __str__(self) -> str:
         if self.at_most is not None:
             return f"<= {self.at_most:g}x"
@@ -156,7 +162,7 @@ def print_table(title: str, baseline_label: str, rows: Sequence[Comparison]) -> 
     print(header)
     print("  " + "-" * (len(header) - 2))
     for c in rows:
-        aim = "" if c.aim is None else f"{c.aim!s} {'met' if c.met else 'MISSED'}"
+        aim = "" if c.aim is None else f"{c.aim!s} {c.aim.verdict(c.ratio_median, *c.ratio_spread)}"
         spread = f"{c.ratio_spread[0]:.3f}-{c.ratio_spread[1]:.3f}"
         print(
             f"  {c.name:<52} {_duration(c.per_op_median):>11} {_duration(c.per_op_min):>11}"

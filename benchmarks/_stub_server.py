@@ -61,7 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     wbufsize = -1
 
-    server: StubOpenAIServer._Server
+    server: StubOpenAIServer._Server  # pyright: ignore[reportIncompatibleVariableOverride]
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))

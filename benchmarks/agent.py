@@ -282,18 +282,22 @@ def cassette_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds
         "bare async FunctionModel answering the same script",
         rows,
     )
-    speedup = paired(through_tape, through_pins)
+    speedup, q1, q3 = paired(through_tape, through_pins)
     aim = Aim(at_least=2.0)
-    print(f"  cassette / pins: {speedup:.2f}x  (aim {aim!s}: {'met' if aim.met(speedup) else 'MISSED'})")
+    print(f"  cassette / pins: {speedup:.2f}x  IQR {q1:.2f}-{q3:.2f}  (aim {aim!s}: {aim.verdict(speedup, q1, q3)})")
 
 
-def paired(slower: Variant, faster: Variant) -> float:
-    """Median over rounds of `slower`'s time over `faster`'s in the same round."""
-    return statistics.median(s / f for s, f in zip(slower.times, faster.times, strict=True))
+def paired(slower: Variant, faster: Variant) -> tuple[float, float, float]:
+    """Median and quartiles over rounds of `slower`'s time over `faster`'s in the same round."""
+    ratios = [s / f for s, f in zip(slower.times, faster.times, strict=True)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return median, q1, q3
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = options(__doc__.splitlines()[0], rounds=25)
+    parser = options((__doc__ or "").splitlines()[0], rounds=25)
     parser.add_argument("--part", choices=["runs", "cassette", "all"], default="all")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="of the pin stores")
     args = parser.parse_args(argv)

@@ -214,7 +214,7 @@ def lookups(replay: ReplayPins, floor: dict[str, str], keys: list[str], *, round
 
 
 def main() -> None:
-    parser = options(__doc__.splitlines()[0], rounds=5)
+    parser = options((__doc__ or "").splitlines()[0], rounds=5)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
     use_options(args)

@@ -112,7 +112,7 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    parser = options(__doc__.splitlines()[0], rounds=11)
+    parser = options((__doc__ or "").splitlines()[0], rounds=11)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
     use_options(args)
