@@ -14,11 +14,13 @@ import io
 import os
 import platform
 import pstats
+import sqlite3
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = [
     "Aim",
@@ -29,6 +31,8 @@ __all__ = [
     "options",
     "print_rates",
     "print_table",
+    "raw_connection",
+    "store_schema",
     "use_options",
 ]
 
@@ -186,9 +190,10 @@ def machine_line() -> str:
     )
 
 
-def options(description: str, *, rounds: int) -> argparse.ArgumentParser:
-    """The options every benchmark takes: --quick (smoke test), --long (more rounds and size), --rounds."""
+def options(description: str, *, rounds: int, synchronous_help: str = "for both sides") -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick, --long, --rounds, --profile and the stores' --synchronous."""
     parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help=synchronous_help)
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the script runs")
     size.add_argument("--long", action="store_true", help="more rounds and larger samples, for steadier figures")
@@ -201,7 +206,34 @@ def options(description: str, *, rounds: int) -> argparse.ArgumentParser:
     return parser
 
 
-def use_options(args: argparse.Namespace) -> None:
-    """Apply the shared options that act inside `compare` (--profile)."""
+def use_options(args: argparse.Namespace) -> int:
+    """Apply the shared options that act inside `compare` (--profile) and return the rounds to run."""
     global _profile_match
     _profile_match = args.profile
+    return 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
+
+
+def store_schema(path: Path, *, table: str | None = None) -> list[str]:
+    """The CREATE statements (tables first, then indexes and triggers) of a store's file, or of one table."""
+    where = "tbl_name = ?" if table is not None else "name NOT LIKE 'sqlite_%'"
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            f"SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND {where}"
+            " ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END",
+            () if table is None else (table,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [sql for (sql,) in rows]
+
+
+def raw_connection(path: Path, schema: list[str], synchronous: str) -> sqlite3.Connection:
+    """A plain sqlite3 floor on a file with the store's own schema and pragmas."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    for statement in schema:
+        conn.execute(statement)
+    return conn

@@ -297,13 +297,11 @@ def paired(slower: Variant, faster: Variant) -> tuple[float, float, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = options((__doc__ or "").splitlines()[0], rounds=25)
+    parser = options((__doc__ or "").splitlines()[0], rounds=25, synchronous_help="of the pin stores")
     parser.add_argument("--part", choices=["runs", "cassette", "all"], default="all")
-    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="of the pin stores")
     args = parser.parse_args(argv)
-    use_options(args)
+    rounds = use_options(args)
     SYNCHRONOUS[0] = args.synchronous
-    rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
     n = 2 if args.quick else 8
     print(f"benchmarks/agent.py  {machine_line()}")
     print(f"  rounds={rounds}, {n} runs per variant per round, interleaved; pin stores synchronous={args.synchronous}")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import uuid_utils
-from _measure import Variant, compare, machine_line, options, print_table, use_options
+from _measure import Variant, compare, machine_line, options, print_table, raw_connection, store_schema, use_options
 
 from anagrapheus import register_builtin_events
 from anagrapheus.timeline import (
@@ -70,29 +70,11 @@ def never() -> object:
     raise AssertionError("replay ran an effect")
 
 
-def schema_of(path: Path) -> list[str]:
-    """The store's own CREATE statements (tables, indexes, triggers), tables first."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END"
-        ).fetchall()
-    finally:
-        conn.close()
-    return [sql for (sql,) in rows]
-
-
 class Raw:
     """The floor: plain sqlite3 on a file with the store's schema and pragmas."""
 
     def __init__(self, path: Path, schema: list[str], synchronous: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA busy_timeout = 30000")
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute(f"PRAGMA synchronous = {synchronous}")
-        for statement in schema:
-            self.conn.execute(statement)
+        self.conn = raw_connection(path, schema, synchronous)
         self.draws = 0
 
     def draw(self, unit_id: str, key: str, value: object) -> object:
@@ -215,10 +197,8 @@ def lookups(replay: ReplayPins, floor: dict[str, str], keys: list[str], *, round
 
 def main() -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=5)
-    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
-    use_options(args)
-    rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
+    rounds = use_options(args)
     draws = 10 if args.quick else 100
     commit_size = 200 if args.quick else 10_000
     log_size = 1_000 if args.quick else 100_000
@@ -237,7 +217,7 @@ def main() -> None:
         root = Path(tmp)
         files = iter(range(1_000_000))
         SQLiteEventStore(root / "schema.db", synchronous=sync).close()
-        schema = schema_of(root / "schema.db")
+        schema = store_schema(root / "schema.db")
 
         def fresh_store() -> SQLiteEventStore:
             return SQLiteEventStore(root / f"store-{next(files)}.db", synchronous=sync)

@@ -21,7 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import uuid_utils
-from _measure import Aim, Variant, compare, machine_line, options, print_rates, print_table, use_options
+from _measure import (
+    Aim,
+    Variant,
+    compare,
+    machine_line,
+    options,
+    print_rates,
+    print_table,
+    raw_connection,
+    store_schema,
+    use_options,
+)
 
 from anagrapheus.timeline import SQLiteEventStore
 from anagrapheus.timeline.events import PendingEvent
@@ -59,12 +70,7 @@ class RawLog:
     """The floor: plain sqlite3 on a file with the store's own schema and pragmas."""
 
     def __init__(self, path: Path, schema: list[str], synchronous: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA busy_timeout = 30000")
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute(f"PRAGMA synchronous = {synchronous}")
-        for statement in schema:
-            self.conn.execute(statement)
+        self.conn = raw_connection(path, schema, synchronous)
 
     def append(self, events: list[PendingEvent]) -> None:
         created_at = timestamp()
@@ -92,19 +98,6 @@ class RawLog:
         return count
 
 
-def store_schema(path: Path) -> list[str]:
-    """The CREATE statements of the store's events table, its indexes and triggers."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL"
-            " ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END"
-        ).fetchall()
-    finally:
-        conn.close()
-    return [sql for (sql,) in rows]
-
-
 def timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
@@ -113,10 +106,8 @@ def timed(action: Callable[[], object]) -> float:
 
 def main() -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=11)
-    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="for both sides")
     args = parser.parse_args()
-    use_options(args)
-    rounds = 1 if args.quick else (args.rounds * 3 if args.long else args.rounds)
+    rounds = use_options(args)
     batch_size = 200 if args.quick else 10_000
     singles = 10 if args.quick else 100
     read_size = 500 if args.quick else 100_000
@@ -129,7 +120,7 @@ def main() -> None:
         root = Path(tmp)
         files = iter(range(1_000_000))
         SQLiteEventStore(root / "schema.db", synchronous=sync).close()
-        schema = store_schema(root / "schema.db")
+        schema = store_schema(root / "schema.db", table="events")
 
         def fresh_store() -> SQLiteEventStore:
             return SQLiteEventStore(root / f"store-{next(files)}.db", synchronous=sync)
