@@ -36,15 +36,14 @@ class _Refused(Exception):
 
 def _text(value: str) -> str:
     # ASCII is always NFC and always UTF-8; the check is the common fast path.
-    if value.isascii():
-        return str(value) if type(value) is not str else value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
-    if unicodedata.is_normalized("NFC", value):
-        return str(value) if type(value) is not str else value
-    return unicodedata.normalize("NFC", value)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
+        if not unicodedata.is_normalized("NFC", value):
+            return unicodedata.normalize("NFC", value)
+    return value if type(value) is str else str(value)
 
 
 def _normalise(value: object) -> Any:

@@ -75,6 +75,10 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def _uuid7() -> str:
     return str(uuid_utils.uuid7())
 
@@ -163,14 +167,13 @@ class SQLiteEventStore:
                         self._conn.execute(statement)
                 # The wall clock, not the injected one: migrating is not an event, and a recording made
                 # with a scripted clock must not change when a release adds a migration.
-                applied_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-                table.insert({"name": name, "applied_at": applied_at})
+                table.insert({"name": name, "applied_at": _iso(_utc_now())})
 
     def _timestamp(self) -> str:
         now = self._clock()
         if now.tzinfo is None:
             raise UsageError("the store's clock must return timezone-aware datetimes")
-        return now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        return _iso(now)
 
     @contextmanager
     def transaction(self) -> Generator[None]:
