@@ -136,6 +136,20 @@ class PinLedger:
             self._inflight[key] = _Draw()
             return None
 
+    def _turn(self, key: str) -> ScratchPin | None:
+        """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
+        self._check_open()
+        while isinstance(claimed := self._claim(key), _Draw):
+            claimed.wait()
+        return claimed
+
+    async def _aturn(self, key: str) -> ScratchPin | None:
+        """Like `_turn`, waiting without blocking the event loop."""
+        self._check_open()
+        while isinstance(claimed := self._claim(key), _Draw):
+            await claimed.wait_async()
+        return claimed
+
     def _reuse(self, pin: ScratchPin, interpret: Callable[[JSONValue], T]) -> T:
         self._store.scratch_bump(self.unit_id, pin.key)
         return interpret(json.loads(pin.raw))
@@ -162,14 +176,9 @@ class PinLedger:
         fingerprint: Mapping[str, str] | None = None,
     ) -> T:
         """Resolve `key` with a synchronous effect: drawn once per unit, reused after."""
-        self._check_open()
-        while True:
-            claimed = self._claim(key)
-            if isinstance(claimed, ScratchPin):
-                return self._reuse(claimed, interpret)
-            if claimed is None:
-                break
-            claimed.wait()
+        pin = self._turn(key)
+        if pin is not None:
+            return self._reuse(pin, interpret)
         try:
             raw = self._put(key, kind, effect(), fingerprint)
         finally:
@@ -186,14 +195,9 @@ class PinLedger:
         fingerprint: Mapping[str, str] | None = None,
     ) -> T:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after."""
-        self._check_open()
-        while True:
-            claimed = self._claim(key)
-            if isinstance(claimed, ScratchPin):
-                return self._reuse(claimed, interpret)
-            if claimed is None:
-                break
-            await claimed.wait_async()
+        pin = await self._aturn(key)
+        if pin is not None:
+            return self._reuse(pin, interpret)
         try:
             raw = self._put(key, kind, await effect(), fingerprint)
         finally:
@@ -223,15 +227,10 @@ class PinLedger:
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
-        self._check_open()
-        while True:
-            claimed = self._claim(key)
-            if isinstance(claimed, ScratchPin):
-                yield StreamDraw(live=None, pinned=self._reuse(claimed, interpret))
-                return
-            if claimed is None:
-                break
-            await claimed.wait_async()
+        pin = await self._aturn(key)
+        if pin is not None:
+            yield StreamDraw(live=None, pinned=self._reuse(pin, interpret))
+            return
         try:
             async with effect() as live:
                 failed = False
