@@ -150,3 +150,43 @@ def test_an_older_database_is_migrated_forward(tmp_path: Path) -> None:
         )
     )
     assert "pin_scratch_draw_order" in plan
+
+
+def test_opening_leaves_recursive_triggers_off(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        # The store's own connection: the only place the pragma can be read.
+        assert store._conn.execute("PRAGMA recursive_triggers").fetchone()[0] == 0  # pyright: ignore[reportPrivateUsage]
+
+
+def test_opening_runs_no_sqlite_utils_plugin(tmp_path: Path) -> None:
+    import sqlite_utils.plugins
+
+    seen: list[object] = []
+
+    class Plugin:
+        @sqlite_utils.hookimpl
+        def prepare_connection(self, conn: object) -> None:
+            seen.append(conn)
+
+    plugin = Plugin()
+    sqlite_utils.plugins.pm.register(plugin, name="anagrapheus-test-plugin")
+    try:
+        SQLiteEventStore(tmp_path / "log.db").close()
+    finally:
+        sqlite_utils.plugins.pm.unregister(plugin)
+    assert seen == []
+
+
+def test_a_migration_failure_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    conn = sqlite3.connect(path)
+    # Recording an applied migration fails inside SQLite, outside the statements of the migration itself.
+    conn.execute("CREATE TABLE anagrapheus_migrations (name TEXT PRIMARY KEY, applied_at TEXT) STRICT")
+    conn.execute(
+        "CREATE TRIGGER no_record BEFORE INSERT ON anagrapheus_migrations BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="migrating") as caught:
+        SQLiteEventStore(path)
+    assert isinstance(caught.value.__cause__, sqlite3.Error)

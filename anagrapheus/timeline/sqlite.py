@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
-import uuid_utils
 
 from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UsageError
-from anagrapheus.timeline.events import PendingEvent, StoredEvent
+from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.store import OpenUnit, ScratchPin
 
 __all__ = ["SQLiteEventStore"]
@@ -79,10 +78,6 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _uuid7() -> str:
-    return str(uuid_utils.uuid7())
-
-
 @contextmanager
 def _translated(action: str) -> Generator[None]:
     """The one choke point where sqlite3 errors become the library's own."""
@@ -104,7 +99,7 @@ class SQLiteEventStore:
         path: str | os.PathLike[str],
         *,
         clock: Callable[[], datetime] = _utc_now,
-        new_event_id: Callable[[], str] = _uuid7,
+        new_event_id: Callable[[], str] = new_uuid7,
         busy_timeout: float = 30.0,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
     ) -> None:
@@ -148,8 +143,11 @@ class SQLiteEventStore:
 
     def _migrate(self) -> None:
         known = [name for name, _ in _MIGRATIONS]
-        with self.transaction():
-            db = sqlite_utils.Database(self._conn)
+        # Inside the one choke point: a migration's sqlite3 error (or sqlite-utils') surfaces as StoreError.
+        with self.transaction(), _translated(f"migrating {self.path}"):
+            # Over our own connection, without side effects: sqlite-utils would otherwise switch on
+            # recursive triggers and run every installed plugin's connection hook.
+            db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
             table = db.table(_MIGRATIONS_TABLE)
             if not table.exists():
                 table.create({"name": str, "applied_at": str}, pk="name", strict=True)
