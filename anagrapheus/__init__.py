@@ -2,6 +2,25 @@
 
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.identity import mint_entity_id
-from anagrapheus.timeline.events import register_builtin_events
+from anagrapheus.provider.model import PinnedModel
+from anagrapheus.provider.tools import pinned_tool
+from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
+from anagrapheus.timeline.replay import ReplayPins
+from anagrapheus.timeline.sqlite import SQLiteEventStore
 
-__all__ = ["AnagrapheusError", "mint_entity_id", "register_builtin_events"]
+__all__ = [
+    "AnagrapheusError",
+    "EventTypeRegistry",
+    "PinLedger",
+    "PinnedModel",
+    "ReplayPins",
+    "SQLiteEventStore",
+    "mint_entity_id",
+    "pin_events",
+    "pinned_tool",
+    "read_recording",
+    "register_builtin_events",
+    "write_recording",
+]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from anagrapheus.timeline.replay import Divergence
+    # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
+    from anagrapheus.timeline.divergence import Divergence
 
 __all__ = [
     "AmbiguousPin",

@@ -5,10 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-import uuid_utils
-
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.resolver import PinResolver
 
@@ -16,10 +15,6 @@ __all__ = ["ENTITY_ID_KIND", "mint_entity_id"]
 
 ENTITY_ID_KIND = "entity_id"
 """The pin kind of a minted entity id."""
-
-
-def _draw() -> str:
-    return str(uuid_utils.uuid7())
 
 
 def _entity_id(raw: JSONValue) -> str:
@@ -33,7 +28,9 @@ def _entity_id(raw: JSONValue) -> str:
     return str(parsed)
 
 
-def mint_entity_id(material: object, *, resolver: PinResolver | None = None, new_id: Callable[[], str] = _draw) -> str:
+def mint_entity_id(
+    material: object, *, resolver: PinResolver | None = None, new_id: Callable[[], str] = new_uuid7
+) -> str:
     """Return a fresh UUIDv7 for the entity `material` describes, drawn through `resolver` when given one.
 
     `material` is what makes the entity this entity (a kind and a human-readable name, say), as

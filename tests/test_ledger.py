@@ -26,6 +26,7 @@ from anagrapheus.timeline import (
     pin_key,
     register_builtin_events,
 )
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 
 
 class Counter:
@@ -56,9 +57,20 @@ def test_unit_id_is_a_uuid7_unless_given(store: SQLiteEventStore, types: EventTy
     assert PinLedger(store, types, unit_id="round-1").unit_id == "round-1"
 
 
-def test_registry_without_builtins_is_refused(store: SQLiteEventStore) -> None:
-    with pytest.raises(UsageError, match="register_builtin_events"):
-        PinLedger(store, EventTypeRegistry())
+def test_a_fresh_registry_knows_the_builtin_events(store: SQLiteEventStore) -> None:
+    types = EventTypeRegistry()
+    assert (BUILTIN_NAMESPACE, "pin_promoted") in types
+    ledger = PinLedger(store, types)
+    ledger.resolve(K1, kind="model_call", effect=Counter({"text": "hello"}), interpret=identity)
+    (event,) = ledger.commit()
+    assert isinstance(types.decode(event), PinPromoted)
+    register_builtin_events(types)  # kept for existing code: a no-op on a registry that knows them already
+    assert types.lookup(BUILTIN_NAMESPACE, "pin_promoted") is PinPromoted
+
+
+def test_a_registry_made_without_the_builtin_events_is_refused(store: SQLiteEventStore) -> None:
+    with pytest.raises(UsageError, match="built-in events"):
+        PinLedger(store, EventTypeRegistry(builtins=False))
 
 
 def test_first_draw_goes_to_scratch_at_once_not_to_the_log(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
@@ -256,7 +268,7 @@ def test_an_open_unit_is_found_and_resumed_after_restart(tmp_path: Path, types: 
 
 
 @pytest.mark.anyio
-async def test_a_stream_is_pinned_as_settled_even_when_stopped_early(
+async def test_a_stream_is_pinned_as_captured_even_when_stopped_early(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     ledger = PinLedger(store, types)
@@ -273,19 +285,19 @@ async def test_a_stream_is_pinned_as_settled_even_when_stopped_early(
         yield Stream()
 
     async with ledger.resolve_stream(
-        K1, kind="model_call", effect=effect, settle=lambda s: "".join(s.chunks), interpret=identity
+        K1, kind="model_call", effect=effect, capture=lambda s: "".join(s.chunks), interpret=identity
     ) as draw:
         assert draw.live is not None and draw.pinned is None
         draw.live.chunks.append("par")  # the consumer stops after one chunk
     async with ledger.resolve_stream(
-        K1, kind="model_call", effect=effect, settle=lambda s: "unused", interpret=identity
+        K1, kind="model_call", effect=effect, capture=lambda s: "unused", interpret=identity
     ) as again:
         assert again.live is None and again.pinned == "par"
     assert opened == 1
     # A stream that fails midway is pinned too, and its error still propagates.
     with pytest.raises(RuntimeError, match="midway"):
         async with ledger.resolve_stream(
-            K2, kind="model_call", effect=effect, settle=lambda s: "".join(s.chunks), interpret=identity
+            K2, kind="model_call", effect=effect, capture=lambda s: "".join(s.chunks), interpret=identity
         ) as draw:
             assert draw.live is not None
             draw.live.chunks.append("half")

@@ -118,13 +118,13 @@ async def test_async_and_stream_strict_replay(store: SQLiteEventStore, types: Ev
         yield
 
     assert await replay.aresolve(key, kind="model_call", effect=anever, interpret=identity) == "answer to one"
-    async with replay.resolve_stream(key, kind="model_call", effect=snever, settle=identity, interpret=str) as draw:
+    async with replay.resolve_stream(key, kind="model_call", effect=snever, capture=identity, interpret=str) as draw:
         assert draw.live is None and draw.pinned == "answer to one"
     with pytest.raises(PinMiss):
         await replay.aresolve(call("two")[0], kind="model_call", effect=anever, interpret=identity)
     with pytest.raises(PinMiss):
         async with replay.resolve_stream(
-            call("two")[0], kind="model_call", effect=snever, settle=identity, interpret=str
+            call("two")[0], kind="model_call", effect=snever, capture=identity, interpret=str
         ):
             pass
 
@@ -228,7 +228,7 @@ def test_old_pin_versions_are_upcast_on_replay(store: SQLiteEventStore, types: E
     class PinPromotedV2(PinPromoted):
         schema_version = 2  # type: ignore[assignment]
 
-    newer = EventTypeRegistry()
+    newer = EventTypeRegistry(builtins=False)
     newer.register(PinPromotedV2, _builtin=True)
     upcasts = UpcastRegistry()
     upcasts.add(BUILTIN_NAMESPACE, "pin_promoted", from_version=1, step=lambda p: {**p, "raw": f"{p['raw']} (v2)"})

@@ -61,7 +61,7 @@ def _usage_from_raw(raw: JSONValue) -> RequestUsage:
     return _usages.validate_python(raw)
 
 
-def _settle(stream: StreamedResponse) -> JSONValue:
+def _captured(stream: StreamedResponse) -> JSONValue:
     # `get()` reports how far the stream got and the state the provider stamped, also after an early stop or error.
     return response_raw(stream.get())
 
@@ -158,7 +158,7 @@ class PinnedModel(WrapperModel):
             call.key,
             kind=MODEL_CALL,
             effect=open_stream,
-            settle=_settle,
+            capture=_captured,
             interpret=response_from_raw,
             fingerprint=call.fingerprint,
         ) as draw:

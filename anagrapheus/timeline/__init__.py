@@ -2,6 +2,7 @@
 
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
     Event,
     EventTypeRegistry,
@@ -23,7 +24,7 @@ from anagrapheus.timeline.recording import (
     read_recording,
     write_recording,
 )
-from anagrapheus.timeline.replay import AmbiguousPinWarning, Divergence, ReplayPins
+from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
 from anagrapheus.timeline.resolver import PinResolver, StreamDraw
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import EventStore, OpenUnit, PinScratchStore, ScratchPin, TimelineStore

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping
 
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.divergence import moved_fields
 
 __all__ = ["DIGEST_CHARS", "FINGERPRINT_LIMIT", "bounded_fingerprint", "digest_text", "fingerprint_of", "moved_fields"]
 
@@ -51,15 +52,3 @@ def bounded_fingerprint(fields: Mapping[str, str]) -> dict[str, str]:
     kept = {name: fields[name] for name in names[: FINGERPRINT_LIMIT - 1]}
     kept["..."] = _digest([fields[name] for name in names[FINGERPRINT_LIMIT - 1 :]])
     return kept
-
-
-def moved_fields(asked: Mapping[str, str], recorded: Mapping[str, str]) -> list[str]:
-    """Name the fields in which `asked` differs from `recorded`: changed, added (`+`) or removed (`-`)."""
-    moved: list[str] = []
-    for name, digest in asked.items():
-        if name not in recorded:
-            moved.append(f"+{name}")
-        elif recorded[name] != digest:
-            moved.append(name)
-    moved.extend(f"-{name}" for name in recorded if name not in asked)
-    return moved

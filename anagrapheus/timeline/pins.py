@@ -7,12 +7,11 @@ import json
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, TypeVar
-
-import uuid_utils
+from typing import Literal, TypeVar
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
     AbandonedPin,
@@ -22,14 +21,15 @@ from anagrapheus.timeline.events import (
     PinsAbandoned,
     ReplayDiverged,
     StoredEvent,
+    new_uuid7,
 )
 from anagrapheus.timeline.resolver import StreamDraw
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore
 
-if TYPE_CHECKING:
-    from anagrapheus.timeline.replay import Divergence
+__all__ = ["LedgerState", "PinLedger"]
 
-__all__ = ["PinLedger"]
+LedgerState = Literal["open", "committed", "abandoned"]
+"""Where a unit of work stands: drawing (`open`), or closed for good by `commit()` or `abandon()`."""
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -59,7 +59,7 @@ class _Draw:
             self._done.set()
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_settle_future, future)
+            loop.call_soon_threadsafe(_wake, future)
 
     def wait(self) -> None:
         self._done.wait()
@@ -74,7 +74,7 @@ class _Draw:
         await future
 
 
-def _settle_future(future: asyncio.Future[None]) -> None:
+def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
@@ -96,12 +96,12 @@ class PinLedger:
         unit_id: str | None = None,
     ) -> None:
         if (BUILTIN_NAMESPACE, PinPromoted.event_type) not in registry:
-            raise UsageError("the registry lacks the built-in events: call register_builtin_events(registry) first")
-        self.unit_id: str = unit_id if unit_id is not None else str(uuid_utils.uuid7())
+            raise UsageError("the registry lacks the built-in events (it was made with builtins=False)")
+        self.unit_id: str = unit_id if unit_id is not None else new_uuid7()
         """The unit of work's id: a UUIDv7 unless given (give an open unit's id to resume it)."""
         self._store = store
         self._registry = registry
-        self._state = "open"
+        self._state: LedgerState = "open"
         self._inflight: dict[str, _Draw] = {}
         self._lock = threading.Lock()
         self._divergence: Divergence | None = None
@@ -112,7 +112,7 @@ class PinLedger:
         return store.open_units()
 
     @property
-    def state(self) -> str:
+    def state(self) -> LedgerState:
         """`open`, `committed` or `abandoned`."""
         return self._state
 
@@ -210,12 +210,12 @@ class PinLedger:
         *,
         kind: str,
         effect: Callable[[], AbstractAsyncContextManager[S]],
-        settle: Callable[[S], object],
+        capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve `key` with a streaming effect; a live stream is pinned as `settle(stream)` on exit, even on error."""
-        return self._stream(key, kind, effect, settle, interpret, fingerprint)
+        """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
+        return self._stream(key, kind, effect, capture, interpret, fingerprint)
 
     @asynccontextmanager
     async def _stream(
@@ -223,7 +223,7 @@ class PinLedger:
         key: str,
         kind: str,
         effect: Callable[[], AbstractAsyncContextManager[S]],
-        settle: Callable[[S], object],
+        capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
@@ -243,7 +243,7 @@ class PinLedger:
                     # A partial answer is still something the model produced: pin it, even when the
                     # consumer stopped early or the stream failed. Never let pinning mask that failure.
                     try:
-                        self._put(key, kind, settle(live), fingerprint)
+                        self._put(key, kind, capture(live), fingerprint)
                     except Exception:
                         if not failed:
                             raise
@@ -272,7 +272,7 @@ class PinLedger:
         """The divergence noted by a record-mode replay, if any."""
         return self._divergence
 
-    def _check_settled(self, action: str) -> None:
+    def _check_idle(self, action: str) -> None:
         self._check_open()
         with self._lock:
             if self._inflight:
@@ -282,7 +282,7 @@ class PinLedger:
 
     def commit(self) -> list[StoredEvent]:
         """Promote every scratch pin to the log as `PinPromoted`, in draw order, and clear scratch, atomically."""
-        self._check_settled("commit")
+        self._check_idle("commit")
         pins = self._store.scratch_list(self.unit_id)
         events = [self._promoted(pin) for pin in pins]
         divergence = self._divergence
@@ -306,12 +306,13 @@ class PinLedger:
         return stored
 
     def _promoted(self, pin: ScratchPin) -> PendingEvent:
-        # Spliced from text that is already canonical, so a 10,000-pin commit does not re-encode every
-        # result; tests hold it byte-equal to `registry.encode(PinPromoted(...))`.
-        payload = (
-            f'{{"attempts":{pin.attempts},"fingerprint":{pin.fingerprint or "null"},'
-            f'"key":{canonical_json(pin.key)},"kind":{canonical_json(pin.kind)},"raw":{pin.raw},'
-            f'"unit_id":{canonical_json(pin.unit_id)}}}'
+        payload = PinPromoted.payload_text(
+            unit_id=pin.unit_id,
+            key=pin.key,
+            kind=pin.kind,
+            raw=pin.raw,
+            attempts=pin.attempts,
+            fingerprint=pin.fingerprint,
         )
         return PendingEvent(
             namespace=BUILTIN_NAMESPACE,
@@ -323,7 +324,7 @@ class PinLedger:
 
     def abandon(self, *, reason: str) -> StoredEvent:
         """Drop the unit's scratch and append one `PinsAbandoned` listing each key, kind and attempts."""
-        self._check_settled("abandon")
+        self._check_idle("abandon")
         pins = self._store.scratch_list(self.unit_id)
         event = PinsAbandoned(
             unit_id=self.unit_id,

@@ -8,12 +8,12 @@ import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from anagrapheus.errors import AmbiguousPin, CorruptEvent, PinMiss, UsageError
+from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.divergence import Divergence, diverged_at
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
-from anagrapheus.timeline.fingerprint import moved_fields
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.resolver import StreamDraw
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -23,36 +23,9 @@ __all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
 T = TypeVar("T")
 S = TypeVar("S")
 
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, check_circular=False).encode
-
 
 class AmbiguousPinWarning(UserWarning):
     """Emitted when a replay is built from events in which one key has several different results."""
-
-
-@dataclass(frozen=True, slots=True)
-class Divergence:
-    """Where a run left its recording: the first key it asked for that no pin answers."""
-
-    key: str
-    """The key no pin answered."""
-    kind: str
-    """What kind of call missed (`model_call`, `tool_call`, ...)."""
-    after_hits: int
-    """How many pins the replay answered before the miss."""
-    moved: tuple[str, ...] = ()
-    """Fields that differ from the nearest recorded call of the same kind (`+f` added, `-f` removed)."""
-    nearest_key: str | None = None
-    """The recorded key compared against, when fingerprints allowed a comparison."""
-
-    def describe(self) -> str:
-        """Say in one sentence where the run diverged and what moved."""
-        text = f"no pin for {self.kind} {self.key} (after {self.after_hits} hit(s))"
-        if self.nearest_key is None:
-            return text + "; the recording has no comparable call of this kind"
-        if not self.moved:
-            return text + f"; the nearest recorded call {self.nearest_key} has the same fingerprint"
-        return text + f"; against the nearest recorded call, what moved: {', '.join(self.moved)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,17 +77,23 @@ class ReplayPins:
         into: PinLedger | None = None,
     ) -> ReplayPins:
         """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
-        current = registry.lookup(BUILTIN_NAMESPACE, PinPromoted.event_type)
         pins: dict[str, _Pin] = {}
         units: dict[str, list[str]] = {}
         ambiguous: set[str] = set()
         for stored in events:
             if stored.namespace != BUILTIN_NAMESPACE or stored.type != PinPromoted.event_type:
                 continue
-            pin = _pin_of(stored, registry, upcasts, current.schema_version)
-            if unit_id is not None and pin[0] != unit_id:
+            event = PinPromoted.read(stored, registry, upcasts=upcasts)
+            if unit_id is not None and event.unit_id != unit_id:
                 continue
-            key, found = pin[1], pin[2]
+            key = event.key
+            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
+            found = _Pin(
+                kind=sys.intern(event.kind),
+                raw=canonical_json(event.raw),
+                fingerprint=event.fingerprint,
+                unit_id=sys.intern(event.unit_id),
+            )
             seen = pins.get(key)
             if seen is None:
                 pins[key] = found
@@ -180,23 +159,8 @@ class ReplayPins:
         return self._into
 
     def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
-        nearest: tuple[int, str, Mapping[str, str]] | None = None
-        if fingerprint:
-            for recorded_key, pin in self._pins.items():
-                if pin.kind != kind or not pin.fingerprint:
-                    continue
-                shared = sum(1 for name, digest in fingerprint.items() if pin.fingerprint.get(name) == digest)
-                if nearest is None or shared > nearest[0]:
-                    nearest = (shared, recorded_key, pin.fingerprint)
-        if nearest is None or fingerprint is None:
-            return Divergence(key=key, kind=kind, after_hits=self._hits)
-        return Divergence(
-            key=key,
-            kind=kind,
-            after_hits=self._hits,
-            moved=tuple(moved_fields(fingerprint, nearest[2])),
-            nearest_key=nearest[1],
-        )
+        recorded = ((recorded_key, pin.kind, pin.fingerprint) for recorded_key, pin in self._pins.items())
+        return diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=recorded)
 
     def resolve(
         self,
@@ -236,12 +200,12 @@ class ReplayPins:
         *,
         kind: str,
         effect: Callable[[], AbstractAsyncContextManager[S]],
-        settle: Callable[[S], object],
+        capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Answer a streamed call from the recording; a miss is strict or recorded as for `resolve`."""
-        return self._stream(key, kind, effect, settle, interpret, fingerprint)
+        return self._stream(key, kind, effect, capture, interpret, fingerprint)
 
     @asynccontextmanager
     async def _stream(
@@ -249,7 +213,7 @@ class ReplayPins:
         key: str,
         kind: str,
         effect: Callable[[], AbstractAsyncContextManager[S]],
-        settle: Callable[[S], object],
+        capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
@@ -259,31 +223,6 @@ class ReplayPins:
             return
         ledger = self._miss(key, kind, fingerprint)
         async with ledger.resolve_stream(
-            key, kind=kind, effect=effect, settle=settle, interpret=interpret, fingerprint=fingerprint
+            key, kind=kind, effect=effect, capture=capture, interpret=interpret, fingerprint=fingerprint
         ) as draw:
             yield draw
-
-
-def _pin_of(
-    stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None, current_version: int
-) -> tuple[str, str, _Pin]:
-    """Read one `PinPromoted` as (unit_id, key, pin); current-version payloads skip the model for speed."""
-    if stored.schema_version == current_version and current_version == PinPromoted.schema_version:
-        payload: dict[str, Any] = stored.payload_json()
-        try:
-            unit_id, key, kind = payload["unit_id"], payload["key"], payload["kind"]
-            raw, fingerprint = payload["raw"], payload.get("fingerprint")
-        except KeyError as e:
-            raise CorruptEvent(f"pin_promoted payload lacks {e}", seq=stored.seq) from None
-        if not (isinstance(unit_id, str) and isinstance(key, str) and isinstance(kind, str)):
-            raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=stored.seq)
-        if fingerprint is not None and not isinstance(fingerprint, dict):
-            raise CorruptEvent("pin_promoted fingerprint must be an object", seq=stored.seq)
-    else:
-        event = registry.decode(stored, upcasts=upcasts)
-        if not isinstance(event, PinPromoted):
-            raise CorruptEvent(f"expected PinPromoted, decoded {type(event).__qualname__}", seq=stored.seq)
-        unit_id, key, kind, raw, fingerprint = event.unit_id, event.key, event.kind, event.raw, event.fingerprint
-    # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
-    unit_id, kind = sys.intern(unit_id), sys.intern(kind)
-    return unit_id, key, _Pin(kind=kind, raw=_compact(raw), fingerprint=fingerprint, unit_id=unit_id)  # pyright: ignore[reportUnknownArgumentType]

@@ -20,7 +20,7 @@ class StreamDraw(Generic[S, T]):
     """What `resolve_stream` yields: a live stream to consume, or the pinned value that answers it."""
 
     live: S | None
-    """The live stream on a first draw; it is pinned through `settle` when the context exits."""
+    """The live stream on a first draw; it is pinned through `capture` when the context exits."""
     pinned: T | None
     """The interpreted pinned value when the key was answered from a pin (reuse or replay)."""
 
@@ -65,9 +65,9 @@ class PinResolver(Protocol):
         *,
         kind: str,
         effect: Callable[[], AbstractAsyncContextManager[S]],
-        settle: Callable[[S], object],
+        capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve `key` with a streaming effect; a live stream is pinned as `settle(stream)` on exit, even on error."""
+        """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
         ...

@@ -1,0 +1,112 @@
+"""The public surface: everyday names at the top level, old import paths kept, one PinPromoted codec."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import anagrapheus
+from anagrapheus.errors import CorruptEvent
+from anagrapheus.timeline import EventTypeRegistry, PinPromoted, SQLiteEventStore, StoredEvent, canonical_json
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
+
+
+def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -> None:
+    from anagrapheus.provider import PinnedModel, pinned_tool
+    from anagrapheus.timeline import (
+        PinLedger,
+        ReplayPins,
+        pin_events,
+        read_recording,
+        write_recording,
+    )
+    from anagrapheus.timeline import SQLiteEventStore as Store
+
+    assert (anagrapheus.PinnedModel, anagrapheus.pinned_tool) == (PinnedModel, pinned_tool)
+    assert (anagrapheus.PinLedger, anagrapheus.ReplayPins, anagrapheus.SQLiteEventStore) == (
+        PinLedger,
+        ReplayPins,
+        Store,
+    )
+    assert (anagrapheus.write_recording, anagrapheus.read_recording, anagrapheus.pin_events) == (
+        write_recording,
+        read_recording,
+        pin_events,
+    )
+
+
+def test_divergence_keeps_its_old_import_paths() -> None:
+    from anagrapheus.timeline import Divergence
+    from anagrapheus.timeline.divergence import Divergence as moved
+    from anagrapheus.timeline.fingerprint import moved_fields
+    from anagrapheus.timeline.replay import Divergence as old
+
+    assert Divergence is moved is old
+    assert moved_fields({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == ["b", "-c"]
+
+
+@pytest.mark.parametrize("module", ["anagrapheus.errors", "anagrapheus.timeline.divergence", "anagrapheus"])
+def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    # An import cycle shows only when its first module is imported first; each gets a fresh process.
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=60)
+
+
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
+raws = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    unit_id=texts,
+    key=texts,
+    kind=st.sampled_from(["model_call", "tool_call"]),
+    raw=raws,
+    attempts=st.integers(1, 99),
+    fingerprint=st.none() | st.dictionaries(texts, texts, max_size=3),
+)
+def test_the_pin_promoted_codec_writes_what_the_registry_writes_and_reads_it_back(
+    unit_id: str, key: str, kind: str, raw: object, attempts: int, fingerprint: dict[str, str] | None
+) -> None:
+    types = EventTypeRegistry()
+    event = PinPromoted.model_validate(
+        {"unit_id": unit_id, "key": key, "kind": kind, "raw": raw, "attempts": attempts, "fingerprint": fingerprint}
+    )
+    text = PinPromoted.payload_text(
+        unit_id=unit_id,
+        key=key,
+        kind=kind,
+        raw=canonical_json(raw),
+        attempts=attempts,
+        fingerprint=None if fingerprint is None else canonical_json(fingerprint),
+    )
+    assert text == types.encode(event).payload
+    stored = StoredEvent(1, "e", BUILTIN_NAMESPACE, "pin_promoted", 1, None, None, "t", text)
+    assert PinPromoted.read(stored, types) == types.decode(stored) == event
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"attempts":1,"key":"k","kind":"model_call","raw":1}',
+        '{"attempts":1,"key":"k","kind":"model_call","raw":1,"unit_id":7}',
+        '{"attempts":1,"fingerprint":{"a":1},"key":"k","kind":"model_call","raw":1,"unit_id":"u"}',
+        '{"attempts":1,"key":"k","kind":"model_call","raw":1,"unit_id":"u","extra":0}',
+    ],
+)
+def test_the_pin_promoted_reader_refuses_what_the_model_refuses(tmp_path: Path, payload: str) -> None:
+    types = EventTypeRegistry()
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        store.append([PendingEvent(BUILTIN_NAMESPACE, "pin_promoted", 1, payload)])
+        stored = next(store.read())
+    with pytest.raises(CorruptEvent):
+        types.decode(stored)
+    with pytest.raises(CorruptEvent):
+        PinPromoted.read(stored, types)
