@@ -6,7 +6,6 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus import register_builtin_events
 from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import (
     EventTypeRegistry,
@@ -27,7 +26,6 @@ def negotiator(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 async def main() -> None:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     model = FunctionModel(negotiator, model_name="scripted-uk")
 
     with TemporaryDirectory() as tmp:

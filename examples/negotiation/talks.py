@@ -15,7 +15,6 @@ import uuid_utils
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
-from anagrapheus import register_builtin_events
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.timeline import (
@@ -94,7 +93,6 @@ class RoundConcluded(Event):
 def negotiation_types() -> EventTypeRegistry:
     """Return a registry with the built-in events and `RoundConcluded`."""
     types = EventTypeRegistry()
-    register_builtin_events(types)
     types.register(RoundConcluded)
     return types
 
