@@ -2,6 +2,7 @@
 
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.identity import mint_entity_id
+from anagrapheus.provider.capability import Pinning
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.tools import pinned_tool
 from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
@@ -15,6 +16,7 @@ __all__ = [
     "EventTypeRegistry",
     "PinLedger",
     "PinnedModel",
+    "Pinning",
     "ReplayPins",
     "SQLiteEventStore",
     "mint_entity_id",

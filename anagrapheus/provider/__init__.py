@@ -1,5 +1,6 @@
 """pydantic-ai adapters: the only layer that imports pydantic_ai."""
 
+from anagrapheus.provider.capability import PinnedToolset, Pinning
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
@@ -10,6 +11,8 @@ __all__ = [
     "CallPolicy",
     "PinnedModel",
     "PinnedStreamedResponse",
+    "PinnedToolset",
+    "Pinning",
     "SemanticCallPolicy",
     "call_pin",
     "pinned_tool",

@@ -10,7 +10,6 @@ from weakref import WeakValueDictionary
 
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
-from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -18,6 +17,7 @@ from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import PartialPin, UsageError
+from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key

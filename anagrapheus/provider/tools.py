@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
@@ -16,19 +17,45 @@ from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.resolver import PinResolver
 
-__all__ = ["TOOL_CALL", "pinned_tool"]
+__all__ = [
+    "TOOL_CALL",
+    "ToolPin",
+    "is_pinned_tool",
+    "pinned_tool",
+    "tool_pin",
+    "tool_result_from_raw",
+    "tool_result_raw",
+]
 
 TOOL_CALL = "tool_call"
 """The pin kind of a tool call."""
+
+_PINNED_MARK = "__anagrapheus_pinned_tool__"
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _arguments(tool: str, bound: inspect.BoundArguments) -> dict[str, JSONValue]:
+@dataclass(frozen=True, slots=True)
+class ToolPin:
+    """The key of one tool call, and a compact per-field fingerprint of its material for divergence reports."""
+
+    key: str
+    """`p1:tool_call:<sha256 of the tool's name and arguments>`."""
+    fingerprint: Mapping[str, str]
+    """Field name (`tool`, `args.city`) to a short digest; never content."""
+
+
+def tool_pin(tool: str, arguments: Mapping[str, object]) -> ToolPin:
+    """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key."""
+    material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
+    return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
+
+
+def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
     """The call's arguments as JSON, without the `RunContext` the run fills in."""
     arguments: dict[str, JSONValue] = {}
-    for name, value in bound.arguments.items():
+    for name, value in given.items():
         if isinstance(value, RunContext):
             continue
         try:
@@ -40,7 +67,8 @@ def _arguments(tool: str, bound: inspect.BoundArguments) -> dict[str, JSONValue]
     return arguments
 
 
-def _result(tool: str, result: object) -> JSONValue:
+def tool_result_raw(tool: str, result: object) -> JSONValue:
+    """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be."""
     try:
         return canonical_value(result)
     except CanonicalError as e:
@@ -50,8 +78,8 @@ def _result(tool: str, result: object) -> JSONValue:
         ) from e
 
 
-def _as_returned(raw: JSONValue) -> JSONValue:
-    # The tool's result reaches the run as JSON on every path, so a first run and its replay see identical values.
+def tool_result_from_raw(raw: JSONValue) -> JSONValue:
+    """Return a tool pin's raw JSON as the run receives it: JSON on every path, so a replay sees what the run saw."""
     return raw
 
 
@@ -78,7 +106,7 @@ def pinned_tool(
     async def pinned(*args: P.args, **kwargs: P.kwargs) -> JSONValue:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, bound)}
+        call = tool_pin(tool, bound.arguments)
 
         async def draw() -> JSONValue:
             if is_async:
@@ -87,16 +115,19 @@ def pinned_tool(
                 result = await anyio.to_thread.run_sync(
                     functools.partial(cast(Callable[..., Any], func), *args, **kwargs)
                 )
-            return _result(tool, result)
+            return tool_result_raw(tool, result)
 
         return await resolver.aresolve(
-            pin_key(TOOL_CALL, material),
-            kind=TOOL_CALL,
-            effect=draw,
-            interpret=_as_returned,
-            fingerprint=fingerprint_of(material),
+            call.key, kind=TOOL_CALL, effect=draw, interpret=tool_result_from_raw, fingerprint=call.fingerprint
         )
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
+    # Lets the `Pinning` capability pass the call through rather than pin it twice under one key.
+    setattr(pinned, _PINNED_MARK, True)
     return pinned
+
+
+def is_pinned_tool(func: object) -> bool:
+    """Whether `func` is a wrapper made by `pinned_tool`, which pins its own calls."""
+    return getattr(func, _PINNED_MARK, False) is True

@@ -1,0 +1,114 @@
+"""Pinning: the pydantic-ai capability that pins every model request and tool call of an agent run."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models import Model
+from pydantic_ai.tools import AgentDepsT
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from anagrapheus.errors import PinResultError
+from anagrapheus.provider.compat import tool_function
+from anagrapheus.provider.model import PinnedModel
+from anagrapheus.provider.policy import CallPolicy
+from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.resolver import PinResolver
+
+__all__ = ["PinnedToolset", "Pinning"]
+
+
+@dataclass(init=False)
+class Pinning(AbstractCapability[Any]):
+    """Pins every model request and every tool call of an agent run through one resolver.
+
+    `Agent(model, capabilities=[Pinning(ledger)])` records a run; the same agent with
+    `Pinning(ReplayPins(...))` replays it without reaching the model or any tool. Each model is
+    wrapped in a `PinnedModel` (its keys, its `policy`) and every toolset's calls are keyed as
+    `pinned_tool` keys them. A model or tool that already pins its own calls is passed through.
+    """
+
+    resolver: PinResolver
+    """Answers each keyed model request and tool call: draws it live, or answers it from pins."""
+    policy: CallPolicy | None
+    """Decides what goes into a model request's key; `SemanticCallPolicy` when None."""
+
+    def __init__(self, resolver: PinResolver, *, policy: CallPolicy | None = None) -> None:
+        self.resolver = resolver
+        self.policy = policy
+        # pydantic-ai asks for a wrapper on every attempt at a request. One PinnedModel per model keeps
+        # what it knows across attempts (which responses it answered from a pin) for the whole run.
+        self._pinned_models: dict[int, PinnedModel] = {}
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """None: a resolver is a live object, so the capability cannot be written into an agent spec."""
+        return None
+
+    def get_wrapper_model(self, model: Model) -> Model | None:
+        """Wrap the model serving a request in a `PinnedModel`, unless it pins its own requests already."""
+        if isinstance(model, PinnedModel):
+            return None
+        pinned = self._pinned_models.get(id(model))
+        if pinned is None or pinned.wrapped is not model:
+            pinned = PinnedModel(model, self.resolver, policy=self.policy)
+            self._pinned_models[id(model)] = pinned
+        return pinned
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        """Wrap the run's assembled toolset so that each tool call is pinned."""
+        return PinnedToolset(toolset, resolver=self.resolver)
+
+
+@dataclass
+class PinnedToolset(WrapperToolset[AgentDepsT]):
+    """A toolset whose every tool call is pinned under the tool's name and arguments, as `pinned_tool` keys it."""
+
+    resolver: PinResolver
+    """Answers each keyed tool call: draws it live, or answers it from pins."""
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+    ) -> Any:
+        """Answer the call from its pin, or call the wrapped toolset and pin the result as JSON."""
+        function = tool_function(tool)
+        if function is not None and is_pinned_tool(function):
+            # A `pinned_tool` pins itself under this very key: pinning it here too would wait on its own draw.
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        call = tool_pin(name, _keyed_arguments(function, tool_args))
+
+        async def draw() -> JSONValue:
+            result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            return tool_result_raw(name, _jsonable(name, result))
+
+        return await self.resolver.aresolve(
+            call.key, kind=TOOL_CALL, effect=draw, interpret=tool_result_from_raw, fingerprint=call.fingerprint
+        )
+
+
+def _keyed_arguments(function: Callable[..., Any] | None, tool_args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments as `pinned_tool` keys them: the validated ones with the function's defaults filled in."""
+    if function is None:
+        return tool_args
+    try:
+        bound = inspect.signature(function).bind_partial(**tool_args)
+    except (TypeError, ValueError):
+        # A signature Python cannot bind by name (positional-only, say): key what the model sent.
+        return tool_args
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _jsonable(tool: str, result: object) -> object:
+    # A tool in a toolset may return any value pydantic-ai can send the model; its pin keeps the JSON of it.
+    try:
+        return to_jsonable_python(result)
+    except PydanticSerializationError as e:
+        raise PinResultError(f"tool {tool!r} returned {type(result).__qualname__}, which has no JSON form ({e})") from e

@@ -1,0 +1,185 @@
+"""Pinning: one capability pins every model request and every tool call of a run; strict replay reaches neither."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
+
+from anagrapheus import Pinning
+from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider.tools import tool_pin
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
+from tests.conftest import Scripted
+
+PROMPT = "Where do the fleets land?"
+
+
+@dataclass
+class World:
+    """Counts every tool body that ran, so a replay can prove none did."""
+
+    calls: list[str] = field(default_factory=list[str])
+
+    def agent(self, model: Any, *, capabilities: list[Any] | None = None) -> Agent[str, str]:
+        """An agent with a tool of each kind: plain, async, from a toolset, dynamic and prepared."""
+        world = self
+        agent = Agent(model, deps_type=str, capabilities=capabilities, toolsets=[self._harbours(), self._quays()])
+
+        @agent.tool
+        def fleet(ctx: RunContext[str], city: str, boats: int = 3) -> str:
+            """Name the fleet of a city."""
+            world.calls.append("fleet")
+            return f"{ctx.deps} fleet of {boats} in {city}"
+
+        @agent.tool_plain
+        async def weather(city: str) -> dict[str, Any]:
+            """Read the weather in a city."""
+            world.calls.append("weather")
+            return {"city": city, "wind": 4}
+
+        @agent.toolset
+        def tides(ctx: RunContext[str]) -> AbstractToolset[str]:
+            def tide(city: str) -> str:
+                """Read the tide in a city."""
+                world.calls.append("tide")
+                return f"high tide in {city}"
+
+            return FunctionToolset([tide])
+
+        return agent
+
+    def _harbours(self) -> FunctionToolset[str]:
+        world = self
+
+        def harbours(city: str) -> list[str]:
+            """List the harbours of a city."""
+            world.calls.append("harbours")
+            return [f"{city} north", f"{city} south"]
+
+        return FunctionToolset([harbours])
+
+    def _quays(self) -> AbstractToolset[str]:
+        world = self
+
+        def quays(city: str) -> int:
+            """Count the quays of a city."""
+            world.calls.append("quays")
+            return 7
+
+        async def described(ctx: RunContext[str], defs: list[ToolDefinition]) -> list[ToolDefinition]:
+            return [ToolDefinition(**{**d.__dict__, "description": "Count quays."}) for d in defs]
+
+        return FunctionToolset([quays]).prepared(described)
+
+
+TOOLS = ["fleet", "harbours", "quays", "tide", "weather"]
+
+
+def record(store: SQLiteEventStore, types: EventTypeRegistry, *, streamed: bool = False) -> tuple[str, Scripted]:
+    scripted, world = Scripted("scripted-uk"), World()
+    ledger = PinLedger(store, types)
+    agent = world.agent(scripted.model, capabilities=[Pinning(ledger)])
+    if streamed:
+        with agent.run_stream_sync(PROMPT, deps="Breton") as run:
+            output = run.get_output()
+    else:
+        output = agent.run_sync(PROMPT, deps="Breton").output
+    ledger.commit()
+    assert sorted(world.calls) == TOOLS
+    assert scripted.calls == 2
+    return output, scripted
+
+
+def test_a_run_recorded_through_the_capability_replays_strictly_without_model_or_tools(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    output, _ = record(store, types)
+    assert "Breton fleet of 3 in Paris" in output and "high tide in Paris" in output
+
+    scripted, world = Scripted("scripted-uk"), World()
+    replay = ReplayPins.from_events(store.read(), types)
+    agent = world.agent(scripted.model, capabilities=[Pinning(replay)])
+    assert agent.run_sync(PROMPT, deps="Breton").output == output
+    assert (scripted.calls, world.calls) == (0, [])
+    assert replay.hits == 2 + len(TOOLS)
+
+
+def test_a_streamed_run_replays_through_a_plain_one_and_per_run_capabilities_work(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    output, _ = record(store, types, streamed=True)
+
+    scripted, world = Scripted("scripted-uk"), World()
+    replay = ReplayPins.from_events(store.read(), types)
+    agent = world.agent(scripted.model)
+    result = agent.run_sync(PROMPT, deps="Breton", capabilities=[Pinning(replay)])
+    assert result.output == output
+    assert (scripted.calls, world.calls) == (0, [])
+
+
+def test_a_new_question_misses_strictly_before_the_model_is_reached(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    record(store, types)
+    scripted, world = Scripted("scripted-uk"), World()
+    agent = world.agent(scripted.model, capabilities=[Pinning(ReplayPins.from_events(store.read(), types))])
+    with pytest.raises(PinMiss):
+        agent.run_sync("Where do the fleets sail?", deps="Breton")
+    assert (scripted.calls, world.calls) == (0, [])
+
+
+def test_tool_keys_leave_deps_out(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    record(store, types)
+    scripted, world = Scripted("scripted-uk"), World()
+    agent = world.agent(scripted.model, capabilities=[Pinning(ReplayPins.from_events(store.read(), types))])
+    # Other deps, same questions: the tools replay what the recorded run read (deps are not in a tool's key).
+    result = agent.run_sync(PROMPT, deps="Basque")
+    assert "Breton fleet of 3 in Paris" in result.output
+    assert world.calls == []
+
+
+def test_the_capability_keys_as_pinned_model_and_pinned_tool_do(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Recorded with the lower-level parts, replayed through the capability: the keys are the same ones.
+    scripted, calls = Scripted("scripted-uk"), list[str]()
+
+    def fleet(ctx: RunContext[str], city: str, boats: int = 3) -> str:
+        """Name the fleet of a city."""
+        calls.append("fleet")
+        return f"{ctx.deps} fleet of {boats} in {city}"
+
+    ledger = PinLedger(store, types)
+    live = Agent(PinnedModel(scripted.model, ledger), deps_type=str, tools=[pinned_tool(ledger, fleet)])
+    output = live.run_sync(PROMPT, deps="Breton").output
+    assert tool_pin("fleet", {"city": "Paris", "boats": 3}).key in [pin.key for pin in ledger.pins()]
+    ledger.commit()
+
+    replay = ReplayPins.from_events(store.read(), types)
+    again = Agent(scripted.model, deps_type=str, tools=[fleet], capabilities=[Pinning(replay)])
+    assert again.run_sync(PROMPT, deps="Breton").output == output
+    assert (scripted.calls, calls) == (2, ["fleet"])  # both from the recording
+
+
+def test_a_pinned_tool_or_pinned_model_under_the_capability_is_pinned_once(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    scripted, calls = Scripted("scripted-uk"), list[str]()
+
+    def fleet(city: str) -> str:
+        """Name the fleet of a city."""
+        calls.append("fleet")
+        return f"fleet in {city}"
+
+    ledger = PinLedger(store, types)
+    agent = Agent(
+        PinnedModel(scripted.model, ledger), tools=[pinned_tool(ledger, fleet)], capabilities=[Pinning(ledger)]
+    )
+    agent.run_sync(PROMPT)
+    assert [pin.kind for pin in ledger.pins()] == ["model_call", "tool_call", "model_call"]
+    assert all(pin.attempts == 1 for pin in ledger.pins())
