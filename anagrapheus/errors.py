@@ -22,6 +22,7 @@ __all__ = [
     "SchemaTooNew",
     "SeqConflict",
     "StoreError",
+    "UnitBusy",
     "UnknownEventType",
     "UpcastGap",
     "UsageError",
@@ -101,6 +102,18 @@ class SeqConflict(StoreError):
         super().__init__(f"expected the log to end at seq {expected}, but it ends at seq {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class UnitBusy(StoreError):
+    """Another worker holds the unit of work; refused before any effect of this one runs."""
+
+    def __init__(self, unit_id: str, *, waited: float) -> None:
+        super().__init__(
+            f"unit {unit_id} is held by another worker (waited {waited:g} s for it); one worker draws in a unit at a"
+            " time: resume it once that worker has settled it or died"
+        )
+        self.unit_id = unit_id
+        self.waited = waited
 
 
 class SchemaTooNew(StoreError):

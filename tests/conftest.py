@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+import os
+import uuid
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,59 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 
 # A test that reaches a real provider is a bug: pydantic-ai refuses every model but its test doubles.
 models.ALLOW_MODEL_REQUESTS = False
+
+
+POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+"""Where the Postgres tests run (trust authentication on the project's machines); each test gets its own schema."""
+
+
+def _postgres_unavailable() -> str | None:
+    """Why the Postgres tests cannot run here, in one line, or None when a server answers."""
+    try:
+        import psycopg
+
+        from anagrapheus.timeline.postgres_schema import PostgresPlace
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[dev]')"
+    place = PostgresPlace.of(POSTGRES_DSN, "public")
+    try:
+        psycopg.connect(POSTGRES_DSN, connect_timeout=3).close()
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"no PostgreSQL at {place.server}, database {place.database} (set ANAGRAPHEUS_POSTGRES_DSN): {first}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    reason = _postgres_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    return POSTGRES_DSN
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A fresh schema name for one test, dropped (with everything in it) afterwards."""
+    import psycopg
+
+    name = f"anagrapheus_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")  # pyright: ignore
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # Under CI a Postgres test must run for real: a skip (no server, no psycopg) fails it instead.
+    report = yield
+    if report.skipped and os.environ.get("CI") == "true" and item.get_closest_marker("postgres") is not None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"a Postgres test was skipped under CI=true, which counts as a failure: {reason}"
+    return report
 
 
 @pytest.fixture

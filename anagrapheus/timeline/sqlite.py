@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +16,8 @@ import sqlite_utils
 
 from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
-from anagrapheus.timeline.store import OpenUnit, ScratchPin
+from anagrapheus.timeline.stamps import iso_timestamp, stamp, utc_now
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, check_contiguous, event_row
 
 __all__ = ["SQLiteEventStore"]
 
@@ -70,14 +71,6 @@ _SCRATCH_COLUMNS = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 @contextmanager
 def _translated(action: str) -> Generator[None]:
     """The one choke point where sqlite3 errors become the library's own."""
@@ -98,7 +91,7 @@ class SQLiteEventStore:
         self,
         path: str | os.PathLike[str],
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         new_event_id: Callable[[], str] = new_uuid7,
         busy_timeout: float = 30.0,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
@@ -165,13 +158,7 @@ class SQLiteEventStore:
                         self._conn.execute(statement)
                 # The wall clock, not the injected one: migrating is not an event, and a recording made
                 # with a scripted clock must not change when a release adds a migration.
-                table.insert({"name": name, "applied_at": _iso(_utc_now())})
-
-    def _timestamp(self) -> str:
-        now = self._clock()
-        if now.tzinfo is None:
-            raise UsageError("the store's clock must return timezone-aware datetimes")
-        return _iso(now)
+                table.insert({"name": name, "applied_at": iso_timestamp(utc_now())})
 
     @contextmanager
     def transaction(self) -> Generator[None]:
@@ -214,7 +201,7 @@ class SQLiteEventStore:
             last = self._last_seq()
             if expected_last_seq is not None and expected_last_seq != last:
                 raise SeqConflict(expected=expected_last_seq, actual=last)
-            created_at = self._timestamp()
+            created_at = stamp(self._clock)
             new_id = self._new_event_id
             rows = [
                 (
@@ -233,6 +220,21 @@ class SQLiteEventStore:
             with _translated("appending events"):
                 self._conn.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
         return [StoredEvent(*row) for row in rows]
+
+    def append_stored(self, events: Sequence[StoredEvent]) -> None:
+        """Append events copied from another log verbatim (seq, ids, times); the first must follow `last_seq()`."""
+        if not events:
+            return
+        check_contiguous(events)
+        with self.transaction():
+            last = self._last_seq()
+            if events[0].seq != last + 1:
+                raise SeqConflict(expected=events[0].seq - 1, actual=last)
+            with _translated("appending copied events"):
+                self._conn.executemany(
+                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                    [event_row(event) for event in events],
+                )
 
     def _last_seq(self) -> int:
         with _translated("reading the last seq"):

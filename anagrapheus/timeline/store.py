@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Protocol, runtime_checkable
 
+from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
-__all__ = ["EventStore", "OpenUnit", "PinScratchStore", "ScratchPin", "TimelineStore"]
+__all__ = [
+    "EventStore",
+    "LogImport",
+    "OpenUnit",
+    "PinScratchStore",
+    "ScratchPin",
+    "TimelineStore",
+    "check_contiguous",
+    "event_row",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +111,36 @@ class PinScratchStore(Protocol):
 
 class TimelineStore(EventStore, PinScratchStore, Protocol):
     """A store that holds both the log and the pin scratch, as the ledger needs."""
+
+
+@runtime_checkable
+class LogImport(EventStore, Protocol):
+    """A log that can be continued with events copied verbatim from another (see `copy_log`)."""
+
+    def append_stored(self, events: Sequence[StoredEvent]) -> None:
+        """Append stored events keeping their seq, ids and times; the first must follow `last_seq()`."""
+        ...
+
+
+def check_contiguous(events: Sequence[StoredEvent]) -> None:
+    """Refuse a batch of stored events whose seq numbers are not consecutive."""
+    for before, after in pairwise(events):
+        if after.seq != before.seq + 1:
+            raise UsageError(
+                f"copied events must have consecutive seq numbers; {before.seq} is followed by {after.seq}"
+            )
+
+
+def event_row(event: StoredEvent) -> tuple[int, str, str, str, int, str | None, str | None, str, str]:
+    """A stored event as a row, in the column order both stores use."""
+    return (
+        event.seq,
+        event.event_id,
+        event.namespace,
+        event.type,
+        event.schema_version,
+        event.causation_id,
+        event.correlation_id,
+        event.created_at,
+        event.payload,
+    )

@@ -1,0 +1,55 @@
+"""Moving a log between stores (SQLite file and PostgreSQL schema), keeping seq, event ids and times."""
+
+from __future__ import annotations
+
+from anagrapheus.errors import UsageError
+from anagrapheus.timeline.events import StoredEvent
+from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.store import EventStore, LogImport, TimelineStore
+
+__all__ = ["copy_log", "open_store"]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -> int:
+    """Copy the events `destination` lacks from `source`, verbatim, and return how many were copied.
+
+    The destination must be empty or hold a prefix of the source (its last event equal to the
+    source's at that seq), so an interrupted copy resumes where it stopped. Each batch is one
+    transaction. Scratch pins of open units are not copied: commit or abandon them first.
+    """
+    if batch < 1:
+        raise UsageError("batch must be >= 1")
+    if not isinstance(destination, LogImport):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise UsageError(f"{destination!r} cannot take copied events (it has no append_stored)")
+    last = destination.last_seq()
+    if last:
+        theirs = next(destination.read(since=last - 1, limit=1), None)
+        ours = next(source.read(since=last - 1, limit=1), None)
+        if ours != theirs:
+            raise UsageError(
+                f"the destination's log is not a prefix of the source's: at seq {last} it holds"
+                f" {theirs.event_id if theirs else 'nothing'}, the source {ours.event_id if ours else 'nothing'}"
+            )
+    copied = 0
+    chunk: list[StoredEvent] = []
+    for event in source.read(since=last):
+        chunk.append(event)
+        if len(chunk) == batch:
+            destination.append_stored(chunk)
+            copied += len(chunk)
+            chunk = []
+    destination.append_stored(chunk)
+    return copied + len(chunk)
+
+
+def open_store(address: str, *, schema: str = "anagrapheus") -> TimelineStore:
+    """Open the store at `address`: a `postgresql://` DSN (needs the `postgres` extra), else a SQLite file path."""
+    if address.startswith(_POSTGRES_SCHEMES):
+        try:
+            from anagrapheus.timeline.postgres import PostgresEventStore
+        except ImportError as e:
+            raise UsageError("a PostgreSQL store needs psycopg: pip install 'anagrapheus[postgres]'") from e
+        return PostgresEventStore(address, schema=schema)
+    return SQLiteEventStore(address)

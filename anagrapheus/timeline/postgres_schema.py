@@ -1,0 +1,171 @@
+"""The PostgreSQL store's place and shape: where it lives (named without the password), its migrations, its errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from anagrapheus.errors import SchemaTooNew, StoreError, UsageError
+from anagrapheus.timeline.stamps import iso_timestamp, utc_now
+
+__all__ = ["MIGRATION_NAMES", "PostgresPlace", "is_migrated", "migrate"]
+
+# Each migration is a name and its statements; `{s}` is the store's schema. All are applied, with their
+# records, in one transaction.
+_MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
+    (
+        "0001_events",
+        (
+            """CREATE TABLE {s}.events (
+                seq bigint PRIMARY KEY,
+                event_id text NOT NULL UNIQUE,
+                namespace text NOT NULL,
+                type text NOT NULL,
+                schema_version integer NOT NULL,
+                causation_id text,
+                correlation_id text,
+                created_at text NOT NULL,
+                payload text NOT NULL
+            )""",
+            "CREATE INDEX events_by_type ON {s}.events (namespace, type, seq)",
+            # The counter row that makes seq gap-free: its row lock is held from the UPDATE that takes
+            # numbers to the commit (or rollback, which gives them back). docs/explanation/design.md says why.
+            """CREATE TABLE {s}.log_head (
+                only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+                last_seq bigint NOT NULL CHECK (last_seq >= 0)
+            )""",
+            "INSERT INTO {s}.log_head (last_seq) VALUES (0)",
+            """CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'the event log is append-only'; END $$""",
+            """CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON {s}.events
+                FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()""",
+            """CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON {s}.events
+                FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()""",
+        ),
+    ),
+    (
+        "0002_pin_scratch",
+        (
+            """CREATE TABLE {s}.pin_scratch (
+                unit_id text NOT NULL,
+                key text NOT NULL,
+                kind text NOT NULL,
+                raw text NOT NULL,
+                attempts integer NOT NULL,
+                draw_no integer NOT NULL,
+                fingerprint text,
+                put_order bigint GENERATED ALWAYS AS IDENTITY,
+                PRIMARY KEY (unit_id, key)
+            )""",
+            # Unique, so two writers in one unit can never share a draw number silently.
+            "CREATE UNIQUE INDEX pin_scratch_draw_order ON {s}.pin_scratch (unit_id, draw_no)",
+        ),
+    ),
+)
+MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True)
+class PostgresPlace:
+    """Where a store lives: server, database and schema, described without the password."""
+
+    server: str
+    """`host:port`, or the local socket directory."""
+    database: str
+    """The database name."""
+    schema: str
+    """The schema that holds the store's tables."""
+    _password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, dsn: str, schema: str) -> PostgresPlace:
+        """Describe a DSN's server and database; a malformed DSN is refused without echoing it."""
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise UsageError(f"schema must be a lowercase SQL identifier ([a-z_][a-z0-9_]*), not {schema!r}")
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.Error:
+            # psycopg's message quotes the DSN, password and all.
+            raise UsageError("the PostgreSQL DSN is malformed (not shown: it may hold a password)") from None
+        host = str(params.get("host") or "the local socket")
+        port = str(params.get("port") or "5432")
+        password = params.get("password")
+        return cls(
+            server=f"{host}:{port}",
+            database=str(params.get("dbname") or params.get("user") or "(default)"),
+            schema=schema,
+            _password=None if password is None else str(password),
+        )
+
+    def __str__(self) -> str:
+        return f"schema {self.schema} of database {self.database} on {self.server}"
+
+    def table(self, name: LiteralString) -> sql.Composed:
+        """The schema-qualified name of one of the store's tables."""
+        return sql.SQL("{s}.{t}").format(s=sql.Identifier(self.schema), t=sql.Identifier(name))
+
+    def query(self, text: LiteralString) -> sql.Composed:
+        """A statement with `{s}` replaced by the quoted schema name."""
+        return sql.SQL(text).format(s=sql.Identifier(self.schema))
+
+    @contextmanager
+    def translated(self, action: str) -> Generator[None]:
+        """The one choke point where psycopg errors become the library's own, naming server and database."""
+        try:
+            yield
+        except psycopg.Error as e:
+            message = str(e).strip() or type(e).__name__
+            if self._password:
+                message = message.replace(self._password, "***")
+            raise StoreError(f"{action} failed on {self}: {message}") from e
+
+
+def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:
+    """Create or bring forward the store's schema in one transaction; refuse a schema newer than the code."""
+    migrations = place.table("anagrapheus_migrations")
+    with place.translated("migrating"), conn.transaction():
+        # Many workers may open a new store at once: one migrates, the others wait, then find it done.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {s}").format(s=sql.Identifier(place.schema)))
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {m} (name text PRIMARY KEY, applied_at text NOT NULL)").format(
+                m=migrations
+            )
+        )
+        applied = {str(row[0]) for row in conn.execute(sql.SQL("SELECT name FROM {m}").format(m=migrations))}
+        unknown = sorted(applied - set(MIGRATION_NAMES))
+        if unknown:
+            raise SchemaTooNew(
+                f"{place} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})"
+            )
+        for name, statements in _MIGRATIONS:
+            if name in applied:
+                continue
+            for statement in statements:
+                conn.execute(place.query(statement))
+            # The wall clock, as in the SQLite store: migrating is not an event.
+            conn.execute(
+                sql.SQL("INSERT INTO {m} (name, applied_at) VALUES (%s, %s)").format(m=migrations),
+                (name, iso_timestamp(utc_now())),
+            )
+
+
+def is_migrated(conn: psycopg.Connection[Any], place: PostgresPlace) -> bool:
+    """Whether every known migration is applied already (so a worker can skip the migration lock)."""
+    with place.translated("reading the migrations"):
+        row = conn.execute("SELECT to_regclass(%s)", (f"{place.schema}.anagrapheus_migrations",)).fetchone()
+        if row is None or row[0] is None:
+            return False
+        names = {
+            str(r[0])
+            for r in conn.execute(sql.SQL("SELECT name FROM {m}").format(m=place.table("anagrapheus_migrations")))
+        }
+    return names == set(MIGRATION_NAMES)
