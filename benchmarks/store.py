@@ -1,17 +1,25 @@
-"""SQLiteEventStore append and read throughput, as ratios to raw sqlite3 doing the same work in the same run.
+"""SQLiteEventStore append and read throughput against raw sqlite3; many writer processes, Postgres against SQLite.
 
 The raw floor uses a second file with the very schema the store created (copied from its
 sqlite_master) and the same pragmas (WAL, the same synchronous setting), and inserts the same
 rows: the same payloads, an event id minted per row with uuid_utils.uuid7(), one timestamp per
 transaction, seq left to SQLite's rowid. Reads select the same columns in seq order.
 
-    python benchmarks/store.py            # default, well under a minute
+The writers part forks 1, 2, 4 and 8 processes that commit units of work (4 pins each) into one
+PostgresEventStore schema, then into one SQLite file, and prints commits/s and p99 commit latency
+with the ratio to SQLite at the same writer count; then the two Postgres seq mechanisms (a locked
+counter row, an advisory lock with max(seq)) in raw psycopg. Postgres is skipped, saying why, when no
+server answers at ANAGRAPHEUS_POSTGRES_DSN (default postgresql://postgres@127.0.0.1:5432/test).
+
+    python benchmarks/store.py            # default, well under a minute per part
     python benchmarks/store.py --long     # more rounds
     python benchmarks/store.py --quick    # smoke test: tiny sizes, one round
+    python benchmarks/store.py --part writers --units 100
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import tempfile
@@ -33,8 +41,9 @@ from _measure import (
     store_schema,
     use_options,
 )
+from _writers import DSN, Run, postgres_unavailable, print_runs, run_seq_mechanism, run_writers
 
-from anagrapheus.timeline import SQLiteEventStore
+from anagrapheus.timeline import SQLiteEventStore, TimelineStore
 from anagrapheus.timeline.events import PendingEvent
 
 COLUMNS = "event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
@@ -104,10 +113,64 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def writers(root: Path, *, quick: bool, units: int, synchronous: str) -> None:
+    """Writer processes committing units: Postgres against one SQLite file, then the two seq mechanisms."""
+    counts = [1, 2] if quick else [1, 2, 4, 8]
+    print(f"\nWriters: {units} unit commits of 4 pins per writer process, synchronous={synchronous} for SQLite")
+    sqlite_runs: dict[int, Run] = {}
+    for n in counts:
+        path = root / f"writers-{n}.db"
+        SQLiteEventStore(path).close()
+
+        def open_sqlite(path: Path = path) -> TimelineStore:
+            return SQLiteEventStore(path, synchronous=synchronous)  # type: ignore[arg-type]
+
+        sqlite_runs[n] = run_writers("SQLiteEventStore, one file", open_sqlite, n, units)
+    print_runs("Unit commits (baseline: SQLite at the same writer count)", list(sqlite_runs.values()), sqlite_runs)
+    reason = postgres_unavailable(DSN)
+    if reason is not None:
+        print(f"  PostgresEventStore skipped: {reason}")
+        return
+    import psycopg
+
+    from anagrapheus.timeline.postgres import PostgresEventStore
+
+    pg_runs: list[Run] = []
+    for n in counts:
+        schema = f"anagrapheus_bench_w{n}_{os.getpid()}"
+        PostgresEventStore(DSN, schema=schema).close()
+
+        def open_pg(schema: str = schema) -> TimelineStore:
+            return PostgresEventStore(DSN, schema=schema, pool_size=1)
+
+        try:
+            pg_runs.append(run_writers("PostgresEventStore, one schema", open_pg, n, units))
+        finally:
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
+    print_runs("", pg_runs, sqlite_runs)
+    per_writer = units * 4
+    mechanisms = [run_seq_mechanism(DSN, m, n, per_writer) for n in counts for m in ("counter row", "advisory lock")]
+    counter = {run.writers: run for run in mechanisms if run.label == "counter row"}
+    print_runs(
+        f"Postgres seq mechanisms, raw psycopg, {per_writer} one-event transactions per writer"
+        " (baseline: the counter row)",
+        mechanisms,
+        counter,
+    )
+
+
 def main() -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=11)
+    parser.add_argument("--part", choices=["appends", "writers", "all"], default="all", help="which part to run")
+    parser.add_argument("--units", type=int, default=100, help="unit commits per writer process (writers part)")
     args = parser.parse_args()
     rounds = use_options(args)
+    if args.part == "writers":
+        print(f"benchmarks/store.py  {machine_line()}")
+        with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
+            writers(Path(tmp), quick=args.quick, units=5 if args.quick else args.units, synchronous=args.synchronous)
+        return
     batch_size = 200 if args.quick else 10_000
     singles = 10 if args.quick else 100
     read_size = 500 if args.quick else 100_000
@@ -215,6 +278,8 @@ def main() -> None:
             closing.close()
         for conn in (raw1.conn, raw_r.conn):
             conn.close()
+        if args.part == "all":
+            writers(root, quick=args.quick, units=5 if args.quick else args.units, synchronous=sync)
     sys.stdout.flush()
 
 
