@@ -2,6 +2,7 @@
 
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.copying import copy_log, open_store
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
     Event,
@@ -27,7 +28,7 @@ from anagrapheus.timeline.recording import (
 from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
 from anagrapheus.timeline.resolver import PinResolver, StreamDraw
 from anagrapheus.timeline.sqlite import SQLiteEventStore
-from anagrapheus.timeline.store import EventStore, OpenUnit, PinScratchStore, ScratchPin, TimelineStore
+from anagrapheus.timeline.store import EventStore, LogImport, OpenUnit, PinScratchStore, ScratchPin, TimelineStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "EventStore",
     "EventTypeRegistry",
     "JSONValue",
+    "LogImport",
     "OpenUnit",
     "PendingEvent",
     "PinLedger",
@@ -59,8 +61,10 @@ __all__ = [
     "TimelineStore",
     "UpcastRegistry",
     "canonical_json",
+    "copy_log",
     "fingerprint_of",
     "moved_fields",
+    "open_store",
     "pin_events",
     "pin_key",
     "read_recording",

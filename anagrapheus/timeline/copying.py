@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import StoredEvent
 from anagrapheus.timeline.sqlite import SQLiteEventStore
-from anagrapheus.timeline.store import EventStore, LogImport, TimelineStore
+from anagrapheus.timeline.store import EventStore, LogImport
+
+if TYPE_CHECKING:
+    from anagrapheus.timeline.postgres import PostgresEventStore
 
 __all__ = ["copy_log", "open_store"]
 
@@ -44,7 +49,7 @@ def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -
     return copied + len(chunk)
 
 
-def open_store(address: str, *, schema: str = "anagrapheus") -> TimelineStore:
+def open_store(address: str, *, schema: str = "anagrapheus") -> SQLiteEventStore | PostgresEventStore:
     """Open the store at `address`: a `postgresql://` DSN (needs the `postgres` extra), else a SQLite file path."""
     if address.startswith(_POSTGRES_SCHEMES):
         try:
