@@ -65,12 +65,12 @@ def _writer(
     store.close()
 
 
-def run_writers(label: str, open_store: Callable[[], TimelineStore], writers: int, units: int) -> Run:
-    """Fork `writers` processes committing `units` units each into the store `open_store` opens."""
+def _fork(label: str, target: Callable[..., None], args: tuple[Any, ...], writers: int, each: int) -> Run:
+    """Fork `writers` processes running `target(*args, barrier, out)`; time them from the barrier on."""
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(writers + 1)
     out = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(open_store, units, barrier, out, n)) for n in range(writers)]
+    procs = [ctx.Process(target=target, args=(*args, barrier, out, n)) for n in range(writers)]
     for p in procs:
         p.start()
     barrier.wait()
@@ -80,7 +80,12 @@ def run_writers(label: str, open_store: Callable[[], TimelineStore], writers: in
         p.join()
         assert p.exitcode == 0, f"a writer failed ({label})"
     end = max(done for done, _ in results)
-    return Run(label, writers, writers * units, end - start, [t for _, ts in results for t in ts])
+    return Run(label, writers, writers * each, end - start, [t for _, ts in results for t in ts])
+
+
+def run_writers(label: str, open_store: Callable[[], TimelineStore], writers: int, units: int) -> Run:
+    """Fork `writers` processes committing `units` units each into the store `open_store` opens."""
+    return _fork(label, _writer, (open_store, units), writers, units)
 
 
 def print_runs(title: str, runs: list[Run], baseline: dict[int, Run]) -> None:
@@ -95,7 +100,7 @@ def print_runs(title: str, runs: list[Run], baseline: dict[int, Run]) -> None:
         )
 
 
-def _raw_writer(dsn: str, schema: str, mechanism: str, n: int, barrier: Barrier, out: Any) -> None:
+def _raw_writer(dsn: str, schema: str, mechanism: str, n: int, barrier: Barrier, out: Any, tag: int) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -126,24 +131,11 @@ def run_seq_mechanism(dsn: str, mechanism: str, writers: int, n: int) -> Run:
         conn.execute(f"CREATE TABLE {schema}.log (seq bigint PRIMARY KEY, payload text NOT NULL)")  # type: ignore[arg-type]
         conn.execute(f"CREATE TABLE {schema}.head (last bigint NOT NULL); INSERT INTO {schema}.head VALUES (0)")  # type: ignore[arg-type]
     try:
-        ctx = mp.get_context("fork")
-        barrier = ctx.Barrier(writers + 1)
-        out = ctx.Queue()
-        procs = [
-            ctx.Process(target=_raw_writer, args=(dsn, schema, mechanism, n, barrier, out)) for _ in range(writers)
-        ]
-        for p in procs:
-            p.start()
-        barrier.wait()
-        start = time.perf_counter()
-        results = [out.get(timeout=600) for _ in procs]
-        for p in procs:
-            p.join()
-        end = max(done for done, _ in results)
+        run = _fork(mechanism, _raw_writer, (dsn, schema, mechanism, n), writers, n)
         with psycopg.connect(dsn, autocommit=True) as conn:
             seqs = [row[0] for row in conn.execute(f"SELECT seq FROM {schema}.log ORDER BY seq")]  # type: ignore[arg-type]
         assert seqs == list(range(1, writers * n + 1)), f"{mechanism}: seq must be gap-free"
-        return Run(mechanism, writers, writers * n, end - start, [t for _, ts in results for t in ts])
+        return run
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")  # type: ignore[arg-type]

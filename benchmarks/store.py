@@ -11,10 +11,10 @@ with the ratio to SQLite at the same writer count; then the two Postgres seq mec
 counter row, an advisory lock with max(seq)) in raw psycopg. Postgres is skipped, saying why, when no
 server answers at ANAGRAPHEUS_POSTGRES_DSN (default postgresql://postgres@127.0.0.1:5432/test).
 
-    python benchmarks/store.py            # default, well under a minute per part
+    python benchmarks/store.py            # appends and reads, well under a minute
     python benchmarks/store.py --long     # more rounds
     python benchmarks/store.py --quick    # smoke test: tiny sizes, one round
-    python benchmarks/store.py --part writers --units 100
+    python benchmarks/store.py --part writers --units 50    # a few minutes
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def writers(root: Path, *, quick: bool, units: int, synchronous: str) -> None:
 
 def main() -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=11)
-    parser.add_argument("--part", choices=["appends", "writers", "all"], default="all", help="which part to run")
+    parser.add_argument("--part", choices=["appends", "writers", "all"], default="appends", help="which part to run")
     parser.add_argument("--units", type=int, default=100, help="unit commits per writer process (writers part)")
     args = parser.parse_args()
     rounds = use_options(args)

@@ -32,6 +32,13 @@ def test_timeline_benchmark_runs(script: str) -> None:
     assert out.count("1.000x") >= 3  # every table prints its baseline row
 
 
+def test_writers_benchmark_runs() -> None:
+    out = run_quick("store.py", "--part", "writers")
+    assert "SQLiteEventStore, one file" in out
+    # Postgres is measured when a server answers, and says why not otherwise.
+    assert "PostgresEventStore" in out
+
+
 def test_agent_runs_benchmark_runs() -> None:
     out = run_quick("agent.py", "--part", "runs")
     assert "replay: PinnedModel + ReplayPins" in out

@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
-from anagrapheus.timeline.stamps import stamp, utc_now
+from anagrapheus.timeline.stamps import stamped, utc_now
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, check_contiguous, event_row
 
 __all__ = ["PostgresEventStore"]
@@ -158,22 +158,7 @@ class PostgresEventStore:
             if expected_last_seq is not None and expected_last_seq != last:
                 # Raising rolls the transaction back, and with it the numbers taken.
                 raise SeqConflict(expected=expected_last_seq, actual=last)
-            created_at = stamp(self._clock)
-            new_id = self._new_event_id
-            stored = [
-                StoredEvent(
-                    last + offset,
-                    event.event_id or new_id(),
-                    event.namespace,
-                    event.type,
-                    event.schema_version,
-                    event.causation_id,
-                    event.correlation_id,
-                    created_at,
-                    event.payload,
-                )
-                for offset, event in enumerate(events, start=1)
-            ]
+            stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
             self._insert(conn, stored)
         return stored
 

@@ -16,7 +16,7 @@ import sqlite_utils
 
 from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
-from anagrapheus.timeline.stamps import iso_timestamp, stamp, utc_now
+from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, check_contiguous, event_row
 
 __all__ = ["SQLiteEventStore"]
@@ -201,25 +201,12 @@ class SQLiteEventStore:
             last = self._last_seq()
             if expected_last_seq is not None and expected_last_seq != last:
                 raise SeqConflict(expected=expected_last_seq, actual=last)
-            created_at = stamp(self._clock)
-            new_id = self._new_event_id
-            rows = [
-                (
-                    last + offset,
-                    event.event_id or new_id(),
-                    event.namespace,
-                    event.type,
-                    event.schema_version,
-                    event.causation_id,
-                    event.correlation_id,
-                    created_at,
-                    event.payload,
-                )
-                for offset, event in enumerate(events, start=1)
-            ]
+            stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
             with _translated("appending events"):
-                self._conn.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
-        return [StoredEvent(*row) for row in rows]
+                self._conn.executemany(
+                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", [event_row(e) for e in stored]
+                )
+        return stored
 
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
         """Append events copied from another log verbatim (seq, ids, times); the first must follow `last_seq()`."""

@@ -1,13 +1,14 @@
-"""How every store stamps an envelope's time: the wall clock, and one ISO text for it."""
+"""How every store stamps envelopes: seq after the log's last, one time per append as ISO text, event ids."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from anagrapheus.errors import UsageError
+from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
-__all__ = ["iso_timestamp", "stamp", "utc_now"]
+__all__ = ["iso_timestamp", "stamp", "stamped", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -26,3 +27,24 @@ def stamp(clock: Callable[[], datetime]) -> str:
     if now.tzinfo is None:
         raise UsageError("the store's clock must return timezone-aware datetimes")
     return iso_timestamp(now)
+
+
+def stamped(
+    events: Sequence[PendingEvent], *, after: int, clock: Callable[[], datetime], new_event_id: Callable[[], str]
+) -> list[StoredEvent]:
+    """Envelope pending events as the next ones after seq `after`, with one time and an id each (unless preset)."""
+    created_at = stamp(clock)
+    return [
+        StoredEvent(
+            after + offset,
+            event.event_id or new_event_id(),
+            event.namespace,
+            event.type,
+            event.schema_version,
+            event.causation_id,
+            event.correlation_id,
+            created_at,
+            event.payload,
+        )
+        for offset, event in enumerate(events, start=1)
+    ]
