@@ -33,11 +33,12 @@ store = PostgresEventStore(dsn, schema=schema, unit_wait=0.1)
 report = {"committed": [], "busy": 0, "seq_conflicts": 0, "markers": 0}
 print("ready", flush=True)
 sys.stdin.readline()
-# Every worker goes for the same unit at once: one draws (slowly), the others are refused before any effect.
+# Every worker goes for the same unit at once: one draws (slowly: it holds the unit for 4 s, so the others
+# arrive while it does), the others are refused before any effect.
 shared = PinLedger(store, types, unit_id="shared")
 try:
     for i in range(pins):
-        shared.resolve(f"p1:tool_call:s{i}", kind="tool_call", effect=lambda: time.sleep(0.5) or tag, interpret=str)
+        shared.resolve(f"p1:tool_call:s{i}", kind="tool_call", effect=lambda: time.sleep(1.0) or tag, interpret=str)
     shared.commit()
     report["committed"].append("shared")
 except UnitBusy:
