@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.errors import SeqConflict, UsageError
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, StoredEvent
+from anagrapheus.timeline import (
+    EventTypeRegistry,
+    PinLedger,
+    RecordingHeader,
+    ReplayPins,
+    SQLiteEventStore,
+    StoredEvent,
+    pin_events,
+    write_recording,
+)
 from anagrapheus.timeline.copying import copy_log, open_store
 
 from .store_conformance import pending
@@ -69,11 +78,13 @@ def test_sqlite_to_postgres_and_back(
         assert next_event.seq == len(events) + 1
         assert copy_log(middle, back) == len(events) + 1
         assert list(back.read()) == [*events, next_event]
-        # A replay from the moved log answers as from the original.
-        from anagrapheus.timeline import ReplayPins
-
+        # A replay from the moved log answers as from the original, and its recording is the same bytes.
         replay = ReplayPins.from_events(middle.read(), types)
         assert replay.resolve("p1:tool_call:2-3", kind="tool_call", effect=dict, interpret=dict) == {"é": 3}
+        header = RecordingHeader(description="moved", recorded_with="test", rerecord="pytest")
+        from_sqlite = write_recording(tmp_path / "sqlite.jsonl", pin_events(source.read()), header=header)
+        from_postgres = write_recording(tmp_path / "postgres.jsonl", pin_events(middle.read()), header=header)
+        assert from_sqlite.read_bytes() == from_postgres.read_bytes()
 
 
 @pytest.mark.postgres
