@@ -234,3 +234,24 @@ def test_old_pin_versions_are_upcast_on_replay(store: SQLiteEventStore, types: E
     upcasts.add(BUILTIN_NAMESPACE, "pin_promoted", from_version=1, step=lambda p: {**p, "raw": f"{p['raw']} (v2)"})
     replay = ReplayPins.from_events(store.read(), newer, upcasts=upcasts)
     assert replay.resolve(key, kind="model_call", effect=never, interpret=identity) == "old (v2)"
+
+
+def test_a_replay_built_from_the_store_reads_only_its_pins_and_answers_as_from_events(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    record(store, types, ["one", "two"], unit_id="game-1")
+    # An event of a type this registry does not know: from_store never reads it, so never has to decode it.
+    store.append([PendingEvent(namespace="demo", type="offer_made", schema_version=1, payload='{"x":1}')])
+    record(store, types, ["three"], unit_id="game-2")
+    replay = ReplayPins.from_store(store, types)
+    assert len(replay) == 3
+    for prompt in ("one", "two", "three"):
+        assert replay.resolve(call(prompt)[0], kind="model_call", effect=never, interpret=identity) == (
+            f"answer to {prompt}"
+        )
+    assert len(ReplayPins.from_store(store, types, unit_id="game-2")) == 1
+    with pytest.raises(PinMiss) as caught:
+        replay.resolve(
+            call("four")[0], kind="model_call", effect=never, interpret=identity, fingerprint=call("four")[1]
+        )
+    assert caught.value.divergence.moved == ("messages[0]",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 import anagrapheus
 from anagrapheus.errors import CorruptEvent
 from anagrapheus.timeline import EventTypeRegistry, PinPromoted, SQLiteEventStore, StoredEvent, canonical_json
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinText
 
 
 def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -> None:
@@ -90,6 +91,21 @@ def test_the_pin_promoted_codec_writes_what_the_registry_writes_and_reads_it_bac
     assert text == types.encode(event).payload
     stored = StoredEvent(1, "e", BUILTIN_NAMESPACE, "pin_promoted", 1, None, None, "t", text)
     assert PinPromoted.read(stored, types) == types.decode(stored) == event
+    expected = PinText(
+        unit_id=event.unit_id,
+        key=event.key,
+        kind=event.kind,
+        raw=canonical_json(event.raw),
+        attempts=attempts,
+        fingerprint=None if fingerprint is None else canonical_json(fingerprint),
+    )
+    # Cut from the canonical payload, and re-encoded from a payload spelled otherwise (spaces, no fingerprint field).
+    assert PinPromoted.read_text(stored, types) == expected
+    spaced = json.dumps(json.loads(text), indent=1)
+    if fingerprint is None:
+        spaced = json.dumps({k: v for k, v in json.loads(text).items() if k != "fingerprint"})
+    respelled = StoredEvent(1, "e", BUILTIN_NAMESPACE, "pin_promoted", 1, None, None, "t", spaced)
+    assert PinPromoted.read_text(respelled, types) == expected
 
 
 @pytest.mark.parametrize(

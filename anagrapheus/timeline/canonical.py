@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 
 from anagrapheus.errors import CanonicalError, UsageError
 
-__all__ = ["KEY_SCHEME", "JSONValue", "canonical_json", "canonical_value", "pin_key"]
+__all__ = ["KEY_SCHEME", "JSONValue", "canonical_json", "canonical_value", "encode_normalised", "pin_key"]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 """A value made only of JSON's own types."""
@@ -24,6 +24,8 @@ _SAFE_INT = 2**53
 _encode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
 ).encode
+encode_normalised = _encode
+"""Write a value that is already canonical (as `canonical_value` returns it) without walking it again."""
 
 
 class _Refused(Exception):

@@ -11,7 +11,7 @@ import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, encode_normalised
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "EventTypeRegistry",
     "PendingEvent",
     "PinPromoted",
+    "PinText",
     "PinsAbandoned",
     "ReplayDiverged",
     "StoredEvent",
@@ -241,36 +242,94 @@ class PinPromoted(Event):
         cls, stored: StoredEvent, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None
     ) -> PinPromoted:
         """Decode a stored `pin_promoted`, upcast first; a current-version payload is checked by hand, for speed."""
-        current = registry.lookup(BUILTIN_NAMESPACE, cls.event_type, seq=stored.seq)
-        if stored.schema_version != cls.schema_version or current is not cls:
-            event = registry.decode(stored, upcasts=upcasts)
-            if not isinstance(event, PinPromoted):
-                raise CorruptEvent(f"expected PinPromoted, decoded {type(event).__qualname__}", seq=stored.seq)
-            return event
-        payload = stored.payload_json()
-        if payload.keys() - _PROMOTED_FIELDS:
-            raise CorruptEvent(
-                f"pin_promoted payload has unknown fields {sorted(payload.keys() - _PROMOTED_FIELDS)}", seq=stored.seq
+        payload = _current_payload(stored, registry)
+        if payload is None:
+            return _decoded(stored, registry, upcasts)
+        # Every field checked and `raw` parsed from JSON: validating again would only cost time.
+        return cls.model_construct(**payload)
+
+    @classmethod
+    def read_text(
+        cls, stored: StoredEvent, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None
+    ) -> PinText:
+        """Read a stored `pin_promoted` as texts, cutting `raw` out of the canonical payload rather than re-encoding."""
+        payload = _current_payload(stored, registry)
+        if payload is None:
+            event = _decoded(stored, registry, upcasts)
+            return PinText(
+                unit_id=event.unit_id,
+                key=event.key,
+                kind=event.kind,
+                raw=canonical_json(event.raw),
+                attempts=event.attempts,
+                fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
             )
-        try:
-            unit_id, key, kind, raw, attempts = (
-                payload[name] for name in ("unit_id", "key", "kind", "raw", "attempts")
-            )
-        except KeyError as e:
-            raise CorruptEvent(f"pin_promoted payload lacks {e}", seq=stored.seq) from None
+        unit_id, key, kind, attempts = payload["unit_id"], payload["key"], payload["kind"], payload["attempts"]
         fingerprint = payload.get("fingerprint")
-        if not (isinstance(unit_id, str) and isinstance(key, str) and isinstance(kind, str)):
-            raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=stored.seq)
-        if type(attempts) is not int:
-            raise CorruptEvent("pin_promoted attempts must be an integer", seq=stored.seq)
-        if fingerprint is not None and not (
-            isinstance(fingerprint, dict) and all(type(digest) is str for digest in fingerprint.values())
-        ):
-            raise CorruptEvent("pin_promoted fingerprint must be an object of strings", seq=stored.seq)
-        # Every field checked above and `raw` parsed from JSON: validating again would only cost time.
-        return cls.model_construct(
-            unit_id=unit_id, key=key, kind=kind, raw=raw, attempts=attempts, fingerprint=fingerprint
-        )
+        # The fingerprint is a flat object of strings: the C encoder writes it as canonical JSON does.
+        fingerprint_text = None if fingerprint is None else encode_normalised(fingerprint)
+        head = f'{{"attempts":{attempts},'
+        if "fingerprint" in payload:
+            head += f'"fingerprint":{fingerprint_text or "null"},'
+        head += f'"key":{encode_normalised(key)},"kind":{encode_normalised(kind)},"raw":'
+        tail = f',"unit_id":{encode_normalised(unit_id)}}}'
+        text = stored.payload
+        if len(text) > len(head) + len(tail) and text.startswith(head) and text.endswith(tail):
+            # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
+            raw = text[len(head) : len(text) - len(tail)]
+        else:
+            raw = canonical_json(payload["raw"])
+        return PinText(unit_id=unit_id, key=key, kind=kind, raw=raw, attempts=attempts, fingerprint=fingerprint_text)
+
+
+@dataclass(frozen=True, slots=True)
+class PinText:
+    """A `PinPromoted` with its result and fingerprint as canonical JSON text, as replay keeps it."""
+
+    unit_id: str
+    """The unit of work that drew the pin."""
+    key: str
+    """The pin key."""
+    kind: str
+    """What was pinned."""
+    raw: str
+    """The raw result as canonical JSON text."""
+    attempts: int
+    """How many times the unit asked for the key."""
+    fingerprint: str | None
+    """The fingerprint as canonical JSON text, if the pin has one."""
+
+
+def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:
+    event = registry.decode(stored, upcasts=upcasts)
+    if not isinstance(event, PinPromoted):
+        raise CorruptEvent(f"expected PinPromoted, decoded {type(event).__qualname__}", seq=stored.seq)
+    return event
+
+
+def _current_payload(stored: StoredEvent, registry: EventTypeRegistry) -> dict[str, Any] | None:
+    """The checked payload of a current-version `pin_promoted`; None when it needs the registry and upcasts."""
+    current = registry.lookup(BUILTIN_NAMESPACE, PinPromoted.event_type, seq=stored.seq)
+    if stored.schema_version != PinPromoted.schema_version or current is not PinPromoted:
+        return None
+    payload = stored.payload_json()
+    unknown = payload.keys() - _PROMOTED_FIELDS
+    if unknown:
+        raise CorruptEvent(f"pin_promoted payload has unknown fields {sorted(unknown)}", seq=stored.seq)
+    missing = [name for name in ("attempts", "key", "kind", "raw", "unit_id") if name not in payload]
+    if missing:
+        raise CorruptEvent(f"pin_promoted payload lacks {missing}", seq=stored.seq)
+    unit_id, key, kind, attempts = payload["unit_id"], payload["key"], payload["kind"], payload["attempts"]
+    fingerprint = payload.get("fingerprint")
+    if not (isinstance(unit_id, str) and isinstance(key, str) and isinstance(kind, str)):
+        raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=stored.seq)
+    if type(attempts) is not int:
+        raise CorruptEvent("pin_promoted attempts must be an integer", seq=stored.seq)
+    if fingerprint is not None and not (
+        isinstance(fingerprint, dict) and all(type(digest) is str for digest in fingerprint.values())
+    ):
+        raise CorruptEvent("pin_promoted fingerprint must be an object of strings", seq=stored.seq)
+    return payload
 
 
 _PROMOTED_FIELDS = frozenset(PinPromoted.model_fields)

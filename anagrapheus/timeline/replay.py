@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.resolver import StreamDraw
+from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
@@ -32,7 +33,8 @@ class AmbiguousPinWarning(UserWarning):
 class _Pin:
     kind: str
     raw: str
-    fingerprint: Mapping[str, str] | None
+    # As canonical JSON text: parsed only when a miss compares fingerprints, so a replay that hits never pays.
+    fingerprint: str | None
     unit_id: str
 
 
@@ -64,6 +66,7 @@ class ReplayPins:
         self._into = into
         self._hits = 0
         self._divergence: Divergence | None = None
+        self._fingerprints: dict[str, Mapping[str, str]] = {}
 
     @classmethod
     def from_events(
@@ -78,28 +81,25 @@ class ReplayPins:
     ) -> ReplayPins:
         """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
         pins: dict[str, _Pin] = {}
+        # Only keys pinned by more than one unit get a list of units: most logs have none.
         units: dict[str, list[str]] = {}
         ambiguous: set[str] = set()
         for stored in events:
             if stored.namespace != BUILTIN_NAMESPACE or stored.type != PinPromoted.event_type:
                 continue
-            event = PinPromoted.read(stored, registry, upcasts=upcasts)
-            if unit_id is not None and event.unit_id != unit_id:
+            pin = PinPromoted.read_text(stored, registry, upcasts=upcasts)
+            if unit_id is not None and pin.unit_id != unit_id:
                 continue
-            key = event.key
+            key = pin.key
             # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
             found = _Pin(
-                kind=sys.intern(event.kind),
-                raw=canonical_json(event.raw),
-                fingerprint=event.fingerprint,
-                unit_id=sys.intern(event.unit_id),
+                kind=sys.intern(pin.kind), raw=pin.raw, fingerprint=pin.fingerprint, unit_id=sys.intern(pin.unit_id)
             )
             seen = pins.get(key)
             if seen is None:
                 pins[key] = found
-                units[key] = [found.unit_id]
                 continue
-            units[key].append(found.unit_id)
+            units.setdefault(key, [seen.unit_id]).append(found.unit_id)
             if seen.raw != found.raw:
                 ambiguous.add(key)
         conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
@@ -111,6 +111,21 @@ class ReplayPins:
                 stacklevel=2,
             )
         return cls(pins, ambiguous=conflicts, on_miss=on_miss, into=into)
+
+    @classmethod
+    def from_store(
+        cls,
+        store: EventStore,
+        registry: EventTypeRegistry,
+        *,
+        unit_id: str | None = None,
+        upcasts: UpcastRegistry | None = None,
+        on_miss: Literal["strict", "record"] = "strict",
+        into: PinLedger | None = None,
+    ) -> ReplayPins:
+        """Collect a store's pins as `from_events` does, reading only `PinPromoted` rows, a page at a time."""
+        events = store.read(namespace=BUILTIN_NAMESPACE, type=PinPromoted.event_type)
+        return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -141,15 +156,13 @@ class ReplayPins:
             return None
         self._hits += 1
         if self._into is not None:
-            self._into.adopt(
-                key,
-                kind=pin.kind,
-                raw=pin.raw,
-                fingerprint=None if pin.fingerprint is None else canonical_json(dict(pin.fingerprint)),
-            )
+            self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint)
         return pin
 
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
+        if self._into is not None and self._divergence is not None:
+            # Record mode past its divergence: only the first miss is described, so later ones skip the comparison.
+            return self._into
         divergence = self._compare(key, kind, fingerprint)
         if self._divergence is None:
             self._divergence = divergence
@@ -159,8 +172,18 @@ class ReplayPins:
         return self._into
 
     def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
-        recorded = ((recorded_key, pin.kind, pin.fingerprint) for recorded_key, pin in self._pins.items())
-        return diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=recorded)
+        return diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=self._recorded(kind))
+
+    def _recorded(self, kind: str) -> Iterator[tuple[str, str, Mapping[str, str] | None]]:
+        """The recorded calls of `kind` with their fingerprints, parsed on first use and kept for the next miss."""
+        parsed = self._fingerprints
+        for recorded_key, pin in self._pins.items():
+            if pin.kind != kind or pin.fingerprint is None:
+                continue
+            fingerprint = parsed.get(recorded_key)
+            if fingerprint is None:
+                fingerprint = parsed[recorded_key] = json.loads(pin.fingerprint)
+            yield recorded_key, pin.kind, fingerprint
 
     def resolve(
         self,
