@@ -100,3 +100,31 @@ def test_self_containing_value_is_refused() -> None:
 def test_bad_kind_is_refused() -> None:
     with pytest.raises(UsageError):
         pin_key("Model Call:", {})
+
+
+# Text as a file may hold it: non-NFC strings, combining marks, lone surrogates (as escapes), any float spelling.
+file_texts = st.text(st.characters(codec=None)) | st.sampled_from(["e\u0301", "\u0301a", "\ufb01", "\ud800", "A\u030a"])
+file_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | file_texts,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(file_texts, children, max_size=4),
+    max_leaves=25,
+)
+
+
+@given(file_values)
+def test_the_fast_writer_of_parsed_json_is_canonical_json(value: Any) -> None:
+    from anagrapheus.timeline.canonical import canonical_json_of_parsed, canonical_number
+
+    try:
+        text = json.dumps(value)  # the file's spelling: ASCII escapes, floats as Python writes them
+    except ValueError:
+        return
+    parsed = json.loads(text, parse_float=canonical_number)
+    try:
+        expected = canonical_json(json.loads(text))
+    except CanonicalError as refused:
+        with pytest.raises(CanonicalError) as caught:
+            canonical_json_of_parsed(parsed)
+        assert caught.value.path == refused.path
+        return
+    assert canonical_json_of_parsed(parsed) == expected

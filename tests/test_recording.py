@@ -23,6 +23,7 @@ from anagrapheus.timeline.recording import (
     read_recording,
     write_recording,
 )
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -321,25 +322,34 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], int], str]] = {
 }
 
 
+READERS: dict[str, Callable[[Path], object]] = {
+    "read_recording": read_recording,
+    # Streamed: each line is checked when the replay reaches it, with the same error.
+    "ReplayPins.from_recording": lambda path: ReplayPins.from_recording(path, EventTypeRegistry()),
+}
+
+
+@pytest.mark.parametrize("read", READERS.values(), ids=READERS.keys())
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
 def test_a_corrupt_recording_raises_recording_error_naming_file_and_line(
-    tmp_path: Path, corrupt: tuple[Callable[[Path], int], str]
+    tmp_path: Path, corrupt: tuple[Callable[[Path], int], str], read: Callable[[Path], object]
 ) -> None:
     mutate, message = corrupt
     path = record(tmp_path, "run")
     line = mutate(path)
 
     with pytest.raises(RecordingError, match=message) as raised:
-        read_recording(path)
+        read(path)
 
     assert raised.value.line == line
     assert raised.value.path == str(path)
     assert str(raised.value).startswith(f"{path}:{line}: ")
 
 
-def test_a_missing_file_is_a_recording_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read", READERS.values(), ids=READERS.keys())
+def test_a_missing_file_is_a_recording_error(tmp_path: Path, read: Callable[[Path], object]) -> None:
     with pytest.raises(RecordingError, match="cannot read") as raised:
-        read_recording(tmp_path / "nowhere.jsonl")
+        read(tmp_path / "nowhere.jsonl")
 
     assert raised.value.line is None
 
@@ -434,3 +444,15 @@ def test_writing_one_event_twice_is_refused(tmp_path: Path) -> None:
     clash = dataclasses.replace(second, event_id=first.event_id)
     with pytest.raises(UsageError, match="appears twice"):
         write_recording(tmp_path / "run.jsonl", [first, clash], header=HEADER)
+
+
+def test_a_replay_streamed_from_a_recording_answers_as_one_built_from_its_events(tmp_path: Path) -> None:
+    path = record(tmp_path, "run")
+    types = registry_v2()
+    streamed = ReplayPins.from_recording(path, types)
+    built = ReplayPins.from_events(read_recording(path).events, types)
+    keys = [json.loads(line)["payload"]["key"] for line in _lines(path)[1:] if '"pin_promoted"' in line]
+    assert keys and len(streamed) == len(built) == len(set(keys))
+    for key in keys:
+        answer = streamed.resolve(key, kind="model_call", effect=lambda: None, interpret=lambda raw: raw)
+        assert answer == built.resolve(key, kind="model_call", effect=lambda: None, interpret=lambda raw: raw)

@@ -23,6 +23,7 @@ from anagrapheus.timeline.recording import (
     RecordingHeader,
     pin_events,
     read_recording,
+    stream_recording,
     write_recording,
 )
 from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
@@ -69,5 +70,6 @@ __all__ = [
     "pin_key",
     "read_recording",
     "register_builtin_events",
+    "stream_recording",
     "write_recording",
 ]

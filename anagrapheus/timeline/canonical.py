@@ -11,7 +11,16 @@ from typing import Any, TypeAlias
 
 from anagrapheus.errors import CanonicalError, UsageError
 
-__all__ = ["KEY_SCHEME", "JSONValue", "canonical_json", "canonical_value", "encode_normalised", "pin_key"]
+__all__ = [
+    "KEY_SCHEME",
+    "JSONValue",
+    "canonical_json",
+    "canonical_json_of_parsed",
+    "canonical_number",
+    "canonical_value",
+    "encode_normalised",
+    "pin_key",
+]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 """A value made only of JSON's own types."""
@@ -48,6 +57,13 @@ def _text(value: str) -> str:
     return value if type(value) is str else str(value)
 
 
+def _spelled(number: float) -> int | float:
+    # One spelling per number: -0.0 is 0, and integral floats are written as integers.
+    if number.is_integer() and abs(number) < _SAFE_INT:
+        return int(number)
+    return number
+
+
 def _normalise(value: object) -> Any:
     kind = type(value)
     if kind is str:
@@ -58,10 +74,7 @@ def _normalise(value: object) -> Any:
         number: float = value  # pyright: ignore[reportAssignmentType]
         if not math.isfinite(number):
             raise _Refused(f"{number!r} is not a JSON number")
-        # One spelling per number: -0.0 is 0, and integral floats are written as integers.
-        if number.is_integer() and abs(number) < _SAFE_INT:
-            return int(number)
-        return number
+        return _spelled(number)
     if kind is dict:
         mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
         out: dict[str, Any] = {}
@@ -110,6 +123,35 @@ def canonical_value(value: object) -> JSONValue:
 def canonical_json(value: object) -> str:
     """Write `value` as canonical JSON: sorted keys, compact, NFC strings, one spelling per number."""
     return _encode(canonical_value(value))
+
+
+def canonical_number(literal: str) -> int | float:
+    """Read a JSON number literal with a fraction or exponent as `canonical_value` spells it (`parse_float=`)."""
+    # A non-finite one (1e400) stays a float, for the encoder to refuse.
+    return _spelled(float(literal))
+
+
+def canonical_json_of_parsed(value: JSONValue) -> str:
+    """`canonical_json` of a value `json.loads` returned with `parse_float=canonical_number`, at the C encoder's speed.
+
+    Such a value holds only JSON's own types, with numbers already spelled canonically, so the C
+    encoder writes it canonically unless a string is not NFC or not UTF-8: only then is it walked.
+    """
+    try:
+        text = _encode(value)
+    except ValueError:
+        return canonical_json(value)  # a non-finite number: refused, with its path
+    if text.isascii():
+        return text
+    # NFC holds for the whole text exactly when it holds for every string in it: JSON's own
+    # punctuation is ASCII and never combines with a neighbour.
+    if not unicodedata.is_normalized("NFC", text):
+        return canonical_json(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return canonical_json(value)  # a lone surrogate: refused, with its path
+    return text
 
 
 def pin_key(kind: str, material: object) -> str:

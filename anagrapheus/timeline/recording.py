@@ -13,7 +13,7 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, canonical_number
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -24,6 +24,7 @@ __all__ = [
     "RecordingHeader",
     "pin_events",
     "read_recording",
+    "stream_recording",
     "write_recording",
 ]
 
@@ -147,9 +148,14 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# Numbers are read as canonical JSON spells them, so a payload is written back by the C encoder. One decoder
+# for every line: json.loads with hooks would build a new one per call.
+_decode = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=canonical_number).decode
+
+
 def _parse_object(text: str, *, where: str, line: int) -> dict[str, Any]:
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = _decode(text)
     except ValueError as e:
         raise RecordingError(f"line is not valid JSON ({e})", path=where, line=line) from None
     except RecursionError:
@@ -210,7 +216,7 @@ def _read_event(text: str, *, where: str, line: int) -> StoredEvent:
         raise RecordingError("payload must be a JSON object", path=where, line=line)
     payload = cast("dict[str, JSONValue]", payload)
     try:
-        payload_text = canonical_json(payload)
+        payload_text = canonical_json_of_parsed(payload)
     except AnagrapheusError as e:
         raise RecordingError(f"payload cannot be written canonically ({e})", path=where, line=line) from None
     return StoredEvent(
@@ -240,29 +246,49 @@ def read_recording(
     when given the same `upcasts`.
     """
     source = Path(path)
+    header, events = stream_recording(source)
+    recording = Recording(path=source, header=header, events=tuple(events))
+    if registry is not None:
+        recording.decode(registry, upcasts=upcasts)
+    return recording
+
+
+def stream_recording(path: str | os.PathLike[str]) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
+    """Read a recording's header now and its events as they are iterated, one line at a time.
+
+    The events are checked as `read_recording` checks them, each when it is reached; nothing but
+    the line in hand is held, so a replay can be built from a file larger than memory allows twice.
+    """
+    source = Path(path)
     where = str(source)
+    lines = _lines(source, where)
+    first = next(lines, None)
+    if first is None:
+        raise RecordingError("empty file: missing header", path=where, line=1)
+    return _read_header(first[1], where=where), _events(lines, where)
+
+
+def _lines(source: Path, where: str) -> Iterator[tuple[int, str]]:
     try:
-        data = source.read_bytes()
+        with source.open("rb") as lines:
+            for number, raw in enumerate(lines, start=1):
+                # A recording ends with a newline, so a last line without one was cut short.
+                if not raw.endswith(b"\n"):
+                    raise RecordingError("truncated: the last line has no newline", path=where, line=number)
+                try:
+                    text = raw[:-1].decode("utf-8")
+                except UnicodeDecodeError as e:
+                    message = f"line is not UTF-8 ({e.reason} at byte {e.start})"
+                    raise RecordingError(message, path=where, line=number) from None
+                yield number, text
     except OSError as e:
         raise RecordingError(f"cannot read the recording ({e.strerror or e})", path=where) from e
-    if not data:
-        raise RecordingError("empty file: missing header", path=where, line=1)
-    raw_lines = data.split(b"\n")
-    # A recording ends with a newline, so splitting leaves one empty tail; anything else was cut short.
-    tail = raw_lines.pop()
-    if tail:
-        raise RecordingError("truncated: the last line has no newline", path=where, line=len(raw_lines) + 1)
-    texts: list[str] = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            texts.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise RecordingError(f"line is not UTF-8 ({e.reason} at byte {e.start})", path=where, line=number) from None
-    header = _read_header(texts[0], where=where)
-    events: list[StoredEvent] = []
+
+
+def _events(lines: Iterator[tuple[int, str]], where: str) -> Iterator[StoredEvent]:
     seen_ids: dict[str, int] = {}
     last_seq = 0
-    for number, text in enumerate(texts[1:], start=2):
+    for number, text in lines:
         event = _read_event(text, where=where, line=number)
         if event.seq <= last_seq:
             raise RecordingError(
@@ -272,12 +298,10 @@ def read_recording(
             )
         if event.event_id in seen_ids:
             raise RecordingError(
-                f"event id {event.event_id} already appears on line {seen_ids[event.event_id]}", path=where, line=number
+                f"event id {event.event_id} already appears on line {seen_ids[event.event_id]}",
+                path=where,
+                line=number,
             )
         last_seq = event.seq
         seen_ids[event.event_id] = number
-        events.append(event)
-    recording = Recording(path=source, header=header, events=tuple(events))
-    if registry is not None:
-        recording.decode(registry, upcasts=upcasts)
-    return recording
+        yield event

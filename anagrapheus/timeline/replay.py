@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -15,6 +16,7 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.recording import stream_recording
 from anagrapheus.timeline.resolver import StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -125,6 +127,21 @@ class ReplayPins:
     ) -> ReplayPins:
         """Collect a store's pins as `from_events` does, reading only `PinPromoted` rows, a page at a time."""
         events = store.read(namespace=BUILTIN_NAMESPACE, type=PinPromoted.event_type)
+        return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
+
+    @classmethod
+    def from_recording(
+        cls,
+        path: str | os.PathLike[str],
+        registry: EventTypeRegistry,
+        *,
+        unit_id: str | None = None,
+        upcasts: UpcastRegistry | None = None,
+        on_miss: Literal["strict", "record"] = "strict",
+        into: PinLedger | None = None,
+    ) -> ReplayPins:
+        """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_recording`)."""
+        _, events = stream_recording(path)
         return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:
