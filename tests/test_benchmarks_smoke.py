@@ -49,3 +49,9 @@ def test_agent_runs_benchmark_runs() -> None:
 def test_agent_cassette_benchmark_runs() -> None:
     out = run_quick("agent.py", "--part", "cassette")
     assert "cassette / pins:" in out
+
+
+def test_keys_benchmark_prints_its_four_figures() -> None:
+    out = run_quick("keys.py")
+    for heading in ("1. key cost", "2. keying's share", "3. loading", "4. peak memory"):
+        assert heading in out
