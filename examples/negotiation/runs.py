@@ -123,21 +123,28 @@ async def record_negotiation(
     eu_model: str | None = None,
     uk_model: str | None = None,
     on_round: Callable[[RoundConcluded], None] | None = None,
+    database: Path | None = None,
 ) -> list[RoundConcluded]:
-    """Hold the negotiation live in a temporary database and write its pins to `path` as a recording."""
+    """Hold the negotiation live and write its pins to `path` as a recording.
+
+    The log is a temporary database unless `database` names one, which must not exist yet and is kept.
+    """
     types = negotiation_types()
+    if database is not None and database.exists():
+        raise FileExistsError(f"{database} exists; a recording is made in a fresh database")
     with tempfile.TemporaryDirectory() as tmp:
+        log = database or Path(tmp) / "negotiation.db"
         if provider is None:
             run = SeededRun(seed)
             models: dict[str, Model] = {code: n.model() for code, n in scripted_pair(run.now).items()}
             world = World(random.Random(f"anagrapheus-negotiation-world:{seed}"))
-            store = SQLiteEventStore(Path(tmp) / "negotiation.db", clock=run.now, new_event_id=run.new_id)
+            store = SQLiteEventStore(log, clock=run.now, new_event_id=run.new_id)
             new_id = run.new_id
             header = _scripted_header(seed)
         else:
             models = _provider_models(provider, eu_model, uk_model)
             world = World()
-            store = SQLiteEventStore(Path(tmp) / "negotiation.db")
+            store = SQLiteEventStore(log)
             new_id = None  # ids and clock as a live run reads them
             rerecord = f"python -m examples.negotiation --record --provider {provider}"
             rerecord += f" --eu-model {models[EU.code].model_name} --uk-model {models[UK.code].model_name}"

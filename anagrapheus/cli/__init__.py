@@ -1,0 +1,44 @@
+"""The `anagrapheus` command: show, diff, check, export, upcast and regress recordings and logs.
+
+Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
+violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from anagrapheus.cli import check, export, show, upcast
+from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
+
+__all__ = ["Exit", "main", "parser"]
+
+# Each command module registers its subcommand; a new command is one more module here.
+COMMANDS = (show, check, export, upcast)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The `anagrapheus` argument parser, with every subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print a JSON report on stdout instead of text")
+    root = argparse.ArgumentParser(
+        prog="anagrapheus",
+        description="Inspect, compare, validate, export and upcast anagrapheus recordings and event logs, and"
+        " judge candidate agents against recordings. Exit codes: 0 ok, 1 failed (a difference, a violated check"
+        " or invariant), 2 bad input (names the file and line), 3 diverged.",
+    )
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(commands, common)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit code."""
+    args = parser().parse_args(argv)
+    try:
+        outcome: Outcome = args.run(args)
+    except BadInput as e:
+        outcome = e.outcome()
+    return emit(outcome, as_json=args.json)

@@ -1,0 +1,147 @@
+"""`anagrapheus check`: validate recordings (format, decoding and upcasting, unambiguous keys) before trusting them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from anagrapheus.cli.report import BadInput, Exit, Outcome
+from anagrapheus.cli.sources import Source, event_types, open_source, upcasts_of
+from anagrapheus.errors import AnagrapheusError
+from anagrapheus.timeline import EventTypeRegistry, PinPromoted, UpcastRegistry, canonical_json
+
+__all__ = ["CHECKS", "Check", "CheckContext", "Problem", "add_parser", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing a check found wrong, with the exit code it deserves and where it is."""
+
+    code: Exit
+    """`Exit.BAD_INPUT` for what cannot be read or trusted, `Exit.FAILED` for a violated rule."""
+    message: str
+    """What is wrong."""
+    line: int | None = None
+    """The recording line (None for a database event or the whole file)."""
+    seq: int | None = None
+    """The event's seq, for a database."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """What checks may need besides the source: the event types and upcasts to decode with."""
+
+    types: EventTypeRegistry
+    """The built-in event types and the application's."""
+    upcasts: UpcastRegistry | None
+    """The application's upcasts."""
+
+
+Check = Callable[[Source, CheckContext], Iterable[Problem]]
+"""One validation over a readable source."""
+
+
+def _at(source: Source, index: int) -> dict[str, Any]:
+    line = source.line(index)
+    return {"line": line, "seq": None if line is not None else source.events[index].seq}
+
+
+def events_decode(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """Every event decodes into its registered type, old versions upcast to the current one."""
+    for index, stored in enumerate(source.events):
+        try:
+            context.types.decode(stored, upcasts=context.upcasts)
+        except AnagrapheusError as e:
+            hint = "; pass the application's types with --events MODULE:NAME" if "unknown event type" in str(e) else ""
+            yield Problem(Exit.BAD_INPUT, f"{e}{hint}", **_at(source, index))
+
+
+def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """No key is pinned with different results, so the whole file can answer every key it holds."""
+    first: dict[str, tuple[int, str, str]] = {}
+    for index, stored in enumerate(source.events):
+        try:
+            event = context.types.decode(stored, upcasts=context.upcasts)
+        except AnagrapheusError:
+            continue  # reported by events_decode
+        if not isinstance(event, PinPromoted):
+            continue
+        raw = canonical_json(event.raw)
+        seen = first.setdefault(event.key, (index, event.unit_id, raw))
+        if seen[2] != raw:
+            where = source.where(seen[0])
+            yield Problem(
+                Exit.FAILED,
+                f"ambiguous key {event.key}: unit {event.unit_id} pinned a different result than unit {seen[1]}"
+                f" ({where}); replay one unit at a time, or re-record",
+                **_at(source, index),
+            )
+
+
+CHECKS: list[tuple[str, Check]] = [("events", events_decode), ("keys", keys_unambiguous)]
+"""The checks run after the format check, by name; a new check is one more entry."""
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
+    """Register `check`."""
+    parser = commands.add_parser(
+        "check",
+        parents=[common],
+        help="validate recordings: format, every event decoding and upcasting, no ambiguous keys",
+        description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
+        " and line), 1 when one breaks a rule (an ambiguous key), 0 when all are sound.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or anagrapheus SQLite databases")
+    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
+    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
+    parser.set_defaults(run=run)
+
+
+def _report(path: str, problems: list[tuple[str, Problem]], events: int | None) -> dict[str, Any]:
+    worst = max((problem.code for _, problem in problems), default=Exit.OK)
+    return {
+        "path": path,
+        "status": {Exit.OK: "ok", Exit.FAILED: "failed", Exit.BAD_INPUT: "bad input"}[worst],
+        "events": events,
+        "problems": [
+            {"check": name, "code": int(p.code), "line": p.line, "seq": p.seq, "message": p.message}
+            for name, p in problems
+        ],
+    }
+
+
+def check_path(path: str, context: CheckContext) -> dict[str, Any]:
+    """Run the format check, then every check in `CHECKS`, on one file."""
+    try:
+        source = open_source(path)
+    except BadInput as e:
+        return _report(path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
+    problems = [(name, problem) for name, check in CHECKS for problem in check(source, context)]
+    return _report(path, problems, len(source.events))
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """Check every path; the exit code is the worst found."""
+    context = CheckContext(types=event_types(args.events), upcasts=upcasts_of(args.upcasts))
+    reports = [check_path(path, context) for path in args.paths]
+    lines: list[str] = []
+    worst = Exit.OK
+    for report in reports:
+        problems: list[dict[str, Any]] = report["problems"]
+        if not problems:
+            checks = ", ".join(["format", *(name for name, _ in CHECKS)])
+            lines.append(f"{report['path']}: ok, {report['events']} event(s) ({checks})")
+        for problem in problems:
+            worst = max(worst, Exit(problem["code"]))
+            where = report["path"]
+            if problem["line"] is not None:
+                where += f":{problem['line']}"
+            elif problem["seq"] is not None:
+                where += f" (seq {problem['seq']})"
+            lines.append(f"{where}: [{problem['check']}] {problem['message']}")
+    # Bad input outranks a violated rule: a file that cannot be trusted says nothing about its rules.
+    return Outcome(
+        worst, "\n".join(lines), {"status": reports[0]["status"] if len(reports) == 1 else None, "files": reports}
+    )

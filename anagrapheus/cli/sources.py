@@ -1,0 +1,189 @@
+"""What a command reads: a recording file or a database's log, narrowed to some units, and user-named objects."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import sqlite_utils
+
+from anagrapheus.cli.report import BadInput, bad_input
+from anagrapheus.errors import AnagrapheusError
+from anagrapheus.timeline import (
+    Event,
+    EventTypeRegistry,
+    RecordingHeader,
+    ScratchPin,
+    SQLiteEventStore,
+    StoredEvent,
+    UpcastRegistry,
+    read_recording,
+    register_builtin_events,
+)
+
+__all__ = ["Source", "event_types", "load_object", "open_source", "upcasts_of"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+# The tables every anagrapheus log has; a SQLite file without them is someone else's database.
+_LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
+_BUILTIN = "anagrapheus"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Events read from a recording or a database, with a way to say where each one came from."""
+
+    path: Path
+    """The file, as named on the command line."""
+    kind: Literal["recording", "database"]
+    """What the file is."""
+    header: RecordingHeader | None
+    """The recording's header; None for a database."""
+    events: tuple[StoredEvent, ...]
+    """The events in log order, narrowed to the chosen units."""
+    scratch: tuple[ScratchPin, ...] = ()
+    """A database's pins still in scratch: units open, never committed nor abandoned (for example after a crash)."""
+    lines: tuple[int, ...] = ()
+    """For a recording, the line each event sits on."""
+
+    def line(self, index: int) -> int | None:
+        """The line of event `index` in a recording; None for a database."""
+        return self.lines[index] if self.lines else None
+
+    def where(self, index: int) -> str:
+        """Name event `index` for a person: `path:line`, or `path (seq N)` for a database."""
+        line = self.line(index)
+        return f"{self.path}:{line}" if line is not None else f"{self.path} (seq {self.events[index].seq})"
+
+    def problem(self, index: int, message: str) -> BadInput:
+        """A `BadInput` about event `index`, naming its line or seq."""
+        line = self.line(index)
+        return BadInput(message, path=str(self.path), line=line, seq=None if line else self.events[index].seq)
+
+    def decoded(self, types: EventTypeRegistry, upcasts: UpcastRegistry | None) -> Iterator[tuple[int, Event]]:
+        """Decode the built-in events (pins, abandons, divergences), upcast; a failure names the event."""
+        for index, stored in enumerate(self.events):
+            if stored.namespace != _BUILTIN:
+                continue
+            try:
+                yield index, types.decode(stored, upcasts=upcasts)
+            except AnagrapheusError as e:
+                raise self.problem(index, str(e)) from e
+
+
+def unit_of(event: StoredEvent) -> str | None:
+    """The unit of work an event belongs to: a built-in event's `unit_id`, else its correlation id."""
+    if event.namespace == _BUILTIN:
+        unit = event.payload_json().get("unit_id")
+        return unit if isinstance(unit, str) else None
+    return event.correlation_id
+
+
+def _is_log(path: Path) -> bool:
+    # A read-only connection of our own: looking must not migrate, create tables in, or switch the journal of a file.
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return set(sqlite_utils.Database(connection).table_names()) >= _LOG_TABLES
+        finally:
+            connection.close()
+    except sqlite3.Error as e:
+        raise BadInput(f"cannot read the database ({e})", path=str(path)) from e
+
+
+def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
+    """Read a recording or a database's log, keeping only `units` when some are named."""
+    path = Path(name)
+    try:
+        with path.open("rb") as file:
+            magic = file.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
+    try:
+        if magic == _SQLITE_MAGIC:
+            if not _is_log(path):
+                raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
+            with SQLiteEventStore(path) as store:
+                scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
+                source = Source(path, "database", None, tuple(store.read()), scratch)
+        else:
+            recording = read_recording(path)
+            lines = tuple(range(2, len(recording.events) + 2))
+            source = Source(path, "recording", recording.header, recording.events, lines=lines)
+    except AnagrapheusError as e:
+        raise bad_input(e, path=name) from e
+    return _narrowed(source, units) if units else source
+
+
+def _narrowed(source: Source, units: Sequence[str]) -> Source:
+    wanted = set(units)
+    kept: list[int] = []
+    for index, event in enumerate(source.events):
+        try:
+            unit = unit_of(event)
+        except AnagrapheusError as e:
+            raise source.problem(index, str(e)) from e
+        if unit in wanted:
+            kept.append(index)
+    found = {unit_of(source.events[index]) for index in kept} | {pin.unit_id for pin in source.scratch}
+    missing = [unit for unit in units if unit not in found]
+    if missing:
+        raise BadInput(f"no unit {', '.join(missing)} in this {source.kind}", path=str(source.path))
+    return Source(
+        source.path,
+        source.kind,
+        source.header,
+        tuple(source.events[index] for index in kept),
+        tuple(pin for pin in source.scratch if pin.unit_id in wanted),
+        tuple(source.lines[index] for index in kept) if source.lines else (),
+    )
+
+
+def load_object(spec: str) -> object:
+    """Import `MODULE:NAME` (dotted names allowed after the colon), from the working directory too."""
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise BadInput("expected MODULE:NAME, such as tests.regressions:candidate", path=spec)
+    # Like `python -m`, a command run from a project finds the project's own modules.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: object = importlib.import_module(module_name)
+    except ImportError as e:
+        raise BadInput(f"cannot import {module_name} ({e})", path=spec) from e
+    for name in attribute.split("."):
+        try:
+            found = getattr(found, name)
+        except AttributeError:
+            raise BadInput(f"{module_name} has no {attribute}", path=spec) from None
+    return found
+
+
+def event_types(spec: str | None) -> EventTypeRegistry:
+    """The built-in event types, plus an application's registry named as `MODULE:NAME` (a registry or a factory)."""
+    if spec is None:
+        types = EventTypeRegistry()
+    else:
+        found = load_object(spec)
+        types = found() if callable(found) and not isinstance(found, EventTypeRegistry) else found
+        if not isinstance(types, EventTypeRegistry):
+            raise BadInput(f"is not an EventTypeRegistry (nor a function returning one): {types!r}", path=spec)
+    register_builtin_events(types)
+    return types
+
+
+def upcasts_of(spec: str | None) -> UpcastRegistry | None:
+    """An application's upcasts named as `MODULE:NAME` (a registry or a factory), or None."""
+    if spec is None:
+        return None
+    found = load_object(spec)
+    upcasts = found() if callable(found) and not isinstance(found, UpcastRegistry) else found
+    if not isinstance(upcasts, UpcastRegistry):
+        raise BadInput(f"is not an UpcastRegistry (nor a function returning one): {upcasts!r}", path=spec)
+    return upcasts

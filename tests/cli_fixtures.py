@@ -1,0 +1,76 @@
+"""Files the command-line tests run on: the committed negotiation, files derived from it, and small logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from anagrapheus.provider import PinnedModel
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation
+
+NEGOTIATION_LINES = RECORDING.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def builtin_types() -> EventTypeRegistry:
+    types = EventTypeRegistry()
+    register_builtin_events(types)
+    return types
+
+
+def rewritten(tmp: Path, name: str, line: int, change: dict[str, object]) -> Path:
+    """A copy of the negotiation with line `line`'s payload fields replaced."""
+    lines = list(NEGOTIATION_LINES)
+    event = json.loads(lines[line - 1])
+    event["payload"].update(change)
+    lines[line - 1] = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    path = tmp / name
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def model_call_lines() -> list[int]:
+    """The lines of the negotiation that hold model-call pins."""
+    return [n for n, text in enumerate(NEGOTIATION_LINES, start=1) if n > 1 and '"kind":"model_call"' in text]
+
+
+def negotiation_database(path: Path) -> Path:
+    """Hold the scripted negotiation live (seed 2022) into the database at `path`, and keep it."""
+    asyncio.run(record_negotiation(path.with_suffix(".jsonl"), seed=DEFAULT_SEED, database=path))
+    return path
+
+
+class Counting:
+    """A scripted model that says `text` and counts how often it is reached."""
+
+    def __init__(self, text: str, name: str = "counting") -> None:
+        self.text = text
+        self.calls = 0
+        self.model = FunctionModel(self._reply, model_name=name)
+
+    def _reply(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        return ModelResponse(parts=[TextPart(self.text)])
+
+
+def units_database(path: Path) -> Path:
+    """A log with one committed unit, one abandoned unit and one unit left open."""
+    types = builtin_types()
+    with SQLiteEventStore(path) as store:
+        for unit, prompt, settle in (
+            ("support-1", "Where is order 7?", "commit"),
+            ("support-2", "Cancel order 8.", "abandon"),
+            ("support-3", "Refund order 9.", "open"),
+        ):
+            ledger = PinLedger(store, types, unit_id=unit)
+            Agent(PinnedModel(Counting(f"Answer to: {prompt}").model, ledger)).run_sync(prompt)
+            if settle == "commit":
+                ledger.commit()
+            elif settle == "abandon":
+                ledger.abandon(reason="the customer hung up")
+    return path

@@ -1,0 +1,411 @@
+"""The `anagrapheus` command: show, check, export and upcast, on the committed negotiation and files derived from it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from inline_snapshot import snapshot
+from pydantic_ai import Agent
+
+from anagrapheus.cli import main
+from anagrapheus.provider import PinnedModel
+from anagrapheus.testing import assert_same_run
+from anagrapheus.timeline import ReplayPins, SQLiteEventStore, read_recording
+from examples.negotiation.runs import RECORDING
+from tests.cli_fixtures import (
+    NEGOTIATION_LINES,
+    Counting,
+    builtin_types,
+    negotiation_database,
+    units_database,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NEGOTIATION = str(RECORDING.relative_to(ROOT))
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(autouse=True)
+def _from_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # so reports name the committed recording as a reader would type it
+
+
+@pytest.fixture(scope="module")
+def negotiation_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return negotiation_database(tmp_path_factory.mktemp("negotiation") / "talks.db")
+
+
+@pytest.fixture
+def corrupt(tmp_path: Path) -> Path:
+    path = tmp_path / "corrupt.jsonl"
+    lines = list(NEGOTIATION_LINES)
+    lines[4] = lines[4][: len(lines[4]) // 2] + "\n"  # line 5 cut in half
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+# show
+
+
+def test_show_prints_the_header_then_units_pins_by_kind_and_attempts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "show", NEGOTIATION)
+
+    assert code == 0
+    assert out == snapshot("""\
+recordings/negotiation.jsonl
+  format         anagrapheus.recording v1, 29 event(s)
+  description    A 4-round EU-UK fisheries negotiation: two negotiators on distinct models, pinned
+                 stock-survey and market-price tools, treaty and position ids minted through each round's
+                 ledger, one unit of work per round.
+  recorded with  Offline; no provider was reached. Both negotiators are scripted pydantic-ai FunctionModels
+                 (scripted-eu, scripted-uk, in examples/negotiation/scripts.py) that compute their offers from
+                 the prompt and the tool results by fixed rules. The survey and market readings, the clock and
+                 the ids are drawn from seed 2022, so recording again writes the same bytes.
+  rerecord       python -m examples.negotiation --record --seed 2022
+  models         EU=function:scripted-eu UK=function:scripted-uk
+  details        seed=2022 tools=["stock_survey", "market_price"] units=["eu-uk-talks-round-1",
+                 "eu-uk-talks-round-2", "eu-uk-talks-round-3", "eu-uk-talks-round-4"]
+
+unit                 state      pins  attempts  entity_id  model_call  tool_call
+eu-uk-talks-round-1  committed     9         9          3           4          2
+eu-uk-talks-round-2  committed     8         8          2           4          2
+eu-uk-talks-round-3  committed     8         8          2           4          2
+eu-uk-talks-round-4  committed     4         4          2           2          0
+total                             29        29          9          14          6
+
+failures: none
+divergences: none
+""")
+
+
+def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "show", NEGOTIATION, "--json", "--unit", "eu-uk-talks-round-4")
+
+    report = json.loads(out)
+    assert code == report["exit_code"] == 0
+    assert report["header"]["models"] == {"EU": "function:scripted-eu", "UK": "function:scripted-uk"}
+    assert report["units"] == snapshot(
+        [
+            {
+                "unit": "eu-uk-talks-round-4",
+                "state": "committed",
+                "pins": 4,
+                "attempts": 4,
+                "kinds": {"entity_id": 2, "model_call": 2},
+            }
+        ]
+    )
+
+
+def test_show_on_a_database_lists_committed_abandoned_and_open_units(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = units_database(tmp_path / "support.db")
+
+    code, out, _ = cli(capsys, "show", str(database))
+
+    assert code == 0
+    assert out.replace(str(database), "support.db") == snapshot("""\
+support.db
+  format         anagrapheus event log (SQLite), 2 event(s)
+
+unit       state      pins  attempts  model_call
+support-1  committed     1         1           1
+support-2  abandoned     0         0           0
+support-3  open          1         1           1
+total                    2         2           2
+
+failures: 1
+  support-2: abandoned with 1 pin(s), 1 attempt(s): the customer hung up (support.db (seq 2))
+divergences: none
+""")
+
+
+def test_show_of_a_corrupt_recording_exits_2_naming_the_line(corrupt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "show", str(corrupt))
+
+    assert (code, out) == (2, "")
+    assert err.startswith(f"bad input: {corrupt}:5: line is not valid JSON")
+
+
+def test_show_of_a_unit_that_is_not_there_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "show", NEGOTIATION, "--unit", "eu-uk-talks-round-9", "--json")
+
+    assert code == 2
+    assert json.loads(out) == snapshot(
+        {
+            "exit_code": 2,
+            "status": "bad input",
+            "path": "recordings/negotiation.jsonl",
+            "line": None,
+            "seq": None,
+            "error": "no unit eu-uk-talks-round-9 in this recording",
+        }
+    )
+
+
+# check
+
+
+def test_check_passes_the_committed_recording(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(capsys, "check", NEGOTIATION) == (
+        0,
+        snapshot("recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys)\n"),
+        "",
+    )
+
+
+def test_check_names_the_corrupt_line_and_exits_2(corrupt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "check", NEGOTIATION, str(corrupt))
+
+    assert code == 2
+    assert out.replace(str(corrupt), "corrupt.jsonl") == snapshot("""\
+recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys)
+corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column 745 (char 744))
+""")
+
+
+def test_check_refuses_an_event_type_it_cannot_decode_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "foreign.jsonl"
+    event = json.loads(NEGOTIATION_LINES[3])
+    event.update(namespace="shop", type="order_placed", seq=99, event_id="019b8d62-91f0-7000-8000-000000000099")
+    path.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+
+    code, out, _ = cli(capsys, "check", str(path), "--json")
+
+    assert code == 2
+    assert json.loads(out)["files"][0]["problems"] == snapshot(
+        [
+            {
+                "check": "events",
+                "code": 2,
+                "line": 31,
+                "seq": None,
+                "message": "unknown event type shop:order_placed (seq 99); pass the application's types with --events MODULE:NAME",
+            }
+        ]
+    )
+
+
+def test_check_finds_a_key_pinned_with_two_results_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A second unit pinned the first entity-id key with another id: the file cannot answer that key.
+    path = tmp_path / "ambiguous.jsonl"
+    event = json.loads(NEGOTIATION_LINES[1])
+    event["payload"].update(unit_id="eu-uk-talks-round-5", raw="019b8d62-7a80-7a89-9391-000000000000")
+    event.update(seq=99, event_id="019b8d62-91f0-7000-8000-000000000099")
+    path.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+
+    code, out, _ = cli(capsys, "check", str(path))
+
+    assert code == 1
+    assert out.replace(str(path), "ambiguous.jsonl") == snapshot(
+        "ambiguous.jsonl:31: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record\n"
+    )
+
+
+# export
+
+
+def test_export_then_strict_replay_of_the_exported_file_reaches_no_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = units_database(tmp_path / "support.db")
+    fixture = tmp_path / "support-1.jsonl"
+
+    code, out, _ = cli(capsys, "export", str(database), "--unit", "support-1", "-o", str(fixture), "--json")
+
+    assert code == 0
+    assert json.loads(out)["pins"] == 1
+    assert cli(capsys, "check", str(fixture))[0] == 0
+    recording = read_recording(fixture, registry=builtin_types())
+    assert recording.header.details == {"exported_from": "support.db", "units": ["support-1"]}
+    model = Counting("a different answer")
+    replay = ReplayPins.from_events(recording.events, builtin_types())
+    replayed = Agent(PinnedModel(model.model, replay)).run_sync("Where is order 7?")
+    assert model.calls == 0
+    assert replayed.output == "Answer to: Where is order 7?"
+    with SQLiteEventStore(tmp_path / "again.db") as store:
+        from anagrapheus.timeline import PinLedger
+
+        live = Counting("Answer to: Where is order 7?")
+        ledger = PinLedger(store, builtin_types(), unit_id="support-1")
+        original = Agent(PinnedModel(live.model, ledger)).run_sync("Where is order 7?")
+    assert_same_run(original, replayed)
+
+
+def test_export_of_the_negotiation_log_gives_back_the_committed_pins(
+    negotiation_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_path = tmp_path / "exported.jsonl"
+    units = [arg for n in range(1, 5) for arg in ("--unit", f"eu-uk-talks-round-{n}")]
+
+    code, _, _ = cli(capsys, "export", str(negotiation_db), *units, "-o", str(out_path))
+
+    assert code == 0
+    # The same events, byte for byte; only the header says it was exported.
+    assert out_path.read_text(encoding="utf-8").splitlines()[1:] == RECORDING.read_text().splitlines()[1:]
+
+
+@pytest.mark.parametrize(
+    ("unit", "why"),
+    [
+        ("support-2", "it was abandoned, so its pins were never committed"),
+        ("support-3", "it is still open (its pins are in scratch): commit it first"),
+    ],
+)
+def test_export_refuses_a_unit_that_never_committed(
+    unit: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = units_database(tmp_path / "support.db")
+    target = tmp_path / "out.jsonl"
+
+    code, _, err = cli(capsys, "export", str(database), "--unit", unit, "-o", str(target))
+
+    assert code == 2
+    assert err == f"bad input: {database}: cannot export unit {unit}: {why}\n"
+    assert not target.exists()
+
+
+# upcast
+
+
+EVENTS_MODULE = """
+from typing import ClassVar
+from anagrapheus.timeline import Event, EventTypeRegistry, UpcastRegistry
+
+
+class OrderPlaced(Event):
+    namespace: ClassVar[str] = "shop"
+    event_type: ClassVar[str] = "order_placed"
+    schema_version: ClassVar[int] = {version}
+    order: str
+    {field}
+
+
+def types() -> EventTypeRegistry:
+    registry = EventTypeRegistry()
+    registry.register(OrderPlaced)
+    return registry
+
+
+def upcasts() -> UpcastRegistry:
+    registry = UpcastRegistry()
+    registry.add("shop", "order_placed", from_version=1, step=lambda p: {{**p, "currency": "EUR"}})
+    return registry
+"""
+
+
+def test_upcast_rewrites_old_events_and_is_byte_stable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old.jsonl"
+    event = json.loads(NEGOTIATION_LINES[1])
+    event.update(namespace="shop", type="order_placed", seq=99, schema_version=1, payload={"order": "7"})
+    event["event_id"] = "019b8d62-91f0-7000-8000-000000000099"
+    old.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    (tmp_path / "shop_v2.py").write_text(EVENTS_MODULE.format(version=2, field="currency: str"), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = ("--events", "shop_v2:types", "--upcasts", "shop_v2:upcasts")
+    new, again = tmp_path / "new.jsonl", tmp_path / "again.jsonl"
+
+    code, out, _ = cli(capsys, "upcast", str(old), "-o", str(new), *options)
+
+    assert code == 0
+    assert out.replace(str(new), "new.jsonl") == snapshot(
+        "wrote new.jsonl: 1 of 30 event(s) upcast (shop:order_placed v1->v2 x1)\n"
+    )
+    upcast_line = json.loads(new.read_text().splitlines()[-1])
+    assert (upcast_line["schema_version"], upcast_line["payload"]) == (2, {"currency": "EUR", "order": "7"})
+    # Every other line keeps its bytes, and a second pass changes nothing.
+    assert new.read_text().splitlines()[:-1] == old.read_text().splitlines()[:-1]
+    assert cli(capsys, "upcast", str(new), "-o", str(again), *options)[0] == 0
+    assert again.read_bytes() == new.read_bytes()
+    assert cli(capsys, "check", str(new), "--events", "shop_v2:types")[0] == 0
+
+
+def test_upcast_of_the_committed_recording_changes_no_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_path = tmp_path / "same.jsonl"
+
+    assert cli(capsys, "upcast", NEGOTIATION, "-o", str(out_path))[0] == 0
+    assert out_path.read_bytes() == RECORDING.read_bytes()
+
+
+def test_upcast_without_the_step_is_bad_input_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old.jsonl"
+    event = json.loads(NEGOTIATION_LINES[1])
+    event.update(namespace="shop", type="order_placed", seq=99, schema_version=1, payload={"order": "7"})
+    event["event_id"] = "019b8d62-91f0-7000-8000-000000000099"
+    old.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    (tmp_path / "shop_v2b.py").write_text(EVENTS_MODULE.format(version=2, field="currency: str"), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    code, _, err = cli(capsys, "upcast", str(old), "-o", str(tmp_path / "x.jsonl"), "--events", "shop_v2b:types")
+
+    assert code == 2
+    assert err == f"bad input: {old}:31: no upcast registered for shop:order_placed v1 -> v2 (needed to reach v2)\n"
+
+
+# the command itself
+
+
+def test_the_console_script_and_python_dash_m_run_the_same_command(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("anagrapheus")
+    for command in ([str(script)], [sys.executable, "-m", "anagrapheus"]):
+        done = subprocess.run(
+            [*command, "check", NEGOTIATION, "--json"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["status"] == "ok"
+
+
+def test_a_missing_file_is_bad_input_in_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "show", "no/such.jsonl", "--json")
+
+    assert code == 2
+    assert json.loads(out) == snapshot(
+        {
+            "exit_code": 2,
+            "status": "bad input",
+            "path": "no/such.jsonl",
+            "line": None,
+            "seq": None,
+            "error": "cannot read (No such file or directory)",
+        }
+    )
+
+
+def console_blocks() -> list[tuple[str, str]]:
+    """The ```console blocks of the CLI reference: a `$ anagrapheus ...` line, then what it prints."""
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    found: list[tuple[str, str]] = []
+    for block in text.split("```console\n")[1:]:
+        body = block.split("```", 1)[0]
+        command, _, output = body.partition("\n")
+        found.append((command, output))
+    return found
+
+
+@pytest.mark.parametrize(("command", "expected"), console_blocks(), ids=lambda v: v.split("\n")[0][:60])
+def test_the_cli_reference_shows_what_the_command_prints(
+    command: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = shlex.split(command.removeprefix("$ anagrapheus "))
+    main(argv)
+    out = capsys.readouterr().out
+    assert [line.rstrip() for line in out.splitlines()] == [line.rstrip() for line in expected.splitlines()]
