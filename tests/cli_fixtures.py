@@ -11,16 +11,14 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus.provider import PinnedModel
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation
 
 NEGOTIATION_LINES = RECORDING.read_text(encoding="utf-8").splitlines(keepends=True)
 
 
 def builtin_types() -> EventTypeRegistry:
-    types = EventTypeRegistry()
-    register_builtin_events(types)
-    return types
+    return EventTypeRegistry()
 
 
 def rewritten(tmp: Path, name: str, line: int, change: dict[str, object]) -> Path:

@@ -85,9 +85,6 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     types = EventTypeRegistry()
     path = tmp_path_factory.mktemp("support") / "support.jsonl"
     with SQLiteEventStore(path.with_suffix(".db")) as store:
-        from anagrapheus.timeline import register_builtin_events
-
-        register_builtin_events(types)
         ledger = PinLedger(store, types, unit_id="support-conversation")
         agent = builder(Desk())(ledger)
         history: list[ModelMessage] = []

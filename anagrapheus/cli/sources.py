@@ -24,7 +24,6 @@ from anagrapheus.timeline import (
     StoredEvent,
     UpcastRegistry,
     read_recording,
-    register_builtin_events,
 )
 
 __all__ = ["Source", "event_types", "load_object", "open_source", "upcasts_of"]
@@ -168,13 +167,11 @@ def load_object(spec: str) -> object:
 def event_types(spec: str | None) -> EventTypeRegistry:
     """The built-in event types, plus an application's registry named as `MODULE:NAME` (a registry or a factory)."""
     if spec is None:
-        types = EventTypeRegistry()
-    else:
-        found = load_object(spec)
-        types = found() if callable(found) and not isinstance(found, EventTypeRegistry) else found
-        if not isinstance(types, EventTypeRegistry):
-            raise BadInput(f"is not an EventTypeRegistry (nor a function returning one): {types!r}", path=spec)
-    register_builtin_events(types)
+        return EventTypeRegistry()
+    found = load_object(spec)
+    types = found() if callable(found) and not isinstance(found, EventTypeRegistry) else found
+    if not isinstance(types, EventTypeRegistry):
+        raise BadInput(f"is not an EventTypeRegistry (nor a function returning one): {types!r}", path=spec)
     return types
 
 

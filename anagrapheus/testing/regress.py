@@ -27,7 +27,6 @@ from anagrapheus.timeline import (
     TimelineStore,
     UpcastRegistry,
     read_recording,
-    register_builtin_events,
 )
 
 __all__ = ["AgentBuilder", "Turn", "aregress", "regress"]
@@ -102,7 +101,6 @@ async def aregress(
         raise UsageError(f"policy must be 'pinned' or 'live', not {policy!r}")
     if types is None:
         types = EventTypeRegistry()
-        register_builtin_events(types)
     if not isinstance(recording, Recording):
         recording = read_recording(recording, registry=types, upcasts=upcasts)
     plays = [turn if isinstance(turn, Turn) else Turn(turn) for turn in turns]
