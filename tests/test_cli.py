@@ -21,7 +21,9 @@ from tests.cli_fixtures import (
     NEGOTIATION_LINES,
     Counting,
     builtin_types,
+    model_call_lines,
     negotiation_database,
+    rewritten,
     units_database,
 )
 
@@ -409,3 +411,175 @@ def test_the_cli_reference_shows_what_the_command_prints(
     main(argv)
     out = capsys.readouterr().out
     assert [line.rstrip() for line in out.splitlines()] == [line.rstrip() for line in expected.splitlines()]
+
+
+# diff
+
+
+def test_diff_of_the_recording_against_the_log_it_came_from_is_the_same(
+    negotiation_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "diff", NEGOTIATION, str(negotiation_db), "--unit", "eu-uk-talks-round-2")
+
+    assert code == 0
+    assert out.splitlines()[-1] == "same: 1 unit(s), 8 pin(s)"
+    assert cli(capsys, "diff", NEGOTIATION, NEGOTIATION)[1].splitlines()[-1] == "same: 4 unit(s), 29 pin(s)"
+
+
+def test_diff_names_a_result_that_changed_under_the_same_request_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = model_call_lines()[-1]
+    raw = json.loads(NEGOTIATION_LINES[last - 1])["payload"]["raw"]
+    raw["parts"][0]["content"] = "The UK accepts the package in full; the accord can be signed."
+    changed = rewritten(tmp_path, "changed.jsonl", last, {"raw": raw})
+
+    code, out, _ = cli(capsys, "diff", NEGOTIATION, str(changed))
+
+    assert code == 1
+    assert out.replace(str(changed), "changed.jsonl") == snapshot("""\
+--- recordings/negotiation.jsonl
++++ changed.jsonl
+unit eu-uk-talks-round-4: 1 change(s)
+  ~ model_call #4 (recordings/negotiation.jsonl:30 -> changed.jsonl:30)
+      same request, another result: result.parts[0].content: 'The UK accepts the package except cod, where the gap is too wide to close to... != 'The UK accepts the package in full; the accord can be signed.'
+differ: 1 of 4 unit(s)
+""")
+
+
+def test_diff_names_what_moved_in_a_changed_request_and_lists_removed_and_added_pins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Round 3's UK prompt reworded (its key and the fingerprint of messages[0] move), and round 2's last pin gone.
+    line = model_call_lines()[9]
+    event = json.loads(NEGOTIATION_LINES[line - 1])["payload"]
+    fingerprint = {**event["fingerprint"], "messages[0]": "0123456789abcdef"}
+    edited = rewritten(
+        tmp_path, "edited.jsonl", line, {"key": "p1:model_call:" + "ab" * 32, "fingerprint": fingerprint}
+    )
+    lines = edited.read_text().splitlines(keepends=True)
+    edited.write_text("".join(lines[:16] + lines[17:]))
+
+    code, out, _ = cli(capsys, "diff", NEGOTIATION, str(edited))
+
+    assert code == 1
+    assert out.replace(str(edited), "edited.jsonl") == snapshot("""\
+--- recordings/negotiation.jsonl
++++ edited.jsonl
+unit eu-uk-talks-round-2: 1 change(s)
+  - tool_call #7 p1:tool_call:14e27d8674876870d82a0f12285ca2c42d18cf3d2b12b825a8dae9a304a91284 (recordings/negotiation.jsonl:17)
+unit eu-uk-talks-round-3: 1 change(s)
+  ~ model_call #5 (recordings/negotiation.jsonl:23 -> edited.jsonl:22)
+      p1:model_call:3db64358b3fa129a19727934ec63b6bbdee3aa3bbd8ae2976961229b93660871 -> p1:model_call:abababababababababababababababababababababababababababababababab
+      what moved: messages[0]
+differ: 2 of 4 unit(s)
+""")
+    report = json.loads(cli(capsys, "diff", NEGOTIATION, str(edited), "--json")[1])
+    assert [(u["unit"], [c["change"] for c in u["changes"]]) for u in report["units"] if u["changes"]] == snapshot(
+        [("eu-uk-talks-round-2", ["removed"]), ("eu-uk-talks-round-3", ["changed"])]
+    )
+    backwards = json.loads(cli(capsys, "diff", str(edited), NEGOTIATION, "--json")[1])
+    assert [[c["change"] for c in u["changes"]] for u in backwards["units"] if u["changes"]] == [["added"], ["changed"]]
+
+
+def test_diff_of_a_corrupt_recording_is_bad_input(corrupt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "diff", NEGOTIATION, str(corrupt))
+
+    assert code == 2
+    assert err.startswith(f"bad input: {corrupt}:5: ")
+
+
+# regress
+
+
+CANDIDATE = "examples.negotiation.candidates:{}"
+
+
+@pytest.mark.parametrize(
+    ("candidate", "exit_code"),
+    [("control", 0), ("regressed", 1), ("reworded", 3)],
+    ids=["passed", "failed", "diverged"],
+)
+def test_regress_gives_three_verdicts_on_one_recording(
+    candidate: str, exit_code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "regress", CANDIDATE.format(candidate), "--recording", NEGOTIATION)
+
+    assert code == exit_code
+    assert (
+        out
+        == snapshot(
+            {
+                "control": """\
+regress examples.negotiation.candidates:control against recordings/negotiation.jsonl
+PASSED (8 of 8 turn(s) played, policy pinned)
+  [PASS] quota_statements_state_a_share
+  [PASS] uk_counters_below_the_eu_offer
+  [PASS] uk_reads_the_market_before_countering
+""",
+                "regressed": """\
+regress examples.negotiation.candidates:regressed against recordings/negotiation.jsonl
+FAILED (1 of 8 turn(s) played, policy pinned)
+  [FAIL] quota_statements_state_a_share: turn 1: round 1: the EU stated no share as a percentage: 'The EU proposes a 54 per cent EU share of the cod quota, given an advised catch of 39,400 t, stock falling.'
+  [----] uk_counters_below_the_eu_offer: held through turn 1, not evaluated past it
+  [----] uk_reads_the_market_before_countering: held through turn 1, not evaluated past it
+""",
+                "reworded": """\
+regress examples.negotiation.candidates:reworded against recordings/negotiation.jsonl
+DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)
+  no pin for model_call p1:model_call:1052a82ffea3b17536c8473022f5639201efbcce593647bc0df10ab7352f3b65 after 3 hit(s)
+  what moved against the nearest recorded call: instructions[0], messages[0]
+  [----] quota_statements_state_a_share: held through turn 1, not evaluated past it
+  [----] uk_counters_below_the_eu_offer: held through turn 1, not evaluated past it
+  [----] uk_reads_the_market_before_countering: held through turn 1, not evaluated past it
+""",
+            }
+        )[candidate]
+    )
+
+
+def test_regress_under_live_draws_the_reworded_candidates_misses_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(
+        capsys, "regress", CANDIDATE.format("reworded"), "--recording", NEGOTIATION, "--policy", "live", "--json"
+    )
+
+    report = json.loads(out)
+    assert code == report["exit_code"] == 0
+    assert (report["status"], report["diverged_at"], report["drawn"]) == ("passed", 2, 7)
+    assert [i["status"] for i in report["invariants"]] == ["held", "held", "held"]
+
+
+def test_regress_json_reports_the_divergence(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "regress", CANDIDATE.format("reworded"), "--recording", NEGOTIATION, "--json")
+
+    report = json.loads(out)
+    assert code == report["exit_code"] == 3
+    assert report["divergence"]["moved"] == ["instructions[0]", "messages[0]"]
+    assert [i["status"] for i in report["invariants"]] == ["not evaluated"] * 3
+
+
+def test_regress_on_a_corrupt_recording_is_bad_input_naming_the_line(
+    corrupt: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "regress", CANDIDATE.format("control"), "--recording", str(corrupt))
+
+    assert code == 2
+    assert err.startswith(f"bad input: {corrupt}:5: line is not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "error"),
+    [
+        ("examples.negotiation.nowhere:control", "cannot import examples.negotiation.nowhere"),
+        ("examples.negotiation.candidates:TURNS", "is not a function"),
+        ("examples.negotiation.candidates:quota_statements_state_a_share", "must take (recording, *, policy)"),
+        ("examples.negotiation.candidates", "expected MODULE:NAME"),
+    ],
+)
+def test_regress_names_a_candidate_it_cannot_use(
+    candidate: str, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "regress", candidate, "--recording", NEGOTIATION)
+
+    assert code == 2
+    assert err.startswith(f"bad input: {candidate}: ") and error in err

@@ -185,3 +185,15 @@ def test_prompts_name_things_and_never_quote_an_id() -> None:
     assert len(ids) == 1 + 2 * len(ROUNDS)
     assert not [i for i in ids for p in prompts if i in p]
     assert all(TREATY in p for p in prompts)
+
+
+def test_the_regress_demo_gives_three_verdicts_on_the_one_recording(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--regress"]) == 0
+
+    out = capsys.readouterr().out
+    verdicts = [
+        line.split(" ")[0] for line in out.splitlines() if line.split(" ")[0] in ("PASSED", "FAILED", "DIVERGED")
+    ]
+    assert verdicts == ["PASSED", "DIVERGED", "FAILED"]
+    assert [line for line in out.splitlines() if line.startswith("(exit")] == ["(exit 0)", "(exit 3)", "(exit 1)"]
+    assert "DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)" in out

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from anagrapheus import AnagrapheusError
+from examples.negotiation.candidates import CANDIDATES
 from examples.negotiation.runs import (
     DEFAULT_SEED,
     PROVIDERS,
@@ -82,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument(
         "--diverge", action="store_true", help="reword one prompt, replay strictly, and show where and what moved"
     )
+    mode.add_argument(
+        "--regress",
+        action="store_true",
+        help="judge three candidate negotiators against the recording: passed, failed, diverged",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of a scripted recording's world and ids")
     parser.add_argument(
         "--provider",
@@ -120,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     path = args.recording or RECORDING
+    if args.regress:
+        print(f"Judging three candidates against {_shown(path)}, offline: the talks' invariants after every turn.")
+        for name, candidate in CANDIDATES.items():
+            try:
+                verdict = candidate(path)
+            except AnagrapheusError as e:
+                print(f"cannot replay: {e}", file=sys.stderr)
+                return 1
+            print()
+            print(f"$ anagrapheus regress examples.negotiation.candidates:{name} --recording {_shown(path)}")
+            print(verdict.describe())
+            print(f"(exit {verdict.exit_code})")
+        return 0
     how = "with the UK's round-3 prompt reworded" if args.diverge else "strictly"
     print(f"Replaying {_shown(path)} {how}, into a fresh database: no model, no network.")
     try:
