@@ -32,6 +32,18 @@ def rewritten(tmp: Path, name: str, line: int, change: dict[str, object]) -> Pat
     return path
 
 
+def with_one_more_event(
+    path: Path, like_line: int, *, payload: dict[str, object] | None = None, **envelope: object
+) -> Path:
+    """The negotiation with one event appended (seq 99): a copy of line `like_line`, its fields replaced."""
+    event = json.loads(NEGOTIATION_LINES[like_line - 1])
+    event.update(seq=99, event_id="019b8d62-91f0-7000-8000-000000000099", **envelope)
+    if payload is not None:
+        event["payload"].update(payload)
+    path.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
 def model_call_lines() -> list[int]:
     """The lines of the negotiation that hold model-call pins."""
     return [n for n, text in enumerate(NEGOTIATION_LINES, start=1) if n > 1 and '"kind":"model_call"' in text]

@@ -25,6 +25,7 @@ from tests.cli_fixtures import (
     negotiation_database,
     rewritten,
     units_database,
+    with_one_more_event,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,10 +181,7 @@ corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column
 def test_check_refuses_an_event_type_it_cannot_decode_at_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "foreign.jsonl"
-    event = json.loads(NEGOTIATION_LINES[3])
-    event.update(namespace="shop", type="order_placed", seq=99, event_id="019b8d62-91f0-7000-8000-000000000099")
-    path.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    path = with_one_more_event(tmp_path / "foreign.jsonl", 4, namespace="shop", type="order_placed")
 
     code, out, _ = cli(capsys, "check", str(path), "--json")
 
@@ -205,11 +203,8 @@ def test_check_finds_a_key_pinned_with_two_results_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A second unit pinned the first entity-id key with another id: the file cannot answer that key.
-    path = tmp_path / "ambiguous.jsonl"
-    event = json.loads(NEGOTIATION_LINES[1])
-    event["payload"].update(unit_id="eu-uk-talks-round-5", raw="019b8d62-7a80-7a89-9391-000000000000")
-    event.update(seq=99, event_id="019b8d62-91f0-7000-8000-000000000099")
-    path.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    change = {"unit_id": "eu-uk-talks-round-5", "raw": "019b8d62-7a80-7a89-9391-000000000000"}
+    path = with_one_more_event(tmp_path / "ambiguous.jsonl", 2, payload=change)
 
     code, out, _ = cli(capsys, "check", str(path))
 
@@ -311,16 +306,23 @@ def upcasts() -> UpcastRegistry:
 """
 
 
+def old_order_recording(tmp_path: Path, module: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The negotiation with a v1 `shop:order_placed` appended, and `module` (its v2 code) importable."""
+    (tmp_path / f"{module}.py").write_text(EVENTS_MODULE.format(version=2, field="currency: str"), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    order = {"namespace": "shop", "type": "order_placed", "schema_version": 1}
+    path = with_one_more_event(tmp_path / "old.jsonl", 2, **order)
+    text = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    event = json.loads(text[-1])
+    event["payload"] = {"order": "7"}
+    path.write_text("".join(text[:-1]) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
 def test_upcast_rewrites_old_events_and_is_byte_stable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    old = tmp_path / "old.jsonl"
-    event = json.loads(NEGOTIATION_LINES[1])
-    event.update(namespace="shop", type="order_placed", seq=99, schema_version=1, payload={"order": "7"})
-    event["event_id"] = "019b8d62-91f0-7000-8000-000000000099"
-    old.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
-    (tmp_path / "shop_v2.py").write_text(EVENTS_MODULE.format(version=2, field="currency: str"), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    old = old_order_recording(tmp_path, "shop_v2", monkeypatch)
     options = ("--events", "shop_v2:types", "--upcasts", "shop_v2:upcasts")
     new, again = tmp_path / "new.jsonl", tmp_path / "again.jsonl"
 
@@ -349,13 +351,7 @@ def test_upcast_of_the_committed_recording_changes_no_byte(tmp_path: Path, capsy
 def test_upcast_without_the_step_is_bad_input_naming_the_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    old = tmp_path / "old.jsonl"
-    event = json.loads(NEGOTIATION_LINES[1])
-    event.update(namespace="shop", type="order_placed", seq=99, schema_version=1, payload={"order": "7"})
-    event["event_id"] = "019b8d62-91f0-7000-8000-000000000099"
-    old.write_text("".join(NEGOTIATION_LINES) + json.dumps(event, sort_keys=True) + "\n", encoding="utf-8")
-    (tmp_path / "shop_v2b.py").write_text(EVENTS_MODULE.format(version=2, field="currency: str"), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    old = old_order_recording(tmp_path, "shop_v2b", monkeypatch)
 
     code, _, err = cli(capsys, "upcast", str(old), "-o", str(tmp_path / "x.jsonl"), "--events", "shop_v2b:types")
 
@@ -583,3 +579,51 @@ def test_regress_names_a_candidate_it_cannot_use(
 
     assert code == 2
     assert err.startswith(f"bad input: {candidate}: ") and error in err
+
+
+def test_regress_names_the_candidate_when_it_misuses_regress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bad_candidate.py").write_text(
+        "from anagrapheus.testing import Turn, regress\n"
+        "from examples.negotiation.candidates import INVARIANTS, _builder\n"
+        "from examples.negotiation.talks import EU, UK\n\n"
+        "def candidate(recording, *, policy='pinned'):\n"
+        "    turns = [Turn('Hello', agent='FR')]\n"
+        "    return regress(recording, _builder({'EU': EU, 'UK': UK}), turns, INVARIANTS, policy=policy)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    code, _, err = cli(capsys, "regress", "bad_candidate:candidate", "--recording", NEGOTIATION)
+
+    assert code == 2
+    assert (
+        err == "bad input: bad_candidate:candidate: turn 1 names agent 'FR', but build_agent returned agents EU, UK\n"
+    )
+
+
+def test_check_and_upcast_on_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    database = units_database(tmp_path / "support.db")
+
+    assert cli(capsys, "check", str(database)) == (0, f"{database}: ok, 2 event(s) (format, events, keys)\n", "")
+    code, _, err = cli(capsys, "upcast", str(database), "-o", str(tmp_path / "x.jsonl"))
+    assert code == 2
+    assert "a log is never rewritten" in err
+
+
+def test_a_sqlite_file_that_is_not_a_log_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE customers (id INTEGER)")
+    before = other.read_bytes()
+
+    code, _, err = cli(capsys, "show", str(other))
+
+    assert code == 2
+    assert err == f"bad input: {other}: a SQLite database, but not an anagrapheus event log\n"
+    assert other.read_bytes() == before

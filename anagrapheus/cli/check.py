@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
-from anagrapheus.cli.sources import Source, event_types, open_source, upcasts_of
+from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import EventTypeRegistry, PinPromoted, UpcastRegistry, canonical_json
 
@@ -94,8 +94,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
         " and line), 1 when one breaks a rule (an ambiguous key), 0 when all are sound.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or anagrapheus SQLite databases")
-    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
-    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
+    add_registry_options(parser)
     parser.set_defaults(run=run)
 
 

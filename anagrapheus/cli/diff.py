@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anagrapheus.cli.report import Exit, Outcome
-from anagrapheus.cli.sources import Source, event_types, open_source, upcasts_of
+from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.testing.compare import first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
 
@@ -41,8 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument("a", metavar="A", help="a recording or an anagrapheus SQLite database")
     parser.add_argument("b", metavar="B", help="a recording or an anagrapheus SQLite database")
     parser.add_argument("--unit", action="append", default=[], metavar="ID", help="only this unit (repeatable)")
-    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
-    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
+    add_registry_options(parser)
     parser.set_defaults(run=run)
 
 

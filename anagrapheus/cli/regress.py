@@ -7,7 +7,7 @@ import inspect
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import load_object
-from anagrapheus.errors import RecordingError
+from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing import Verdict
 
 __all__ = ["add_parser", "run"]
@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> Outcome:
         raise BadInput(f"must take (recording, *, policy): {e}", path=args.candidate) from None
     try:
         verdict = candidate(args.recording, policy=args.policy)
-    except RecordingError as e:
+    except UsageError as e:
+        raise BadInput(str(e), path=args.candidate) from e
+    except AnagrapheusError as e:
+        # The recording could not serve: unreadable, ambiguous, or of another provenance.
         raise bad_input(e, path=args.recording) from e
     if not isinstance(verdict, Verdict):
         raise BadInput(f"returned {type(verdict).__qualname__}, not a Verdict", path=args.candidate)

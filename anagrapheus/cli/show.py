@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anagrapheus.cli.report import Exit, Outcome, table
-from anagrapheus.cli.sources import Source, event_types, open_source, upcasts_of
+from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.timeline import RECORDING_FORMAT, RECORDING_VERSION, PinPromoted, PinsAbandoned, ReplayDiverged
 
 __all__ = ["add_parser", "run"]
@@ -38,8 +38,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     )
     parser.add_argument("path", help="a recording (.jsonl) or an anagrapheus SQLite database")
     parser.add_argument("--unit", action="append", default=[], metavar="ID", help="only this unit (repeatable)")
-    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
-    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
+    add_registry_options(parser)
     parser.set_defaults(run=run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sqlite3
@@ -26,7 +27,7 @@ from anagrapheus.timeline import (
     read_recording,
 )
 
-__all__ = ["Source", "event_types", "load_object", "open_source", "upcasts_of"]
+__all__ = ["Source", "add_registry_options", "event_types", "load_object", "open_source", "unit_of", "upcasts_of"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
@@ -162,6 +163,12 @@ def load_object(spec: str) -> object:
         except AttributeError:
             raise BadInput(f"{module_name} has no {attribute}", path=spec) from None
     return found
+
+
+def add_registry_options(parser: argparse.ArgumentParser) -> None:
+    """Add `--events` and `--upcasts`, for sources holding the application's own events."""
+    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
+    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
 
 
 def event_types(spec: str | None) -> EventTypeRegistry:

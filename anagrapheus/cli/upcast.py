@@ -7,7 +7,7 @@ import dataclasses
 from collections import Counter
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import event_types, upcasts_of
+from anagrapheus.cli.sources import add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import StoredEvent, read_recording, write_recording
 
@@ -25,14 +25,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     )
     parser.add_argument("input", metavar="IN", help="the recording to read")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="the recording to write (may be IN)")
-    parser.add_argument("--events", metavar="MODULE:NAME", help="the application's EventTypeRegistry (or factory)")
-    parser.add_argument("--upcasts", metavar="MODULE:NAME", help="the application's UpcastRegistry (or factory)")
+    add_registry_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
     """Upcast IN into OUT."""
     types, upcasts = event_types(args.events), upcasts_of(args.upcasts)
+    if open_source(args.input).kind == "database":
+        raise BadInput(
+            "upcast rewrites recordings; a log is never rewritten (upcasts apply when it is read)", path=args.input
+        )
     try:
         recording = read_recording(args.input)
     except AnagrapheusError as e:

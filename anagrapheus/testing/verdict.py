@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic_ai.messages import ModelMessage
+
 from anagrapheus.timeline import Divergence
 
 __all__ = ["Conversation", "Exchange", "Invariant", "InvariantResult", "Verdict", "VerdictStatus"]
@@ -26,8 +28,8 @@ class Exchange:
     """What the agent was asked."""
     output: Any
     """The run's output."""
-    messages: tuple[Any, ...]
-    """The turn's new messages (pydantic-ai `ModelMessage`s): requests, responses, tool calls and returns."""
+    messages: tuple[ModelMessage, ...]
+    """The turn's new messages: requests, responses, tool calls and returns."""
 
 
 @dataclass(frozen=True, slots=True)

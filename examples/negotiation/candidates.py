@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic_ai import Agent
+from pydantic_ai.messages import ToolCallPart
 
 from anagrapheus import Pinning
 from anagrapheus.testing import Conversation, Exchange, Turn, Verdict, regress
@@ -110,12 +111,7 @@ def uk_reads_the_market_before_countering(conversation: Conversation) -> str | N
     for exchange in _quota_rounds(conversation):
         if exchange.agent != UK.code:
             continue
-        called = [
-            part.tool_name
-            for m in exchange.messages
-            for part in getattr(m, "parts", ())
-            if part.part_kind == "tool-call"
-        ]
+        called = [part.tool_name for m in exchange.messages for part in m.parts if isinstance(part, ToolCallPart)]
         if "market_price" not in called:
             return f"round {_round_of(exchange)}: the UK answered without checking the market price"
     return None
