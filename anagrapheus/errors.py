@@ -23,6 +23,7 @@ __all__ = [
     "SeqConflict",
     "StoreError",
     "UnitBusy",
+    "UnitClosed",
     "UnknownEventType",
     "UpcastGap",
     "UsageError",
@@ -35,6 +36,26 @@ class AnagrapheusError(Exception):
 
 class UsageError(AnagrapheusError):
     """The library was used in a way it does not support (a developer's mistake)."""
+
+
+class UnitClosed(UsageError):
+    """A unit of work is committed or abandoned (or being so), so it takes no more draws."""
+
+    def __init__(self, unit_id: str, *, state: str, raw: str | None = None) -> None:
+        if raw is None:
+            advice = "nothing was drawn; start a new PinLedger for more work"
+        else:
+            advice = (
+                "its effect had already run (another ledger on the same unit id closed it meanwhile): the result is"
+                " not pinned, and is kept on this error as .raw"
+            )
+        super().__init__(f"unit {unit_id} is {state}; {advice}")
+        self.unit_id = unit_id
+        """The unit refused."""
+        self.state = state
+        """`committed`, `abandoned`, or `committing` / `abandoning` while that runs."""
+        self.raw = raw
+        """A drawn result (canonical JSON text) that could not be pinned, if the effect ran first; else None."""
 
 
 class CanonicalError(AnagrapheusError, TypeError):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus.errors import SeqConflict, StoreError
-from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, TimelineStore
+from anagrapheus.errors import SeqConflict, StoreError, UnitClosed
+from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, ScratchPin, TimelineStore
 
 
 def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingEvent:
@@ -134,7 +134,7 @@ class StoreConformance:
         store.scratch_put("u2", "k1", kind="model_call", raw='"b"', fingerprint=None)
         store.scratch_put("u1", "k2", kind="model_call", raw='"c"', fingerprint=None)
         assert [(u.unit_id, u.pins) for u in store.open_units()] == [("u1", 2), ("u2", 1)]
-        stored = store.settle_unit("u1", [pending(1), pending(2)])
+        stored = store.settle_unit("u1", outcome="committed", events=lambda pins: [pending(1), pending(2)])
         assert [e.seq for e in stored] == [1, 2]
         assert store.scratch_list("u1") == []
         assert [u.unit_id for u in store.open_units()] == ["u2"]
@@ -144,9 +144,46 @@ class StoreConformance:
         store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
         twin = PendingEvent(namespace="t", type="x", schema_version=1, payload="{}", event_id="same")
         with pytest.raises(StoreError):
-            store.settle_unit("u1", [twin, twin])
+            store.settle_unit("u1", outcome="committed", events=lambda pins: [twin, twin])
         assert store.last_seq() == 1
         assert [p.key for p in store.scratch_list("u1")] == ["k1"]
+
+    def test_settle_lists_and_clears_in_one_step(self, store: TimelineStore) -> None:
+        store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        store.scratch_put("u1", "k2", kind="tool_call", raw='"b"', fingerprint='{"f":"1"}')
+        seen: list[list[str]] = []
+
+        def events(pins: list[ScratchPin]) -> list[PendingEvent]:
+            seen.append([p.key for p in pins])
+            return [pending(i) for i, _ in enumerate(pins)]
+
+        assert store.unit_outcome("u1") is None
+        assert len(store.settle_unit("u1", outcome="committed", events=events)) == 2
+        assert seen == [["k1", "k2"]]
+        assert store.unit_outcome("u1") == "committed"
+        assert store.scratch_list("u1") == []
+
+    @pytest.mark.parametrize("outcome", ["committed", "abandoned"])
+    def test_a_closed_unit_takes_no_more_pins(self, store: TimelineStore, outcome: str) -> None:
+        store.settle_unit("u1", outcome=outcome, events=lambda pins: [])  # type: ignore[arg-type]
+        assert store.unit_outcome("u1") == outcome
+        with pytest.raises(UnitClosed) as put:
+            store.scratch_put("u1", "k1", kind="model_call", raw='"late"', fingerprint=None)
+        assert (put.value.unit_id, put.value.state, put.value.raw) == ("u1", outcome, '"late"')
+        with pytest.raises(UnitClosed):
+            store.scratch_reuse("u1", "k1")
+        with pytest.raises(UnitClosed):
+            store.settle_unit("u1", outcome="committed", events=lambda pins: [pending(1)])
+        assert store.scratch_list("u1") == []
+        assert store.last_seq() == 0
+        assert store.unit_outcome("u2") is None
+
+    def test_scratch_reuse_counts_and_returns_the_pin(self, store: TimelineStore) -> None:
+        assert store.scratch_reuse("u1", "k1") is None
+        store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        reused = store.scratch_reuse("u1", "k1")
+        assert reused is not None and (reused.raw, reused.attempts) == ('"a"', 2)
+        assert store.scratch_get("u1", "k1").attempts == 2  # type: ignore[union-attr]
 
     def test_threads_share_one_store(self, store: TimelineStore) -> None:
         def writer(tag: int) -> None:

@@ -40,7 +40,7 @@ def test_file_is_wal_with_strict_tables(tmp_path: Path) -> None:
     assert {"events", "pin_scratch", "anagrapheus_migrations"} <= set(tables)
     assert all(tables[name].rstrip().endswith("STRICT") for name in ("events", "pin_scratch"))
     names = [row[0] for row in conn.execute("SELECT name FROM anagrapheus_migrations ORDER BY name")]
-    assert names == ["0001_events", "0002_pin_scratch", "0003_pin_scratch_draw_order"]
+    assert names == ["0001_events", "0002_pin_scratch", "0003_pin_scratch_draw_order", "0004_closed_units"]
 
 
 def test_reopening_keeps_the_log_and_applies_nothing_twice(tmp_path: Path) -> None:

@@ -29,7 +29,15 @@ from anagrapheus.timeline.recording import (
 from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
 from anagrapheus.timeline.resolver import PinResolver, StreamDraw
 from anagrapheus.timeline.sqlite import SQLiteEventStore
-from anagrapheus.timeline.store import EventStore, LogImport, OpenUnit, PinScratchStore, ScratchPin, TimelineStore
+from anagrapheus.timeline.store import (
+    EventStore,
+    LogImport,
+    OpenUnit,
+    PinScratchStore,
+    ScratchPin,
+    TimelineStore,
+    UnitOutcome,
+)
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -60,6 +68,7 @@ __all__ = [
     "StoredEvent",
     "StreamDraw",
     "TimelineStore",
+    "UnitOutcome",
     "UpcastRegistry",
     "canonical_json",
     "copy_log",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Literal, TypeVar
 
-from anagrapheus.errors import CanonicalError, PinResultError, UsageError
+from anagrapheus.errors import CanonicalError, PinResultError, UnitClosed, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
@@ -24,7 +25,7 @@ from anagrapheus.timeline.events import (
     new_uuid7,
 )
 from anagrapheus.timeline.resolver import StreamDraw
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 
 __all__ = ["LedgerState", "PinLedger"]
 
@@ -59,7 +60,12 @@ class _Draw:
             self._done.set()
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_wake, future)
+            # A waiter's loop may have closed since it queued (it timed out, its `asyncio.run` ended): nobody
+            # waits there any more, and the waiters behind it must still wake.
+            try:
+                loop.call_soon_threadsafe(_wake, future)
+            except RuntimeError:
+                continue
 
     def wait(self) -> None:
         self._done.wait()
@@ -71,12 +77,22 @@ class _Draw:
             if self._done.is_set():
                 return
             self._waiters.append((loop, future))
-        await future
+        try:
+            await future
+        finally:
+            with self._guard:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
 
 
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+# The (ledger, key) pairs whose effect the running context is inside: asking for one of them again would
+# wait for itself. Tasks and worker threads started by the effect inherit it, and would wait just the same.
+_DRAWING: ContextVar[frozenset[tuple[int, str]]] = ContextVar("anagrapheus_drawing", default=frozenset())
 
 
 class PinLedger:
@@ -86,6 +102,8 @@ class PinLedger:
     (durable, invisible to the log). A repeat of the key in the unit answers from scratch and
     counts the attempt; concurrent requests for one key wait for the draw in flight.
     `commit()` promotes every pin into the log; `abandon()` drops them with one audit event.
+    A draw racing a commit or abandon is either part of it or refused with `UnitClosed` before
+    its effect runs. The async methods do their store work in a worker thread, off the event loop.
     """
 
     def __init__(
@@ -101,8 +119,13 @@ class PinLedger:
         """The unit of work's id: a UUIDv7 unless given (give an open unit's id to resume it)."""
         self._store = store
         self._registry = registry
-        self._state: LedgerState = "open"
+        # A unit is closed once, for good: on a closed unit's id, the first draw, commit or abandon is refused
+        # with `UnitClosed` (a second, different result under one unit could not be told apart in replay).
+        # The constructor itself touches no store, so it never waits on one.
+        self._closing: str | None = None
+        self._closed: UnitOutcome | None = None
         self._inflight: dict[str, _Draw] = {}
+        self._releases = 0
         self._lock = threading.Lock()
         self._divergence: Divergence | None = None
 
@@ -113,51 +136,86 @@ class PinLedger:
 
     @property
     def state(self) -> LedgerState:
-        """`open`, `committed` or `abandoned`."""
-        return self._state
+        """`open`, `committed` or `abandoned`, as the store holds it.
+
+        A commit made inside `store.transaction()` that then rolls back leaves the unit `open`
+        again, with its pins in scratch, ready to commit once more.
+        """
+        outcome = self._store.unit_outcome(self.unit_id)
+        with self._lock:
+            self._closed = outcome
+        return outcome or "open"
 
     def pins(self) -> list[ScratchPin]:
         """Return the unit's pins drawn so far, in draw order."""
         return self._store.scratch_list(self.unit_id)
 
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise UsageError(f"unit {self.unit_id} is already {self._state}; start a new PinLedger for more work")
+    def _refuse_unless_open(self) -> None:
+        """Refuse work on a unit this ledger closed or is closing; the caller holds `_lock`."""
+        if self._closing is not None:
+            raise UnitClosed(self.unit_id, state=self._closing)
+        if self._closed is not None:
+            # The store is the truth: the commit may have been undone by an outer transaction's rollback.
+            self._closed = self._store.unit_outcome(self.unit_id)
+            if self._closed is not None:
+                raise UnitClosed(self.unit_id, state=self._closed)
 
     def _claim(self, key: str) -> ScratchPin | _Draw | None:
-        """Return the scratch pin, the draw in flight to wait for, or None once this caller owns the draw."""
-        with self._lock:
-            pin = self._store.scratch_get(self.unit_id, key)
+        """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw."""
+        while True:
+            with self._lock:
+                self._refuse_unless_open()
+                draw = self._inflight.get(key)
+                if draw is not None:
+                    if (id(self), key) in _DRAWING.get():
+                        raise UsageError(
+                            f"{key} was asked for inside its own effect; it would wait for itself forever."
+                            " An effect must not resolve its own key"
+                        )
+                    return draw
+                releases = self._releases
+            # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
+            # The store is not touched under `_lock`, so a ledger waiting on a busy store blocks no one else.
+            pin = self._store.scratch_reuse(self.unit_id, key)
             if pin is not None:
                 return pin
-            draw = self._inflight.get(key)
-            if draw is not None:
-                return draw
-            self._inflight[key] = _Draw()
-            return None
+            with self._lock:
+                self._refuse_unless_open()
+                if key in self._inflight or self._releases != releases:
+                    continue  # a draw started or landed meanwhile: look again
+                self._inflight[key] = _Draw()
+                return None
 
     def _turn(self, key: str) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
-        self._check_open()
         while isinstance(claimed := self._claim(key), _Draw):
             claimed.wait()
         return claimed
 
     async def _aturn(self, key: str) -> ScratchPin | None:
         """Like `_turn`, waiting without blocking the event loop."""
-        self._check_open()
-        while isinstance(claimed := self._claim(key), _Draw):
+        while isinstance(claimed := await asyncio.to_thread(self._claim, key), _Draw):
             await claimed.wait_async()
         return claimed
-
-    def _reuse(self, pin: ScratchPin, interpret: Callable[[JSONValue], T]) -> T:
-        self._store.scratch_bump(self.unit_id, pin.key)
-        return interpret(json.loads(pin.raw))
 
     def _release(self, key: str) -> None:
         with self._lock:
             draw = self._inflight.pop(key)
+            self._releases += 1
         draw.finish()
+
+    @contextmanager
+    def _drawing(self, key: str) -> Generator[None]:
+        drawing = (id(self), key)
+        token = _DRAWING.set(_DRAWING.get() | {drawing})
+        try:
+            yield
+        finally:
+            try:
+                _DRAWING.reset(token)
+            except ValueError:
+                # A stream's context manager may be closed from another context than it was opened in.
+                _DRAWING.set(_DRAWING.get() - {drawing})
 
     def _put(self, key: str, kind: str, result: object, fingerprint: Mapping[str, str] | None) -> str:
         raw = raw_text_of(result, key=key, kind=kind)
@@ -178,9 +236,11 @@ class PinLedger:
         """Resolve `key` with a synchronous effect: drawn once per unit, reused after."""
         pin = self._turn(key)
         if pin is not None:
-            return self._reuse(pin, interpret)
+            return interpret(json.loads(pin.raw))
         try:
-            raw = self._put(key, kind, effect(), fingerprint)
+            with self._drawing(key):
+                result = effect()
+            raw = self._put(key, kind, result, fingerprint)
         finally:
             self._release(key)
         return interpret(json.loads(raw))
@@ -197,9 +257,11 @@ class PinLedger:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after."""
         pin = await self._aturn(key)
         if pin is not None:
-            return self._reuse(pin, interpret)
+            return interpret(json.loads(pin.raw))
         try:
-            raw = self._put(key, kind, await effect(), fingerprint)
+            with self._drawing(key):
+                result = await effect()
+            raw = await asyncio.to_thread(self._put, key, kind, result, fingerprint)
         finally:
             self._release(key)
         return interpret(json.loads(raw))
@@ -229,24 +291,25 @@ class PinLedger:
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         pin = await self._aturn(key)
         if pin is not None:
-            yield StreamDraw(live=None, pinned=self._reuse(pin, interpret))
+            yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
             return
         try:
-            async with effect() as live:
-                failed = False
-                try:
-                    yield StreamDraw(live=live, pinned=None)
-                except BaseException:
-                    failed = True
-                    raise
-                finally:
-                    # A partial answer is still something the model produced: pin it, even when the
-                    # consumer stopped early or the stream failed. Never let pinning mask that failure.
+            with self._drawing(key):
+                async with effect() as live:
+                    failed = False
                     try:
-                        self._put(key, kind, capture(live), fingerprint)
-                    except Exception:
-                        if not failed:
-                            raise
+                        yield StreamDraw(live=live, pinned=None)
+                    except BaseException:
+                        failed = True
+                        raise
+                    finally:
+                        # A partial answer is still something the model produced: pin it, even when the
+                        # consumer stopped early or the stream failed. Never let pinning mask that failure.
+                        try:
+                            await asyncio.to_thread(self._put, key, kind, capture(live), fingerprint)
+                        except Exception:
+                            if not failed:
+                                raise
         finally:
             self._release(key)
 
@@ -254,36 +317,55 @@ class PinLedger:
 
     def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None) -> None:
         """Take a replayed pin into this unit's scratch (or count one more attempt at it)."""
-        self._check_open()
-        with self._lock:
-            if self._store.scratch_get(self.unit_id, key) is None:
-                self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=fingerprint)
-                return
-        self._store.scratch_bump(self.unit_id, key)
+        if self._turn(key) is not None:
+            return
+        try:
+            self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=fingerprint)
+        finally:
+            self._release(key)
 
     def note_divergence(self, divergence: Divergence) -> None:
         """Record where a record-mode replay left its recording; written as `ReplayDiverged` on commit."""
-        self._check_open()
-        if self._divergence is None:
-            self._divergence = divergence
+        with self._lock:
+            self._refuse_unless_open()
+            if self._divergence is None:
+                self._divergence = divergence
 
     @property
     def divergence(self) -> Divergence | None:
         """The divergence noted by a record-mode replay, if any."""
         return self._divergence
 
-    def _check_idle(self, action: str) -> None:
-        self._check_open()
+    def _close(
+        self, outcome: UnitOutcome, events: Callable[[list[ScratchPin]], list[PendingEvent]]
+    ) -> list[StoredEvent]:
+        action = "commit" if outcome == "committed" else "abandon"
         with self._lock:
+            self._refuse_unless_open()
             if self._inflight:
                 raise UsageError(
                     f"cannot {action} unit {self.unit_id} while {len(self._inflight)} draw(s) are in flight"
                 )
+            # From here until the store answers, a new draw is refused before its effect runs.
+            self._closing = "committing" if outcome == "committed" else "abandoning"
+        try:
+            stored = self._store.settle_unit(self.unit_id, outcome=outcome, events=events)
+        finally:
+            with self._lock:
+                self._closing = None
+        with self._lock:
+            self._closed = outcome
+        return stored
 
     def commit(self) -> list[StoredEvent]:
         """Promote every scratch pin to the log as `PinPromoted`, in draw order, and clear scratch, atomically."""
-        self._check_idle("commit")
-        pins = self._store.scratch_list(self.unit_id)
+        return self._close("committed", self._commit_events)
+
+    async def acommit(self) -> list[StoredEvent]:
+        """Like `commit`, with the store work in a worker thread, so it waits off the event loop."""
+        return await asyncio.to_thread(self.commit)
+
+    def _commit_events(self, pins: list[ScratchPin]) -> list[PendingEvent]:
         events = [self._promoted(pin) for pin in pins]
         divergence = self._divergence
         if divergence is not None:
@@ -301,9 +383,7 @@ class PinLedger:
             # The marker goes right before the first pin the recording could not answer.
             at = next((i for i, pin in enumerate(pins) if pin.key == divergence.key), len(events))
             events.insert(at, diverged)
-        stored = self._store.settle_unit(self.unit_id, events)
-        self._state = "committed"
-        return stored
+        return events
 
     def _promoted(self, pin: ScratchPin) -> PendingEvent:
         payload = PinPromoted.payload_text(
@@ -324,13 +404,18 @@ class PinLedger:
 
     def abandon(self, *, reason: str) -> StoredEvent:
         """Drop the unit's scratch and append one `PinsAbandoned` listing each key, kind and attempts."""
-        self._check_idle("abandon")
-        pins = self._store.scratch_list(self.unit_id)
-        event = PinsAbandoned(
-            unit_id=self.unit_id,
-            reason=reason,
-            pins=tuple(AbandonedPin(key=p.key, kind=p.kind, attempts=p.attempts) for p in pins),
-        )
-        (stored,) = self._store.settle_unit(self.unit_id, [self._registry.encode(event, correlation_id=self.unit_id)])
-        self._state = "abandoned"
+
+        def summary(pins: list[ScratchPin]) -> list[PendingEvent]:
+            event = PinsAbandoned(
+                unit_id=self.unit_id,
+                reason=reason,
+                pins=tuple(AbandonedPin(key=p.key, kind=p.kind, attempts=p.attempts) for p in pins),
+            )
+            return [self._registry.encode(event, correlation_id=self.unit_id)]
+
+        (stored,) = self._close("abandoned", summary)
         return stored
+
+    async def aabandon(self, *, reason: str) -> StoredEvent:
+        """Like `abandon`, with the store work in a worker thread, so it waits off the event loop."""
+        return await asyncio.to_thread(self.abandon, reason=reason)

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UsageError
+from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
+from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, check_contiguous, event_row
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, event_row
 
 __all__ = ["SQLiteEventStore"]
 
@@ -64,6 +65,26 @@ _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0003_pin_scratch_draw_order",
         ("CREATE INDEX pin_scratch_draw_order ON pin_scratch (unit_id, draw_no)",),
     ),
+    (
+        # A closed unit takes no more pins, so a ledger on its id is refused instead of drawing a second result.
+        # Units closed before this migration are found from their events in the log.
+        "0004_closed_units",
+        (
+            """CREATE TABLE closed_units (
+                unit_id TEXT PRIMARY KEY,
+                outcome TEXT NOT NULL CHECK (outcome IN ('committed', 'abandoned'))
+            ) STRICT""",
+            """INSERT OR IGNORE INTO closed_units (unit_id, outcome)
+                SELECT json_extract(payload, '$.unit_id'),
+                    CASE type WHEN 'pins_abandoned' THEN 'abandoned' ELSE 'committed' END
+                FROM events
+                WHERE namespace = 'anagrapheus'
+                    AND type IN ('pin_promoted', 'pins_abandoned', 'replay_diverged')
+                    AND json_valid(payload)
+                    AND json_type(payload, '$.unit_id') = 'text'
+                ORDER BY seq""",
+        ),
+    ),
 )
 _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
@@ -72,19 +93,20 @@ _READ_PAGE = 1000
 
 
 @contextmanager
-def _translated(action: str) -> Generator[None]:
-    """The one choke point where sqlite3 errors become the library's own."""
+def _translated(where: object, action: str) -> Generator[None]:
+    """The one choke point where sqlite3 errors become the library's own, naming the database."""
     try:
         yield
     except sqlite3.Error as e:
-        raise StoreError(f"{action} failed: {e}") from e
+        raise StoreError(f"{where}: {action} failed: {e}") from e
 
 
 class SQLiteEventStore:
     """The event log and pin scratch in one SQLite file (WAL, STRICT tables, named migrations).
 
-    One connection, guarded by a lock so the store can be shared between threads; each
-    write is a `BEGIN IMMEDIATE` transaction, and `transaction()` nests with savepoints.
+    One connection, shared by threads and tasks: it belongs to one context at a time (an asyncio
+    task or a thread, see `transaction`); each write is a `BEGIN IMMEDIATE` transaction, and
+    `transaction()` nests with savepoints.
     """
 
     def __init__(
@@ -98,13 +120,19 @@ class SQLiteEventStore:
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        # A caller's value may be anything at run time; nan and negatives make SQLite wait forever or not at all.
+        number = cast("object", busy_timeout)
+        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
+            raise UsageError(f"busy_timeout must be a finite number of seconds >= 0, not {busy_timeout!r}")
         self.path = Path(path)
         """The database file."""
+        if "\0" in str(self.path):
+            raise UsageError(f"the database path {str(self.path)!r} holds a NUL character")
         self._clock = clock
         self._new_event_id = new_event_id
-        self._lock = threading.RLock()
+        self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
         self._depth = 0
-        with _translated(f"opening {self.path}"):
+        with self._sql("opening the database"):
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         try:
             self._open(busy_timeout, synchronous)
@@ -112,8 +140,11 @@ class SQLiteEventStore:
             self._conn.close()
             raise
 
+    def _sql(self, action: str) -> AbstractContextManager[None]:
+        return _translated(self.path, action)
+
     def _open(self, busy_timeout: float, synchronous: str) -> None:
-        with _translated(f"opening {self.path}"):
+        with self._sql("opening the database"):
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             # Two processes creating one file at once can collide on the switch to WAL outside the
             # busy handler ("database is locked" at once), so the switch is retried until the timeout.
@@ -137,7 +168,7 @@ class SQLiteEventStore:
     def _migrate(self) -> None:
         known = [name for name, _ in _MIGRATIONS]
         # Inside the one choke point: a migration's sqlite3 error (or sqlite-utils') surfaces as StoreError.
-        with self.transaction(), _translated(f"migrating {self.path}"):
+        with self.transaction(), self._sql("migrating the schema"):
             # Over our own connection, without side effects: sqlite-utils would otherwise switch on
             # recursive triggers and run every installed plugin's connection hook.
             db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
@@ -153,7 +184,7 @@ class SQLiteEventStore:
             for name, statements in _MIGRATIONS:
                 if name in applied:
                     continue
-                with _translated(f"migration {name}"):
+                with self._sql(f"migration {name}"):
                     for statement in statements:
                         self._conn.execute(statement)
                 # The wall clock, not the injected one: migrating is not an event, and a recording made
@@ -162,36 +193,62 @@ class SQLiteEventStore:
 
     @contextmanager
     def transaction(self) -> Generator[None]:
-        """Run the block in one write transaction; nested blocks are savepoints."""
-        with self._lock:
-            outer = self._depth == 0
-            name = f"anagrapheus_{self._depth}"
-            with _translated("beginning a transaction"):
-                self._conn.execute("BEGIN IMMEDIATE" if outer else f"SAVEPOINT {name}")
-            self._depth += 1
-            try:
-                yield
-            except BaseException:
-                self._depth -= 1
-                # A failed rollback must not mask the error that caused it.
+        """Run the block in one write transaction; nested blocks are savepoints.
+
+        The transaction belongs to the context that opened it: the asyncio task (or the thread)
+        and the worker threads it hands work to. Another task or thread waits until it ends, and
+        never becomes part of it.
+        """
+        with self._owner.held(exclusive=False) as outermost:
+            if outermost:
+                # The block may span awaits; only its own statements need the connection to itself.
+                with self._owner.held(), self._sql("beginning a transaction"):
+                    self._conn.execute("BEGIN IMMEDIATE")
+                self._depth = 1
                 try:
-                    if outer:
-                        self._conn.execute("ROLLBACK")
-                    else:
-                        self._conn.execute(f"ROLLBACK TO {name}")
-                        self._conn.execute(f"RELEASE {name}")
-                except sqlite3.Error:
-                    pass
-                raise
-            self._depth -= 1
-            try:
-                with _translated("committing a transaction"):
-                    self._conn.execute("COMMIT" if outer else f"RELEASE {name}")
-            except StoreError:
-                # A commit that failed leaves the transaction open; close it so the store stays usable.
-                if outer and self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+                    yield
+                except BaseException:
+                    self._depth = 0
+                    with self._owner.held():
+                        self._roll_back("ROLLBACK")
+                    raise
+                self._depth = 0
+                with self._owner.held():
+                    self._finish("COMMIT")
+            else:
+                # A savepoint holds the connection to this thread for the whole block, so two threads of
+                # one holder never interleave savepoints.
+                with self._owner.held():
+                    name = f"anagrapheus_{self._depth}"
+                    with self._sql("beginning a savepoint"):
+                        self._conn.execute(f"SAVEPOINT {name}")
+                    self._depth += 1
+                    try:
+                        yield
+                    except BaseException:
+                        self._depth -= 1
+                        self._roll_back(f"ROLLBACK TO {name}", f"RELEASE {name}")
+                        raise
+                    self._depth -= 1
+                    self._finish(f"RELEASE {name}")
+
+    def _roll_back(self, *statements: str) -> None:
+        # A failed rollback must not mask the error that caused it.
+        try:
+            for statement in statements:
+                self._conn.execute(statement)
+        except sqlite3.Error:
+            pass
+
+    def _finish(self, statement: str) -> None:
+        try:
+            with self._sql("committing a transaction"):
+                self._conn.execute(statement)
+        except StoreError:
+            # A commit that failed leaves the transaction open; close it so the store stays usable.
+            if statement == "COMMIT" and self._conn.in_transaction:
+                self._roll_back("ROLLBACK")
+            raise
 
     # The event log.
 
@@ -202,7 +259,7 @@ class SQLiteEventStore:
             if expected_last_seq is not None and expected_last_seq != last:
                 raise SeqConflict(expected=expected_last_seq, actual=last)
             stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
-            with _translated("appending events"):
+            with self._sql("appending events"):
                 self._conn.executemany(
                     f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", [event_row(e) for e in stored]
                 )
@@ -217,20 +274,20 @@ class SQLiteEventStore:
             last = self._last_seq()
             if events[0].seq != last + 1:
                 raise SeqConflict(expected=events[0].seq - 1, actual=last)
-            with _translated("appending copied events"):
+            with self._sql("appending copied events"):
                 self._conn.executemany(
                     f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
                     [event_row(event) for event in events],
                 )
 
     def _last_seq(self) -> int:
-        with _translated("reading the last seq"):
+        with self._sql("reading the last seq"):
             row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
         return int(row[0] or 0)
 
     def last_seq(self) -> int:
         """Return the seq of the last event, or 0 for an empty log."""
-        with self._lock:
+        with self._owner.held():
             return self._last_seq()
 
     def read(
@@ -258,7 +315,7 @@ class SQLiteEventStore:
         while remaining is None or remaining > 0:
             page = _READ_PAGE if remaining is None else min(_READ_PAGE, remaining)
             # Each page is its own statement, so a slow consumer never holds a read transaction open.
-            with self._lock, _translated("reading events"):
+            with self._owner.held(), self._sql("reading events"):
                 rows = self._conn.execute(query, (after, *filters, page)).fetchall()
             for row in rows:
                 yield StoredEvent(*row)
@@ -272,38 +329,74 @@ class SQLiteEventStore:
 
     def scratch_get(self, unit_id: str, key: str) -> ScratchPin | None:
         """Return the unit's pin for `key`, if drawn."""
-        with self._lock, _translated("reading scratch"):
+        with self._owner.held(), self._sql("reading scratch"):
             row = self._conn.execute(
                 f"SELECT {_SCRATCH_COLUMNS} FROM pin_scratch WHERE unit_id = ? AND key = ?", (unit_id, key)
             ).fetchone()
         return None if row is None else ScratchPin(*row)
 
+    def _refuse_closed(self, unit_id: str, *, raw: str | None = None) -> None:
+        outcome = self._outcome(unit_id)
+        if outcome is not None:
+            raise UnitClosed(unit_id, state=outcome, raw=raw)
+
+    def _outcome(self, unit_id: str) -> UnitOutcome | None:
+        with self._sql("reading a unit's outcome"):
+            row = self._conn.execute("SELECT outcome FROM closed_units WHERE unit_id = ?", (unit_id,)).fetchone()
+        return None if row is None else row[0]
+
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new."""
-        with self.transaction(), _translated("writing scratch"):
-            (draw_no,) = self._conn.execute(
-                "SELECT coalesce(max(draw_no), 0) + 1 FROM pin_scratch WHERE unit_id = ?", (unit_id,)
-            ).fetchone()
-            self._conn.execute(
-                f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS}) VALUES (?,?,?,?,1,?,?)",
-                (unit_id, key, kind, raw, draw_no, fingerprint),
-            )
+        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+
+        Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
+        """
+        with self.transaction():
+            self._refuse_closed(unit_id, raw=raw)
+            with self._sql("writing scratch"):
+                (draw_no,) = self._conn.execute(
+                    "SELECT coalesce(max(draw_no), 0) + 1 FROM pin_scratch WHERE unit_id = ?", (unit_id,)
+                ).fetchone()
+                self._conn.execute(
+                    f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS}) VALUES (?,?,?,?,1,?,?)",
+                    (unit_id, key, kind, raw, draw_no, fingerprint),
+                )
         return ScratchPin(unit_id, key, kind, raw, 1, int(draw_no), fingerprint)
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""
-        with self.transaction(), _translated("counting an attempt"):
+        with self.transaction(), self._sql("counting an attempt"):
             row = self._conn.execute(
                 "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ? RETURNING attempts",
                 (unit_id, key),
             ).fetchone()
         if row is None:
-            raise StoreError(f"no scratch pin {key} in unit {unit_id}")
+            raise StoreError(f"{self.path}: no scratch pin {key} in unit {unit_id}")
         return int(row[0])
+
+    def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
+        """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
+
+        Raises `UnitClosed` if the unit is committed or abandoned. Being a write, it also proves
+        the store writable before an effect runs.
+        """
+        with self.transaction():
+            with self._sql("reusing a pin"):
+                row = self._conn.execute(
+                    "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ?"
+                    f" RETURNING {_SCRATCH_COLUMNS}",
+                    (unit_id, key),
+                ).fetchone()
+            if row is None:
+                self._refuse_closed(unit_id)
+        return None if row is None else ScratchPin(*row)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order."""
-        with self._lock, _translated("listing scratch"):
+        with self._owner.held():
+            return self._scratch_list(unit_id)
+
+    def _scratch_list(self, unit_id: str) -> list[ScratchPin]:
+        with self._sql("listing scratch"):
             rows = self._conn.execute(
                 f"SELECT {_SCRATCH_COLUMNS} FROM pin_scratch WHERE unit_id = ? ORDER BY draw_no", (unit_id,)
             ).fetchall()
@@ -311,23 +404,42 @@ class SQLiteEventStore:
 
     def open_units(self) -> list[OpenUnit]:
         """Return the units that have pins in scratch, oldest first draw first."""
-        with self._lock, _translated("listing open units"):
+        with self._owner.held(), self._sql("listing open units"):
             rows = self._conn.execute(
                 "SELECT unit_id, count(*) FROM pin_scratch GROUP BY unit_id ORDER BY min(rowid)"
             ).fetchall()
         return [OpenUnit(unit_id, int(count)) for unit_id, count in rows]
 
-    def settle_unit(self, unit_id: str, events: Sequence[PendingEvent]) -> list[StoredEvent]:
-        """Append `events` and clear the unit's scratch in one transaction (commit or abandon)."""
+    def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
+        """Return how the unit was closed, or None while it is open (or unknown)."""
+        with self._owner.held():
+            return self._outcome(unit_id)
+
+    def settle_unit(
+        self,
+        unit_id: str,
+        *,
+        outcome: UnitOutcome,
+        events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
+    ) -> list[StoredEvent]:
+        """Close a unit in one transaction: list its pins, append `events(pins)`, clear its scratch, record `outcome`.
+
+        Listing and clearing are one step, so no pin drawn meanwhile is cleared unseen; a closed unit
+        keeps no scratch and takes no more pins. Raises `UnitClosed` if the unit is already closed.
+        """
+        if outcome not in ("committed", "abandoned"):
+            raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
         with self.transaction():
-            stored = self.append(events)
-            with _translated("clearing scratch"):
+            self._refuse_closed(unit_id)
+            stored = self.append(events(self._scratch_list(unit_id)))
+            with self._sql("closing the unit"):
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))
+                self._conn.execute("INSERT INTO closed_units (unit_id, outcome) VALUES (?, ?)", (unit_id, outcome))
         return stored
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
-        with self._lock, _translated("closing the store"):
+        with self._owner.held(), self._sql("closing the store"):
             self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
@@ -17,9 +17,13 @@ __all__ = [
     "PinScratchStore",
     "ScratchPin",
     "TimelineStore",
+    "UnitOutcome",
     "check_contiguous",
     "event_row",
 ]
+
+UnitOutcome: TypeAlias = Literal["committed", "abandoned"]
+"""How a unit of work was closed, for good."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,18 @@ class PinScratchStore(Protocol):
         ...
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new."""
+        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+
+        Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
+        """
+        ...
+
+    def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
+        """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
+
+        Raises `UnitClosed` if the unit is committed or abandoned. Being a write, it also proves
+        the store writable before an effect runs.
+        """
         ...
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
@@ -104,8 +119,22 @@ class PinScratchStore(Protocol):
         """Return the units that have pins in scratch, oldest draw first."""
         ...
 
-    def settle_unit(self, unit_id: str, events: Sequence[PendingEvent]) -> list[StoredEvent]:
-        """Append `events` and clear the unit's scratch in one transaction (commit or abandon)."""
+    def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
+        """Return how the unit was closed, or None while it is open (or unknown)."""
+        ...
+
+    def settle_unit(
+        self,
+        unit_id: str,
+        *,
+        outcome: UnitOutcome,
+        events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
+    ) -> list[StoredEvent]:
+        """Close a unit in one transaction: list its pins, append `events(pins)`, clear its scratch, record `outcome`.
+
+        Listing and clearing are one step, so no pin drawn meanwhile is cleared unseen; a closed unit
+        keeps no scratch and takes no more pins. Raises `UnitClosed` if the unit is already closed.
+        """
         ...
 
 

@@ -1,0 +1,120 @@
+"""Who may use a store's one connection: the task or thread that holds it, never merely the thread it runs on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Generator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from anagrapheus.errors import StoreError, UsageError
+
+__all__ = ["Ownership"]
+
+
+class _Hold:
+    """One claim on a connection, made by one context; the contexts that inherit it share it."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+
+# The holds of the running context. asyncio gives every task its own copy, and `asyncio.to_thread` /
+# anyio worker threads inherit their caller's, so work a holder hands to a thread joins the hold,
+# while a sibling task on the same thread does not.
+_HOLDS: ContextVar[frozenset[_Hold]] = ContextVar("anagrapheus_holds", default=frozenset())
+
+
+class Ownership:
+    """Grants a store's connection to one context (a thread, or an asyncio task) at a time.
+
+    `held()` blocks a stranger until the holder lets go, and re-enters for the holder and the
+    threads it hands work to. `exclusive` use is additionally one thread at a time, so two
+    threads of one holder never interleave statements or savepoints.
+    """
+
+    def __init__(self, *, where: str, timeout: float) -> None:
+        self._where = where
+        self._timeout = timeout
+        self._changed = threading.Condition()
+        self._hold: _Hold | None = None
+        self._busy_thread: int | None = None
+        self._busy = 0
+        # Strangers take the hold in arrival order, so a busy holder that lets go and asks again at once
+        # cannot starve a commit waiting in another thread.
+        self._queue: deque[object] = deque()
+
+    def _may_enter(self, mine: bool, exclusive: bool, me: int, ticket: object) -> bool:
+        if self._hold is not None and not mine:
+            return False
+        if self._hold is None and self._queue and self._queue[0] is not ticket:
+            return False
+        return not exclusive or self._busy_thread in (None, me)
+
+    def _wait_turn(self, me: int, ticket: object, exclusive: bool, deadline: float) -> None:
+        while True:
+            hold = self._hold
+            mine = hold is not None and hold in _HOLDS.get()
+            if self._may_enter(mine, exclusive, me, ticket):
+                return
+            if hold is not None and not mine and hold.thread == me:
+                # The holder is another task on this very thread, suspended in an await: it can only
+                # move on when this thread does, so waiting would never end.
+                raise UsageError(
+                    f"{self._where}: the store is held by another task on this thread (a transaction left open"
+                    " across an await); waiting for it here would block forever. Call the async methods"
+                    " (aresolve, acommit, aabandon), which wait off the event loop, or end the transaction"
+                    " before awaiting"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreError(
+                    f"{self._where}: waited {self._timeout:g} s for another task or thread of this process to"
+                    " finish its transaction (database is locked)"
+                )
+            if not mine and ticket not in self._queue:
+                self._queue.append(ticket)
+            self._changed.wait(left)
+
+    @contextmanager
+    def held(self, *, exclusive: bool = True) -> Generator[bool]:
+        """Hold the connection for the running context; yield True when this call took the hold (it is outermost)."""
+        me = threading.get_ident()
+        ticket = object()
+        with self._changed:
+            deadline = time.monotonic() + self._timeout
+            try:
+                self._wait_turn(me, ticket, exclusive, deadline)
+            finally:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                    self._changed.notify_all()
+            taken = self._hold is None
+            token = None
+            if taken:
+                self._hold = _Hold()
+                token = _HOLDS.set(_HOLDS.get() | {self._hold})
+            if exclusive:
+                self._busy += 1
+                self._busy_thread = me
+        try:
+            yield taken
+        finally:
+            with self._changed:
+                if exclusive:
+                    self._busy -= 1
+                    if self._busy == 0:
+                        self._busy_thread = None
+                if taken:
+                    released = self._hold
+                    self._hold = None
+                    try:
+                        _HOLDS.reset(token)  # pyright: ignore[reportArgumentType]
+                    except ValueError:
+                        # Left in another context than it was entered in (a generator closed elsewhere).
+                        _HOLDS.set(_HOLDS.get() - {released} if released is not None else _HOLDS.get())
+                self._changed.notify_all()

@@ -1,0 +1,277 @@
+"""The ledger under races and misuse: no draw erased, no transaction shared between tasks, no hang."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from contextlib import suppress
+from typing import Any
+
+import pytest
+
+from anagrapheus.errors import UsageError
+from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger, SQLiteEventStore, pin_key
+
+
+def identity(raw: Any) -> Any:
+    return raw
+
+
+K1 = pin_key("model_call", {"prompt": "one"})
+
+
+def promoted_raws(store: SQLiteEventStore, unit_id: str) -> list[Any]:
+    payloads = [json.loads(e.payload) for e in store.read(type="pin_promoted")]
+    return [p["raw"] for p in payloads if p["unit_id"] == unit_id]
+
+
+@pytest.mark.parametrize("close", ["commit", "abandon"])
+def test_a_draw_racing_a_close_is_part_of_it_or_refused_before_its_effect(
+    store: SQLiteEventStore, types: EventTypeRegistry, close: str
+) -> None:
+    for trial in range(12):
+        ledger = PinLedger(store, types)
+        effects: list[str] = []
+        returned: list[str] = []
+        started = threading.Event()
+
+        def drawer() -> None:
+            for i in range(10_000):
+                value = f"{trial}-{i}"
+
+                def effect(value: str = value) -> str:
+                    effects.append(value)
+                    return value
+
+                try:
+                    returned.append(
+                        ledger.resolve(pin_key("model_call", {"i": i}), kind="model_call", effect=effect, interpret=identity)
+                    )
+                except UsageError:
+                    return
+                started.set()
+
+        thread = threading.Thread(target=drawer)
+        thread.start()
+        started.wait()
+        while True:
+            try:
+                if close == "commit":
+                    ledger.commit()
+                else:
+                    ledger.abandon(reason="race")
+                break
+            except UsageError as e:
+                assert "in flight" in str(e)
+                time.sleep(0)
+        thread.join()
+        # Every effect that ran was handed back, and is promoted (or listed as abandoned) with the unit.
+        assert effects == returned
+        if close == "commit":
+            assert sorted(promoted_raws(store, ledger.unit_id)) == sorted(returned)
+        else:
+            (summary,) = [json.loads(e.payload) for e in store.read(type="pins_abandoned") if ledger.unit_id in e.payload]
+            assert len(summary["pins"]) == len(returned)
+        assert store.scratch_list(ledger.unit_id) == []
+
+
+def test_a_second_ledger_on_the_unit_never_leaves_scratch_behind_a_close(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    for trial in range(12):
+        first = PinLedger(store, types)
+        second = PinLedger(store, types, unit_id=first.unit_id)
+        returned: list[str] = []
+        refused: list[Any] = []
+        started = threading.Event()
+
+        def drawer() -> None:
+            for i in range(10_000):
+                try:
+                    returned.append(
+                        second.resolve(
+                            pin_key("model_call", {"i": i}),
+                            kind="model_call",
+                            effect=lambda i=i: f"{trial}-{i}",
+                            interpret=identity,
+                        )
+                    )
+                except UsageError as e:
+                    refused.append(e)
+                    return
+                started.set()
+
+        thread = threading.Thread(target=drawer)
+        thread.start()
+        started.wait()
+        first.commit()
+        thread.join()
+        assert sorted(promoted_raws(store, first.unit_id)) == sorted(returned)
+        assert store.scratch_list(first.unit_id) == []
+        # A draw whose effect ran before the unit closed under it is handed back on the error, not dropped.
+        (error,) = refused
+        assert getattr(error, "raw", None) in (None, json.dumps(f"{trial}-{len(returned)}"))
+
+
+@pytest.mark.anyio
+async def test_one_tasks_failed_transaction_never_undoes_another_tasks_commit(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    a_inside = asyncio.Event()
+    b_done = asyncio.Event()
+
+    async def a() -> None:
+        with pytest.raises(RuntimeError, match="A fails"), store.transaction():
+            store.append([PendingEvent(namespace="app", type="note", schema_version=1, payload="{}")])
+            a_inside.set()
+            # B cannot finish inside A's transaction any more, so A does not wait for it forever.
+            with suppress(TimeoutError):
+                await asyncio.wait_for(b_done.wait(), 0.5)
+            raise RuntimeError("A fails")
+
+    async def b() -> list[str]:
+        await a_inside.wait()
+        ledger = PinLedger(store, types)
+
+        async def draw() -> str:
+            return "B's draw"
+
+        await ledger.aresolve(K1, kind="model_call", effect=draw, interpret=identity)
+        stored = ledger.commit()
+        b_done.set()
+        return [e.event_id for e in stored]
+
+    _, committed = await asyncio.gather(a(), b())
+    assert committed
+    assert [e.event_id for e in store.read()] == committed
+
+
+def test_a_commit_undone_by_an_outer_rollback_leaves_the_unit_open(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    ledger.resolve(K1, kind="model_call", effect=lambda: "kept", interpret=identity)
+    with pytest.raises(RuntimeError, match="outer"), store.transaction():
+        assert len(ledger.commit()) == 1
+        assert ledger.state == "committed"
+        raise RuntimeError("outer")
+    assert store.last_seq() == 0
+    assert ledger.state == "open"
+    assert ledger.resolve(K1, kind="model_call", effect=lambda: "redrawn", interpret=identity) == "kept"
+    (event,) = ledger.commit()
+    assert json.loads(event.payload)["raw"] == "kept"
+    assert ledger.state == "committed"
+
+
+def test_a_ledger_on_a_closed_unit_id_refuses_before_any_effect(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    first = PinLedger(store, types, unit_id="round-1")
+    first.resolve(K1, kind="model_call", effect=lambda: "first", interpret=identity)
+    first.commit()
+    abandoned = PinLedger(store, types, unit_id="round-2")
+    abandoned.abandon(reason="vetoed")
+    calls: list[int] = []
+    for unit_id, state in (("round-1", "committed"), ("round-2", "abandoned")):
+        again = PinLedger(store, types, unit_id=unit_id)
+        assert again.state == state
+        for attempt in (
+            lambda: again.resolve(K1, kind="model_call", effect=lambda: calls.append(1), interpret=identity),
+            again.commit,
+            lambda: again.abandon(reason="again"),
+        ):
+            with pytest.raises(UsageError, match=f"{unit_id} is {state}"):
+                attempt()
+    assert calls == []
+    assert promoted_raws(store, "round-1") == ["first"]
+    assert store.scratch_list("round-1") == []
+
+
+def test_a_ledger_open_while_another_closes_the_unit_refuses_before_the_effect(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    first = PinLedger(store, types, unit_id="round-1")
+    late = PinLedger(store, types, unit_id="round-1")
+    first.commit()
+    calls: list[int] = []
+    with pytest.raises(UsageError, match="round-1 is committed; nothing was drawn"):
+        late.resolve(K1, kind="model_call", effect=lambda: calls.append(1), interpret=identity)
+    assert calls == []
+
+
+def run_with_deadline(target: Any, seconds: float = 5.0) -> Any:
+    """Run `target` in a daemon thread; fail (instead of hanging the suite) if it does not return in time."""
+    outcome: list[Any] = []
+
+    def runner() -> None:
+        try:
+            outcome.append(("ok", target()))
+        except BaseException as e:
+            outcome.append(("raised", e))
+
+    thread = threading.Thread(target=runner, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still blocked after {seconds} s"
+    return outcome[0]
+
+
+def test_resolving_a_key_inside_its_own_effect_is_refused_at_once(ledger: PinLedger) -> None:
+    def effect() -> Any:
+        return ledger.resolve(K1, kind="model_call", effect=lambda: "inner", interpret=identity)
+
+    status, error = run_with_deadline(lambda: ledger.resolve(K1, kind="model_call", effect=effect, interpret=identity))
+    assert status == "raised" and isinstance(error, UsageError)
+    assert "inside its own effect" in str(error)
+    # The refused draw pinned nothing, and the key can be drawn afterwards.
+    assert ledger.resolve(K1, kind="model_call", effect=lambda: "later", interpret=identity) == "later"
+
+
+def test_awaiting_a_key_inside_its_own_async_effect_is_refused_at_once(ledger: PinLedger) -> None:
+    async def effect() -> Any:
+        return await ledger.aresolve(K1, kind="model_call", effect=effect, interpret=identity)
+
+    async def main() -> Any:
+        return await ledger.aresolve(K1, kind="model_call", effect=effect, interpret=identity)
+
+    status, error = run_with_deadline(lambda: asyncio.run(main()))
+    assert status == "raised" and isinstance(error, UsageError), error
+
+
+def test_a_waiter_whose_loop_closed_does_not_break_the_release(ledger: PinLedger) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait()
+        return "drawn"
+
+    owner: list[Any] = []
+    owner_thread = threading.Thread(
+        target=lambda: owner.append(
+            run_with_deadline(lambda: ledger.resolve(K1, kind="model_call", effect=slow, interpret=identity), 10)
+        )
+    )
+    owner_thread.start()
+    started.wait()
+
+    async def impatient() -> None:
+        with suppress(TimeoutError):
+            await asyncio.wait_for(ledger.aresolve(K1, kind="model_call", effect=slow, interpret=identity), 0.2)
+
+    asyncio.run(impatient())  # its loop is closed now
+
+    queued: list[Any] = []
+
+    async def patient() -> Any:
+        return await ledger.aresolve(K1, kind="model_call", effect=slow, interpret=identity)
+
+    patient_thread = threading.Thread(target=lambda: queued.append(run_with_deadline(lambda: asyncio.run(patient()))))
+    patient_thread.start()
+    time.sleep(0.3)  # the patient waiter queues behind the impatient one
+    release.set()
+    owner_thread.join()
+    patient_thread.join()
+    assert owner == [("ok", "drawn")]
+    assert queued == [("ok", "drawn")]
