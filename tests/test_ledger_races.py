@@ -27,53 +27,72 @@ def promoted_raws(store: SQLiteEventStore, unit_id: str) -> list[Any]:
     return [p["raw"] for p in payloads if p["unit_id"] == unit_id]
 
 
+class Drawer(threading.Thread):
+    """Draws fresh keys through `ledger` until the unit refuses, noting each effect run and each value returned."""
+
+    def __init__(self, ledger: PinLedger, tag: str) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.tag = tag
+        self.effects: list[str] = []
+        self.returned: list[str] = []
+        self.refused: list[UsageError] = []
+        self.started = threading.Event()
+
+    def effect_for(self, value: str) -> Any:
+        def effect() -> str:
+            self.effects.append(value)
+            return value
+
+        return effect
+
+    def run(self) -> None:
+        for i in range(10_000):
+            key = pin_key("model_call", {"i": i})
+            try:
+                value = self.ledger.resolve(
+                    key, kind="model_call", effect=self.effect_for(f"{self.tag}-{i}"), interpret=identity
+                )
+            except UsageError as e:
+                self.refused.append(e)
+                return
+            self.returned.append(value)
+            self.started.set()
+
+
+def close_while_drawing(ledger: PinLedger, drawer: Drawer, close: str) -> None:
+    drawer.start()
+    drawer.started.wait()
+    while True:
+        try:
+            if close == "commit":
+                ledger.commit()
+            else:
+                ledger.abandon(reason="race")
+            break
+        except UsageError as e:
+            assert "in flight" in str(e)
+            time.sleep(0)
+    drawer.join()
+
+
 @pytest.mark.parametrize("close", ["commit", "abandon"])
 def test_a_draw_racing_a_close_is_part_of_it_or_refused_before_its_effect(
     store: SQLiteEventStore, types: EventTypeRegistry, close: str
 ) -> None:
     for trial in range(12):
         ledger = PinLedger(store, types)
-        effects: list[str] = []
-        returned: list[str] = []
-        started = threading.Event()
-
-        def drawer() -> None:
-            for i in range(10_000):
-                value = f"{trial}-{i}"
-
-                def effect(value: str = value) -> str:
-                    effects.append(value)
-                    return value
-
-                try:
-                    returned.append(
-                        ledger.resolve(pin_key("model_call", {"i": i}), kind="model_call", effect=effect, interpret=identity)
-                    )
-                except UsageError:
-                    return
-                started.set()
-
-        thread = threading.Thread(target=drawer)
-        thread.start()
-        started.wait()
-        while True:
-            try:
-                if close == "commit":
-                    ledger.commit()
-                else:
-                    ledger.abandon(reason="race")
-                break
-            except UsageError as e:
-                assert "in flight" in str(e)
-                time.sleep(0)
-        thread.join()
+        drawer = Drawer(ledger, f"{trial}")
+        close_while_drawing(ledger, drawer, close)
         # Every effect that ran was handed back, and is promoted (or listed as abandoned) with the unit.
-        assert effects == returned
+        assert drawer.effects == drawer.returned
         if close == "commit":
-            assert sorted(promoted_raws(store, ledger.unit_id)) == sorted(returned)
+            assert sorted(promoted_raws(store, ledger.unit_id)) == sorted(drawer.returned)
         else:
-            (summary,) = [json.loads(e.payload) for e in store.read(type="pins_abandoned") if ledger.unit_id in e.payload]
-            assert len(summary["pins"]) == len(returned)
+            (summary,) = [
+                json.loads(e.payload) for e in store.read(type="pins_abandoned") if ledger.unit_id in e.payload
+            ]
+            assert len(summary["pins"]) == len(drawer.returned)
         assert store.scratch_list(ledger.unit_id) == []
 
 
@@ -82,37 +101,15 @@ def test_a_second_ledger_on_the_unit_never_leaves_scratch_behind_a_close(
 ) -> None:
     for trial in range(12):
         first = PinLedger(store, types)
-        second = PinLedger(store, types, unit_id=first.unit_id)
-        returned: list[str] = []
-        refused: list[Any] = []
-        started = threading.Event()
-
-        def drawer() -> None:
-            for i in range(10_000):
-                try:
-                    returned.append(
-                        second.resolve(
-                            pin_key("model_call", {"i": i}),
-                            kind="model_call",
-                            effect=lambda i=i: f"{trial}-{i}",
-                            interpret=identity,
-                        )
-                    )
-                except UsageError as e:
-                    refused.append(e)
-                    return
-                started.set()
-
-        thread = threading.Thread(target=drawer)
-        thread.start()
-        started.wait()
-        first.commit()
-        thread.join()
-        assert sorted(promoted_raws(store, first.unit_id)) == sorted(returned)
+        drawer = Drawer(PinLedger(store, types, unit_id=first.unit_id), f"{trial}")
+        close_while_drawing(first, drawer, "commit")
+        assert sorted(promoted_raws(store, first.unit_id)) == sorted(drawer.returned)
         assert store.scratch_list(first.unit_id) == []
         # A draw whose effect ran before the unit closed under it is handed back on the error, not dropped.
-        (error,) = refused
-        assert getattr(error, "raw", None) in (None, json.dumps(f"{trial}-{len(returned)}"))
+        (error,) = drawer.refused
+        unpinned = getattr(error, "raw", None)
+        assert unpinned is None or json.loads(unpinned) == drawer.effects[-1]
+        assert drawer.effects == drawer.returned + ([] if unpinned is None else [json.loads(unpinned)])
 
 
 @pytest.mark.anyio
@@ -165,7 +162,9 @@ def test_a_commit_undone_by_an_outer_rollback_leaves_the_unit_open(
     assert ledger.state == "committed"
 
 
-def test_a_ledger_on_a_closed_unit_id_refuses_before_any_effect(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+def test_a_ledger_on_a_closed_unit_id_refuses_before_any_effect(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
     first = PinLedger(store, types, unit_id="round-1")
     first.resolve(K1, kind="model_call", effect=lambda: "first", interpret=identity)
     first.commit()
@@ -175,13 +174,12 @@ def test_a_ledger_on_a_closed_unit_id_refuses_before_any_effect(store: SQLiteEve
     for unit_id, state in (("round-1", "committed"), ("round-2", "abandoned")):
         again = PinLedger(store, types, unit_id=unit_id)
         assert again.state == state
-        for attempt in (
-            lambda: again.resolve(K1, kind="model_call", effect=lambda: calls.append(1), interpret=identity),
-            again.commit,
-            lambda: again.abandon(reason="again"),
-        ):
-            with pytest.raises(UsageError, match=f"{unit_id} is {state}"):
-                attempt()
+        with pytest.raises(UsageError, match=f"{unit_id} is {state}"):
+            again.resolve(K1, kind="model_call", effect=lambda: calls.append(1), interpret=identity)
+        with pytest.raises(UsageError, match=f"{unit_id} is {state}"):
+            again.commit()
+        with pytest.raises(UsageError, match=f"{unit_id} is {state}"):
+            again.abandon(reason="again")
     assert calls == []
     assert promoted_raws(store, "round-1") == ["first"]
     assert store.scratch_list("round-1") == []

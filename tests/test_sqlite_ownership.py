@@ -91,9 +91,8 @@ def test_a_database_with_a_corrupt_page_is_a_store_error_naming_it(tmp_path: Pat
     data = bytearray(path.read_bytes())
     data[page : 2 * page] = b"\xa5" * page
     path.write_bytes(bytes(data))
-    with pytest.raises(StoreError) as caught:
-        with SQLiteEventStore(path) as store:
-            list(store.read())
+    with pytest.raises(StoreError) as caught, SQLiteEventStore(path) as store:
+        list(store.read())
     assert str(path) in str(caught.value)
 
 
