@@ -14,11 +14,11 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, check_contiguous, event_row
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, event_row
 
 __all__ = ["PostgresEventStore"]
 
@@ -82,6 +82,7 @@ class PostgresEventStore:
         self._events = self.place.table("events")
         self._head = self.place.table("log_head")
         self._scratch = self.place.table("pin_scratch")
+        self._closed = self.place.table("closed_units")
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -298,19 +299,44 @@ class PostgresEventStore:
             ).fetchone()
         return None if row is None else ScratchPin(*row)
 
+    def _lock_unit(self, conn: Conn, unit_id: str) -> None:
+        """Serialise, until the transaction ends, the writes that must see whether the unit is closed."""
+        with self.place.translated(f"locking unit {unit_id}"):
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (self._lease_name(unit_id),))
+
+    def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
+        with self.place.translated("reading a unit's outcome"):
+            row = conn.execute(
+                sql.SQL("SELECT outcome FROM {u} WHERE unit_id = %s").format(u=self._closed), (unit_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
+        """Return how the unit was closed, or None while it is open (or unknown)."""
+        with self._connection() as conn:
+            return self._outcome(conn, unit_id)
+
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new."""
+        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+
+        Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
+        """
         self._claim(unit_id)
         # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
         # one draw number twice.
-        with self._put_lock, self._connection() as conn, self.place.translated("writing scratch"):
-            row = conn.execute(
-                sql.SQL(
-                    "INSERT INTO {p} ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
-                    " FROM {p} WHERE unit_id = %s RETURNING draw_no"
-                ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
-                (unit_id, key, kind, raw, fingerprint, unit_id),
-            ).fetchone()
+        with self._put_lock, self.transaction(), self._connection() as conn:
+            self._lock_unit(conn, unit_id)
+            closed = self._outcome(conn, unit_id)
+            if closed is not None:
+                raise UnitClosed(unit_id, state=closed, raw=raw)
+            with self.place.translated("writing scratch"):
+                row = conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {p} ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
+                        " FROM {p} WHERE unit_id = %s RETURNING draw_no"
+                    ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
+                    (unit_id, key, kind, raw, fingerprint, unit_id),
+                ).fetchone()
         assert row is not None
         return ScratchPin(unit_id, key, kind, raw, 1, int(row[0]), fingerprint)
 
@@ -328,11 +354,35 @@ class PostgresEventStore:
             raise StoreError(f"no scratch pin {key} in unit {unit_id} ({self.place})")
         return int(row[0])
 
+    def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
+        """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
+
+        Raises `UnitClosed` if the unit is committed or abandoned.
+        """
+        self._claim(unit_id)
+        with self._connection() as conn:
+            with self.place.translated("reusing a pin"):
+                row = conn.execute(
+                    sql.SQL(
+                        "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s RETURNING {c}"
+                    ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
+                    (unit_id, key),
+                ).fetchone()
+            if row is None:
+                closed = self._outcome(conn, unit_id)
+                if closed is not None:
+                    raise UnitClosed(unit_id, state=closed)
+        return None if row is None else ScratchPin(*row)
+
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""
-        with self._connection() as conn, self.place.translated("listing scratch"):
+        with self._connection() as conn:
+            return self._scratch_list(conn, unit_id, lock="")
+
+    def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
+        with self.place.translated("listing scratch"):
             rows = conn.execute(
-                sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no").format(
+                sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock).format(
                     c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
                 ),
                 (unit_id,),
@@ -349,13 +399,34 @@ class PostgresEventStore:
             ).fetchall()
         return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
 
-    def settle_unit(self, unit_id: str, events: Sequence[PendingEvent]) -> list[StoredEvent]:
-        """Append `events` and clear the unit's scratch in one transaction (commit or abandon), then free the unit."""
+    def settle_unit(
+        self,
+        unit_id: str,
+        *,
+        outcome: UnitOutcome,
+        events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
+    ) -> list[StoredEvent]:
+        """Close a unit in one transaction: list its pins, append `events(pins)`, clear its scratch, record `outcome`.
+
+        Listing and clearing are one step, so no pin drawn meanwhile is cleared unseen; a closed unit
+        keeps no scratch and takes no more pins. Raises `UnitClosed` if the unit is already closed.
+        """
+        if outcome not in ("committed", "abandoned"):
+            raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
         self._claim(unit_id)
         with self.transaction(), self._connection() as conn:
-            stored = self.append(events)
-            with self.place.translated("clearing scratch"):
+            self._lock_unit(conn, unit_id)
+            closed = self._outcome(conn, unit_id)
+            if closed is not None:
+                raise UnitClosed(unit_id, state=closed)
+            # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
+            stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
+            with self.place.translated("closing the unit"):
                 conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
+                conn.execute(
+                    sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
+                    (unit_id, outcome),
+                )
         self._release(unit_id)
         return stored
 

@@ -68,6 +68,26 @@ _MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
             "CREATE UNIQUE INDEX pin_scratch_draw_order ON {s}.pin_scratch (unit_id, draw_no)",
         ),
     ),
+    (
+        # A closed unit takes no more pins (see SQLiteEventStore's 0004_closed_units); earlier ones are
+        # found from their events.
+        "0003_closed_units",
+        (
+            """CREATE TABLE {s}.closed_units (
+                unit_id text PRIMARY KEY,
+                outcome text NOT NULL CHECK (outcome IN ('committed', 'abandoned'))
+            )""",
+            """INSERT INTO {s}.closed_units (unit_id, outcome)
+                SELECT payload::jsonb ->> 'unit_id',
+                    CASE type WHEN 'pins_abandoned' THEN 'abandoned' ELSE 'committed' END
+                FROM {s}.events
+                WHERE namespace = 'anagrapheus'
+                    AND type IN ('pin_promoted', 'pins_abandoned', 'replay_diverged')
+                    AND payload::jsonb ->> 'unit_id' IS NOT NULL
+                ORDER BY seq
+                ON CONFLICT (unit_id) DO NOTHING""",
+        ),
+    ),
 )
 MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
