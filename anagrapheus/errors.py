@@ -63,6 +63,8 @@ class CanonicalError(AnagrapheusError, TypeError):
 
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(f"{message} at {path}")
+        self.reason = message
+        """What is wrong with the value, without where."""
         self.path = path
         """Where in the value the offending item sits, as `$.a[0].b`."""
 

@@ -290,6 +290,14 @@ def key_string(value: str) -> str:
     return value if value.isascii() else _nfc(value)
 
 
+def _integer(value: int) -> str:
+    try:
+        return int.__repr__(value)
+    except ValueError:
+        # Past Python's limit on integer digits (4,300 by default): no text is written, so none is keyed.
+        raise _Refused(f"an integer of {value.bit_length()} bits is too long to write as JSON") from None
+
+
 def _number(value: float) -> str:
     if not math.isfinite(value):
         raise _Refused(f"{value!r} is not a JSON number")
@@ -438,6 +446,11 @@ class MaterialWalk:
             return int(value)
         if isinstance(value, float):
             return float(value)
+        serializer = getattr(cast(object, type(value)), "__pydantic_serializer__", None)
+        if isinstance(serializer, pydantic_core.SchemaSerializer) and not isinstance(value, type):
+            # A pydantic model or dataclass is dumped in Python mode, so the walk still sees its sets (and sorts
+            # them); a JSON-mode dump would list them in the process's hash order.
+            return serializer.to_python(value)
         if isinstance(value, bytes | bytearray | memoryview):
             # Bytes are keyed by value, never by how they are wrapped; a digest keeps the key small.
             return {"$bytes_sha256": hashlib.sha256(cast(bytes, value)).hexdigest()}
@@ -462,7 +475,7 @@ _WRITERS.update(
     {
         type(None): lambda _value, _walk: "null",
         bool: lambda value, _walk: "true" if value else "false",
-        int: lambda value, _walk: int.__repr__(value),
+        int: lambda value, _walk: _integer(value),
         float: lambda value, _walk: _number(value),
         list: lambda value, walk: walk._sequence(value),  # pyright: ignore[reportPrivateUsage]
         tuple: lambda value, walk: walk._sequence(value),  # pyright: ignore[reportPrivateUsage]

@@ -10,9 +10,9 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
 from pydantic_ai import RunContext
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
+from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.resolver import PinResolver
@@ -53,17 +53,21 @@ def tool_pin(tool: str, arguments: Mapping[str, object]) -> ToolPin:
 
 
 def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
-    """The call's arguments as JSON, without the `RunContext` the run fills in."""
+    """The call's arguments as key material, without the `RunContext` the run fills in.
+
+    Written by the model calls' walk, so both keep one canonical form: sets sorted, bytes by digest,
+    never an order that changes with the process's hash seed.
+    """
     arguments: dict[str, JSONValue] = {}
+    walk = MaterialWalk()
     for name, value in given.items():
         if isinstance(value, RunContext):
             continue
         try:
-            arguments[name] = canonical_value(to_jsonable_python(value))
-        except (PydanticSerializationError, CanonicalError) as e:
-            raise CanonicalError(
-                f"argument {name!r} of tool {tool!r} cannot be keyed as JSON ({e})", path=f"$.args.{name}"
-            ) from e
+            arguments[name] = walk.value(value, at=f"$.args.{name}")
+        except CanonicalError as e:
+            message = f"argument {name!r} of tool {tool!r} cannot be keyed as JSON: {e.reason}"
+            raise CanonicalError(message, path=e.path) from e
     return arguments
 
 

@@ -30,6 +30,8 @@ KEY_SCHEME = "p1"
 
 _KIND = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 _SAFE_INT = 2**53
+# Below this many bits an integer has fewer than 4,300 digits, Python's default limit on writing one.
+_CHECKED_INT_BITS = 14_000
 _encode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
 ).encode
@@ -68,7 +70,12 @@ def _normalise(value: object) -> Any:
     kind = type(value)
     if kind is str:
         return _text(value)  # pyright: ignore[reportArgumentType]
-    if value is None or kind is bool or kind is int:
+    if kind is int:
+        integer: int = value  # pyright: ignore[reportAssignmentType]
+        if integer.bit_length() > _CHECKED_INT_BITS:
+            _integer_text(integer)
+        return value
+    if value is None or kind is bool:
         return value
     if kind is float:
         number: float = value  # pyright: ignore[reportAssignmentType]
@@ -104,10 +111,18 @@ def _normalise(value: object) -> Any:
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return _normalise(int(value))
     if isinstance(value, float):
         return _normalise(float(value))
     raise _Refused(f"{kind.__qualname__} is not a JSON type (convert it deliberately before pinning)")
+
+
+def _integer_text(number: int) -> str:
+    try:
+        return int.__repr__(number)
+    except ValueError:
+        # Past Python's limit on integer digits (4,300 by default): no text is written, so none is keyed.
+        raise _Refused(f"an integer of {number.bit_length()} bits is too long to write as JSON") from None
 
 
 def canonical_value(value: object) -> JSONValue:
