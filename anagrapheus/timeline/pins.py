@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 from anagrapheus.errors import CanonicalError, PinResultError, UnitClosed, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
@@ -93,6 +93,19 @@ def _wake(future: asyncio.Future[None]) -> None:
 # The (ledger, key) pairs whose effect the running context is inside: asking for one of them again would
 # wait for itself. Tasks and worker threads started by the effect inherit it, and would wait just the same.
 _DRAWING: ContextVar[frozenset[tuple[int, str]]] = ContextVar("anagrapheus_drawing", default=frozenset())
+
+
+def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
+    """The fingerprint as the pin keeps it, checked before the effect runs: names to digests, all strings."""
+    if fingerprint is None:
+        return None
+    # Any Mapping (a provider may digest its fingerprint lazily); canonical JSON takes only a real dict.
+    # Typed as strings, but a caller's mapping may hold anything at run time.
+    fields = cast("dict[object, object]", dict(fingerprint))
+    wrong = [name for name, digest in fields.items() if not isinstance(name, str) or not isinstance(digest, str)]
+    if wrong:
+        raise UsageError(f"a fingerprint maps field names to digest strings; {wrong[0]!r} does not")
+    return canonical_json(fields)
 
 
 class PinLedger:
@@ -217,10 +230,8 @@ class PinLedger:
                 # A stream's context manager may be closed from another context than it was opened in.
                 _DRAWING.set(_DRAWING.get() - {drawing})
 
-    def _put(self, key: str, kind: str, result: object, fingerprint: Mapping[str, str] | None) -> str:
+    def _put(self, key: str, kind: str, result: object, digests: str | None) -> str:
         raw = raw_text_of(result, key=key, kind=kind)
-        # Any Mapping (a provider may digest its fingerprint lazily); canonical JSON takes only a real dict.
-        digests = None if fingerprint is None else canonical_json(dict(fingerprint))
         self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=digests)
         return raw
 
@@ -238,9 +249,10 @@ class PinLedger:
         if pin is not None:
             return interpret(json.loads(pin.raw))
         try:
+            digests = _digests_text(fingerprint)
             with self._drawing(key):
                 result = effect()
-            raw = self._put(key, kind, result, fingerprint)
+            raw = self._put(key, kind, result, digests)
         finally:
             self._release(key)
         return interpret(json.loads(raw))
@@ -259,9 +271,10 @@ class PinLedger:
         if pin is not None:
             return interpret(json.loads(pin.raw))
         try:
+            digests = _digests_text(fingerprint)
             with self._drawing(key):
                 result = await effect()
-            raw = await asyncio.to_thread(self._put, key, kind, result, fingerprint)
+            raw = await asyncio.to_thread(self._put, key, kind, result, digests)
         finally:
             self._release(key)
         return interpret(json.loads(raw))
@@ -294,6 +307,7 @@ class PinLedger:
             yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
             return
         try:
+            digests = _digests_text(fingerprint)
             with self._drawing(key):
                 async with effect() as live:
                     failed = False
@@ -306,7 +320,7 @@ class PinLedger:
                         # A partial answer is still something the model produced: pin it, even when the
                         # consumer stopped early or the stream failed. Never let pinning mask that failure.
                         try:
-                            await asyncio.to_thread(self._put, key, kind, capture(live), fingerprint)
+                            await asyncio.to_thread(self._put, key, kind, capture(live), digests)
                         except Exception:
                             if not failed:
                                 raise

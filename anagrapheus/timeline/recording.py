@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -18,6 +19,7 @@ from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, EventTypeRegis
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "RECORDING_FORMAT",
     "RECORDING_VERSION",
     "Recording",
@@ -122,8 +124,20 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
         event_ids.add(event.event_id)
         lines.append(canonical_json(event.to_json()))
     data = "".join(line + "\n" for line in lines).encode()
-    # Write beside the target and rename over it, so a crash leaves the old recording or the new, never half.
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        _replace_durably(target, data)
+    except OSError as e:
+        # A directory in the way, a missing folder, a full disk: named, and typed like every other refusal.
+        raise RecordingError(f"cannot write the recording ({e.strerror or e})", path=str(target)) from e
+    return target
+
+
+def _replace_durably(target: Path, data: bytes) -> None:
+    """Write `data` beside `target` and rename it over, so a crash leaves the old file or the new, never half."""
+    prefix = f".{target.name}."
+    _clear_orphans(target.parent, prefix)
+    # The writer's pid is in the name, so a later write can tell a killed writer's leftovers from a live one's.
+    fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             # mkstemp creates the file private (0600); a recording is meant to be shared and committed.
@@ -141,16 +155,48 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
         os.fsync(directory)
     finally:
         os.close(directory)
-    return target
+
+
+def _clear_orphans(folder: Path, prefix: str) -> None:
+    """Remove the temporary files that writers killed mid-write (SIGKILL, power loss) left beside the target."""
+    for leftover in folder.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = leftover.name[len(prefix) :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        # JSON leaves a repeated name undefined and Python keeps the last: a line must say one thing.
+        seen: set[str] = set()
+        repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
+        raise ValueError(f"the name {repeated!r} appears twice in one object")
+    return fields
+
+
 # Numbers are read as canonical JSON spells them, so a payload is written back by the C encoder. One decoder
 # for every line: json.loads with hooks would build a new one per call.
-_decode = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=canonical_number).decode
+_decode = json.JSONDecoder(
+    object_pairs_hook=_object, parse_constant=_refuse_constant, parse_float=canonical_number
+).decode
+
+MAX_LINE_BYTES = 256 * 1024 * 1024
+"""The longest recording line read by default (256 MiB); a longer one is refused naming its line number."""
 
 
 def _parse_object(text: str, *, where: str, line: int) -> dict[str, Any]:
@@ -237,41 +283,54 @@ def read_recording(
     *,
     registry: EventTypeRegistry | None = None,
     upcasts: UpcastRegistry | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
     With a `registry`, every event is also decoded (through `upcasts`), so an unknown event
     type, a future schema version or a payload that no longer fits is refused here, at its
     line, rather than at replay. The events returned are as stored; replay upcasts them again
-    when given the same `upcasts`.
+    when given the same `upcasts`. A line longer than `max_line_bytes` is refused unread.
     """
     source = Path(path)
-    header, events = stream_recording(source)
+    header, events = stream_recording(source, max_line_bytes=max_line_bytes)
     recording = Recording(path=source, header=header, events=tuple(events))
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
     return recording
 
 
-def stream_recording(path: str | os.PathLike[str]) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
+def stream_recording(
+    path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
     """Read a recording's header now and its events as they are iterated, one line at a time.
 
     The events are checked as `read_recording` checks them, each when it is reached; nothing but
     the line in hand is held, so a replay can be built from a file larger than memory allows twice.
+    A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
     """
+    given = cast("object", max_line_bytes)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
     source = Path(path)
     where = str(source)
-    lines = _lines(source, where)
+    lines = _lines(source, where, max_line_bytes)
     first = next(lines, None)
     if first is None:
         raise RecordingError("empty file: missing header", path=where, line=1)
     return _read_header(first[1], where=where), _events(lines, where)
 
 
-def _lines(source: Path, where: str) -> Iterator[tuple[int, str]]:
+def _lines(source: Path, where: str, limit: int) -> Iterator[tuple[int, str]]:
     try:
         with source.open("rb") as lines:
-            for number, raw in enumerate(lines, start=1):
+            number = 0
+            # At most the limit and its newline are read, so a huge line costs the limit, never the line.
+            while raw := lines.readline(limit + 1):
+                number += 1
+                if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+                    message = f"line is longer than {limit} bytes (max_line_bytes); refused unread"
+                    raise RecordingError(message, path=where, line=number)
                 # A recording ends with a newline, so a last line without one was cut short.
                 if not raw.endswith(b"\n"):
                     raise RecordingError("truncated: the last line has no newline", path=where, line=number)

@@ -299,8 +299,13 @@ class SQLiteEventStore:
         type: str | None = None,
     ) -> Iterator[StoredEvent]:
         """Stream events with seq > `since` in seq order, a page at a time, optionally filtered."""
-        if limit is not None and limit < 0:
-            raise UsageError("limit must be >= 0")
+        # Typed, but a caller may pass anything at run time; SQLite would compare a text `since` as greater
+        # than every seq and quietly return nothing.
+        bounds = cast("tuple[object, object]", (since, limit))
+        if isinstance(bounds[0], bool) or not isinstance(bounds[0], int) or since < 0:
+            raise UsageError(f"since must be an integer seq >= 0, not {since!r}")
+        if bounds[1] is not None and (isinstance(bounds[1], bool) or not isinstance(bounds[1], int) or bounds[1] < 0):
+            raise UsageError(f"limit must be an integer >= 0, not {limit!r}")
         where = "seq > ?"
         filters: list[Any] = []
         if namespace is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
@@ -21,6 +23,36 @@ def iso_timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_strict = json.JSONDecoder(parse_constant=_refuse_constant).decode
+
+
+def _check(event: PendingEvent, index: int) -> None:
+    """Refuse an event the recording reader would refuse: the door is the append, not the later read."""
+    # Typed, but a caller's event may hold anything at run time.
+    version, namespace, type_name = cast(
+        "tuple[object, object, object]", (event.schema_version, event.namespace, event.type)
+    )
+    problem = None
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        problem = f"schema_version must be an integer >= 1, not {version!r}"
+    elif not (isinstance(namespace, str) and namespace and isinstance(type_name, str) and type_name):
+        problem = "namespace and type must be non-empty strings"
+    else:
+        try:
+            payload = _strict(event.payload)
+        except (TypeError, ValueError, RecursionError) as e:
+            problem = f"payload is not JSON ({e})"
+        else:
+            if not isinstance(payload, dict):
+                problem = "payload must be a JSON object"
+    if problem is not None:
+        raise UsageError(f"event {index} ({event.namespace}:{event.type}) cannot be appended: {problem}")
+
+
 def stamp(clock: Callable[[], datetime]) -> str:
     """Read an injected clock for an envelope's `created_at`, refusing a naive time."""
     now = clock()
@@ -32,7 +64,12 @@ def stamp(clock: Callable[[], datetime]) -> str:
 def stamped(
     events: Sequence[PendingEvent], *, after: int, clock: Callable[[], datetime], new_event_id: Callable[[], str]
 ) -> list[StoredEvent]:
-    """Envelope pending events as the next ones after seq `after`, with one time and an id each (unless preset)."""
+    """Envelope pending events as the next ones after seq `after`, with one time and an id each (unless preset).
+
+    Each event is checked first, so a log never holds what its own reader would refuse.
+    """
+    for index, event in enumerate(events):
+        _check(event, index)
     created_at = stamp(clock)
     return [
         StoredEvent(
