@@ -1,4 +1,4 @@
-"""The `anagrapheus` command: show, diff, check, export, upcast and regress recordings and logs.
+"""The `anagrapheus` command: show, diff, check, export, upcast, regress and copy recordings and logs.
 
 Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
 violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from anagrapheus.cli import check, diff, export, regress, show, upcast
+from anagrapheus.cli import check, copy, diff, export, regress, show, upcast
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
 
 __all__ = ["Exit", "main", "parser"]
 
 # Each command module registers its subcommand; a new command is one more module here.
-COMMANDS = (show, diff, check, export, upcast, regress)
+COMMANDS = (show, diff, check, export, upcast, regress, copy)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print a JSON report on stdout instead of text")
     root = argparse.ArgumentParser(
         prog="anagrapheus",
-        description="Inspect, compare, validate, export and upcast anagrapheus recordings and event logs, and"
+        description="Inspect, compare, validate, export, upcast and copy anagrapheus recordings and event logs, and"
         " judge candidate agents against recordings. Exit codes: 0 ok, 1 failed (a difference, a violated check"
         " or invariant), 2 bad input (names the file and line), 3 diverged.",
     )

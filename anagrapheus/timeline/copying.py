@@ -12,9 +12,10 @@ from anagrapheus.timeline.store import EventStore, LogImport
 if TYPE_CHECKING:
     from anagrapheus.timeline.postgres import PostgresEventStore
 
-__all__ = ["copy_log", "open_store"]
+__all__ = ["POSTGRES_SCHEMES", "copy_log", "open_store"]
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+"""The URI schemes `open_store` opens as PostgreSQL; anything else is a SQLite file path."""
 
 
 def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -> int:
@@ -51,7 +52,7 @@ def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -
 
 def open_store(address: str, *, schema: str = "anagrapheus") -> SQLiteEventStore | PostgresEventStore:
     """Open the store at `address`: a `postgresql://` DSN (needs the `postgres` extra), else a SQLite file path."""
-    if address.startswith(_POSTGRES_SCHEMES):
+    if address.startswith(POSTGRES_SCHEMES):
         try:
             from anagrapheus.timeline.postgres import PostgresEventStore
         except ImportError as e:

@@ -1,0 +1,80 @@
+"""`anagrapheus copy`: move a log between a SQLite file and a PostgreSQL schema, keeping seq, ids and times."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from anagrapheus.cli.report import BadInput, Exit, Outcome
+from anagrapheus.errors import AnagrapheusError
+from anagrapheus.timeline import copy_log, open_store
+from anagrapheus.timeline.copying import POSTGRES_SCHEMES
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
+    """Register `copy`."""
+    parser = commands.add_parser(
+        "copy",
+        parents=[common],
+        help="copy a log between SQLite and PostgreSQL, keeping seq, event ids and times",
+        description="Copy the events DST lacks from SRC, verbatim: seq, event ids, times and payloads. Each is a"
+        " SQLite file or a postgresql:// URI (needs the postgres extra). DST must be empty or hold a prefix of SRC,"
+        " so an interrupted copy resumes where it stopped. Scratch pins of open units are not copied.",
+    )
+    parser.add_argument("source", metavar="SRC", help="the log to copy: a SQLite file or a postgresql:// URI")
+    parser.add_argument("destination", metavar="DST", help="where to copy it: a SQLite file or a postgresql:// URI")
+    parser.add_argument(
+        "--schema", default="anagrapheus", help="the PostgreSQL schema, on either side (default anagrapheus)"
+    )
+    parser.add_argument("--source-schema", metavar="SCHEMA", help="the source's PostgreSQL schema, if it differs")
+    parser.add_argument(
+        "--destination-schema", metavar="SCHEMA", help="the destination's PostgreSQL schema, if it differs"
+    )
+    parser.add_argument("--batch", type=int, default=1000, help="events per transaction (default 1000)")
+    parser.set_defaults(run=run)
+
+
+def _shown(address: str) -> str:
+    """The address as it may be printed: a URI's password is never shown."""
+    parts = urlsplit(address)
+    if parts.password is None:
+        return address
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """Copy the log."""
+    if not args.source.startswith(POSTGRES_SCHEMES) and not Path(args.source).is_file():
+        # Opening a SQLite store creates its file: a mistyped source would copy an empty log.
+        raise BadInput("no such log file", path=args.source)
+    source_schema = args.source_schema or args.schema
+    destination_schema = args.destination_schema or args.schema
+    try:
+        source = open_store(args.source, schema=source_schema)
+    except AnagrapheusError as e:
+        raise BadInput(f"cannot open the source ({e})", path=_shown(args.source)) from e
+    try:
+        try:
+            destination = open_store(args.destination, schema=destination_schema)
+        except AnagrapheusError as e:
+            raise BadInput(f"cannot open the destination ({e})", path=_shown(args.destination)) from e
+        try:
+            before = destination.last_seq()
+            copied = copy_log(source, destination, batch=args.batch)
+            last = destination.last_seq()
+        except AnagrapheusError as e:
+            raise BadInput(f"cannot copy into it ({e})", path=_shown(args.destination)) from e
+        finally:
+            destination.close()
+    finally:
+        source.close()
+    text = (
+        f"copied {copied} event(s) from {_shown(args.source)} to {_shown(args.destination)}: seq {before + 1}..{last}"
+    )
+    if not copied:
+        text = f"nothing to copy: {_shown(args.destination)} already holds {_shown(args.source)}'s {last} event(s)"
+    return Outcome(Exit.OK, text, {"copied": copied, "first_seq": before + 1 if copied else None, "last_seq": last})
