@@ -24,13 +24,13 @@ PINS = 4
 
 WORKER = """
 import json, sys, time
-from anagrapheus.errors import SeqConflict, UnitBusy
+from anagrapheus.errors import SeqConflict, UnitBusy, UnitClosed
 from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger, register_builtin_events
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, tag, units, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 types = EventTypeRegistry(); register_builtin_events(types)
 store = PostgresEventStore(dsn, schema=schema, unit_wait=0.1)
-report = {"committed": [], "busy": 0, "seq_conflicts": 0, "markers": 0}
+report = {"committed": [], "busy": 0, "closed": 0, "seq_conflicts": 0, "markers": 0}
 print("ready", flush=True)
 sys.stdin.readline()
 # Every worker goes for the same unit at once: one draws (slowly: it holds the unit for 4 s, so the others
@@ -43,6 +43,10 @@ try:
     report["committed"].append("shared")
 except UnitBusy:
     report["busy"] += 1
+except UnitClosed as e:
+    # Arrived after the winner committed (a very slow start): refused too, and before its effect.
+    assert e.raw is None, "the effect of a draw into a closed unit ran"
+    report["closed"] += 1
 for u in range(units):
     ledger = PinLedger(store, types)
     for i in range(pins):
@@ -80,7 +84,7 @@ def test_processes_commit_units_at_once(postgres_dsn: str, pg_schema: str, types
         proc.stdin.write("go\n")
         proc.stdin.flush()
     outputs = [proc.communicate(timeout=180) for proc in procs]
-    # Any error but the two typed conflicts would have ended a worker with a traceback.
+    # Any error but the typed conflicts (SeqConflict, UnitBusy, UnitClosed) would have ended a worker with a traceback.
     assert [proc.returncode for proc in procs] == [0] * workers, [err for _, err in outputs]
     reports: list[dict[str, Any]] = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
@@ -98,7 +102,7 @@ def test_processes_commit_units_at_once(postgres_dsn: str, pg_schema: str, types
             seqs = [e.seq for e in events if e.correlation_id == unit]
             assert seqs == list(range(seqs[0], seqs[0] + PINS))
         assert committed["shared"] == 1
-        assert sum(r["busy"] for r in reports) == workers - 1
+        assert sum(r["busy"] + r["closed"] for r in reports) == workers - 1
         markers = [e for e in events if e.type == "marker"]
         assert len(markers) == sum(r["markers"] for r in reports)
         assert len(markers) + sum(r["seq_conflicts"] for r in reports) == workers * units
