@@ -18,8 +18,10 @@ __all__ = [
     "PartialPin",
     "PinMiss",
     "PinResultError",
+    "ProvenanceMismatch",
     "RecordingError",
     "SchemaTooNew",
+    "SecretInRecording",
     "SeqConflict",
     "StoreError",
     "UnitBusy",
@@ -197,3 +199,36 @@ class RecordingError(AnagrapheusError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.line = line
+
+
+class ProvenanceMismatch(RecordingError):
+    """A recording was made under a key scheme, call policy or (strictly) versions other than the ones replaying it."""
+
+    def __init__(self, message: str, *, path: str, field: str, recorded: object, current: object) -> None:
+        super().__init__(message, path=path, line=1)
+        self.field = field
+        """The provenance field that differs (`key_scheme`, `call_policy`, `pydantic_ai`, ...)."""
+        self.recorded = recorded
+        """What the recording's header says."""
+        self.current = current
+        """What this process would have written."""
+
+
+class SecretInRecording(AnagrapheusError):
+    """A recording about to be written holds a credential-shaped string; the error never holds the string."""
+
+    def __init__(self, *, path: str, seq: int | None, json_path: str, rule: str) -> None:
+        where = "the header" if seq is None else f"the event at seq {seq}"
+        super().__init__(
+            f"refusing to write {path}: {where} holds a value matching secret rule {rule!r} at {json_path}."
+            " Keep the credential out of what the run pins, or pass redact=SecretPolicy(...) to write placeholders"
+            " instead (a replay then sees the placeholders); see the how-to 'Commit recordings safely'"
+        )
+        self.path = path
+        """The recording that was not written."""
+        self.seq = seq
+        """The seq of the event holding the value; None for the header."""
+        self.json_path = json_path
+        """Where in that line the value sits, as `$.payload.raw.parts[0].content`."""
+        self.rule = rule
+        """The name of the rule that matched."""

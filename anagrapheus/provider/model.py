@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
 
 from pydantic import TypeAdapter
@@ -38,6 +39,38 @@ _responses: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
 
 
+def endpoint_url(url: str) -> str | None:
+    """Return `url` without userinfo, query or fragment: where a provider lives, never how it was logged into.
+
+    A URL that does not parse is dropped (None) rather than kept with whatever it may hold.
+    """
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if host is None:
+        return None if "@" in parts.netloc else urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _strip_urls(raw: dict[str, Any]) -> None:
+    # A base URL can carry a password (userinfo) or a key (`?api-key=`); pydantic-ai copies it into every
+    # response. Stripping it here, before the pin is written, keeps it out of the scratch table, the log and
+    # every recording. The cost: a model whose own base URL has a query no longer treats a pinned response
+    # as from its endpoint, so it resends history instead of naming server-side state by id.
+    if isinstance(raw.get("provider_url"), str):
+        raw["provider_url"] = endpoint_url(raw["provider_url"])
+    details = raw.get("provider_details")
+    if isinstance(details, dict):
+        for name, value in cast(dict[str, Any], details).items():
+            if name.endswith("_url") and isinstance(value, str):
+                details[name] = endpoint_url(value)
+
+
 def response_raw(response: ModelResponse) -> JSONValue:
     """Return `response` as the raw JSON its pin keeps, with the cost estimate the run was given."""
     # The agent estimates a response's cost from a price table when the provider did not report one,
@@ -45,7 +78,9 @@ def response_raw(response: ModelResponse) -> JSONValue:
     # the figure the recorded run saw: a replay reports the same cost whatever the price table says
     # by then, and skips the table lookup.
     fill_response_cost(response)
-    return _responses.dump_python(response, mode="json")
+    raw: dict[str, Any] = _responses.dump_python(response, mode="json")
+    _strip_urls(raw)
+    return raw
 
 
 def response_from_raw(raw: JSONValue) -> ModelResponse:

@@ -7,7 +7,7 @@ import json
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _encode_text
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from pydantic_ai.messages import CachePoint, ModelMessage
 from pydantic_ai.models import ModelRequestParameters
@@ -18,6 +18,7 @@ from anagrapheus.provider.policy_material import FieldText, MaterialWalk, encode
 from anagrapheus.provider.policy_settings import settings_material
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import DIGEST_CHARS, bounded_fingerprint, digest_text, fingerprint_of
+from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
 
@@ -36,7 +37,11 @@ _OUTPUT_FIELDS = {
 
 @runtime_checkable
 class CallPolicy(Protocol):
-    """Decides what goes into a model call's key: two calls with equal material are the same call."""
+    """Decides what goes into a model call's key: two calls with equal material are the same call.
+
+    A policy class may declare `name: ClassVar[str]` and `version: ClassVar[int]`; recordings stamp
+    them as provenance and refuse to load under another policy (see `call_policy_identity`).
+    """
 
     def material(
         self,
@@ -85,6 +90,11 @@ class SemanticCallPolicy:
     """
 
     __slots__ = ()
+
+    name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
+    """The policy's name in a recording's provenance."""
+    version: ClassVar[int] = DEFAULT_CALL_POLICY[1]
+    """Bumped whenever what this policy keys changes, so recordings keyed by the old one are refused, not missed."""
 
     def material(
         self,

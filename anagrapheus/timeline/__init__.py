@@ -16,6 +16,7 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.provenance import Provenance, ProvenanceWarning
 from anagrapheus.timeline.recording import (
     RECORDING_FORMAT,
     RECORDING_VERSION,
@@ -28,6 +29,14 @@ from anagrapheus.timeline.recording import (
 )
 from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
 from anagrapheus.timeline.resolver import PinResolver, StreamDraw
+from anagrapheus.timeline.secrets import (
+    CARD_NUMBER_RULE,
+    DEFAULT_RULES,
+    EMAIL_RULE,
+    SecretFinding,
+    SecretPolicy,
+    SecretRule,
+)
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import (
     EventStore,
@@ -41,6 +50,9 @@ from anagrapheus.timeline.store import (
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
+    "CARD_NUMBER_RULE",
+    "DEFAULT_RULES",
+    "EMAIL_RULE",
     "RECORDING_FORMAT",
     "RECORDING_VERSION",
     "AmbiguousPin",
@@ -59,12 +71,17 @@ __all__ = [
     "PinResolver",
     "PinScratchStore",
     "PinsAbandoned",
+    "Provenance",
+    "ProvenanceWarning",
     "Recording",
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
     "SQLiteEventStore",
     "ScratchPin",
+    "SecretFinding",
+    "SecretPolicy",
+    "SecretRule",
     "StoredEvent",
     "StreamDraw",
     "TimelineStore",

@@ -6,16 +6,18 @@ import glob
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
+from anagrapheus.errors import AnagrapheusError, RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, canonical_number
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, check_provenance, current_provenance
+from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -33,8 +35,10 @@ __all__ = [
 RECORDING_FORMAT = "anagrapheus.recording"
 """The format marker on every recording's header line."""
 
-RECORDING_VERSION = 1
-"""The recording format version this code writes and reads."""
+RECORDING_VERSION = 2
+"""The recording format version this code writes; version 2 added the header's `provenance`."""
+
+_READABLE_VERSIONS = (1, RECORDING_VERSION)
 
 # The envelope fields of a recording line, as `StoredEvent.to_json` writes them.
 _EVENT_FIELDS = frozenset(
@@ -67,6 +71,8 @@ class RecordingHeader(BaseModel):
     """The model id behind each role, as it appears in the pin keys."""
     details: dict[str, JsonValue] = {}
     """Anything else the recorder wants a reader of the file to know."""
+    provenance: Provenance | None = None
+    """What made the recording; `write_recording` stamps it when the header has none (None in version 1 files)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,14 @@ class Recording:
                 raise RecordingError(message, path=str(self.path), line=line) from e
         return decoded
 
+    def find_secrets(self, policy: SecretPolicy | None = None) -> list[SecretFinding]:
+        """Every credential-shaped string in the header or the events, under `policy` (the default rules if None)."""
+        rules = SecretPolicy() if policy is None else policy
+        found = list(_line_secrets(rules, _header_line(self.header), seq=None))
+        for event in self.events:
+            found.extend(_line_secrets(rules, event.to_json(), seq=event.seq))
+        return found
+
 
 def pin_events(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
     """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs."""
@@ -102,16 +116,85 @@ def pin_events(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
             yield event
 
 
-def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent], *, header: RecordingHeader) -> Path:
+def _header_line(header: RecordingHeader) -> dict[str, JSONValue]:
+    return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="json")}
+
+
+def _line_secrets(policy: SecretPolicy, line: dict[str, JSONValue], *, seq: int | None) -> Iterator[SecretFinding]:
+    if policy.may_hold(canonical_json(line)):
+        yield from policy.find(line, seq=seq)
+
+
+def _as_header(header: RecordingHeader | Mapping[str, Any]) -> RecordingHeader:
+    if isinstance(header, RecordingHeader):
+        return header
+    try:
+        return RecordingHeader.model_validate(dict(header))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'header'}: {err['msg']}" for err in e.errors())
+        raise UsageError(f"header= is not a recording header: {problems}") from None
+
+
+class _LineWriter:
+    """Writes one recording's lines: canonical text, redacted where asked, refused where a secret remains."""
+
+    def __init__(self, target: Path, *, redact: SecretPolicy | None, refuse: SecretPolicy | None) -> None:
+        self._target = target
+        self._redact = redact
+        self._redactor: Redactor | None = None if redact is None else redact.redactor()
+        self._refuse = refuse
+
+    def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
+        text = canonical_json(line)
+        # Each policy first searches the whole line once; only a line that may hold a match is walked.
+        if self._redact is not None and self._redactor is not None and self._redact.may_hold(text):
+            redacted = self._redactor.redact(line)
+            if not isinstance(redacted, dict):  # pragma: no cover - redacting an object returns an object
+                raise UsageError("a redacted line is not an object")
+            line = redacted
+            text = canonical_json(line)
+        if self._refuse is not None:
+            for finding in _line_secrets(self._refuse, line, seq=seq):
+                raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
+        return text
+
+
+def _pinned_response(line: dict[str, JSONValue]) -> dict[str, JSONValue] | None:
+    """The model response a `pin_promoted` line holds, if its raw result is one."""
+    if line["namespace"] != BUILTIN_NAMESPACE or line["type"] != PinPromoted.event_type:
+        return None
+    payload = line["payload"]
+    raw = payload.get("raw") if isinstance(payload, dict) else None
+    return raw if isinstance(raw, dict) and raw.get("kind") == "response" else None
+
+
+def write_recording(
+    path: str | os.PathLike[str],
+    events: Iterable[StoredEvent],
+    *,
+    header: RecordingHeader | Mapping[str, Any],
+    redact: SecretPolicy | None = None,
+    call_policy: object | None = None,
+    mode: int = 0o600,
+    dangerously_keep_secrets: bool = False,
+) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
     Each event is written as the canonical JSON of `StoredEvent.to_json()`, seq and ids as the
     log holds them, so recording an unchanged run against the same ids and clock gives the
     same bytes. Events must come in strictly increasing seq order, as a log yields them.
+
+    A header without provenance gets it stamped (versions, key scheme, `call_policy`'s name and
+    version, the models seen in the pins). A credential-shaped string anywhere is refused with
+    `SecretInRecording`, unless `redact=` replaces it with a placeholder first; only
+    `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode` (owner-only
+    by default).
     """
     target = Path(path)
-    fields = header.model_dump(mode="json")
-    lines = [canonical_json({"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **fields})]
+    chosen = _as_header(header)
+    writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretPolicy())
+    lines: list[str] = []
+    responses: list[dict[str, JSONValue]] = []
     last_seq = 0
     event_ids: set[str] = set()
     # Refuse to write what `read_recording` would refuse to read.
@@ -122,17 +205,24 @@ def write_recording(path: str | os.PathLike[str], events: Iterable[StoredEvent],
             raise UsageError(f"event id {event.event_id} appears twice")
         last_seq = event.seq
         event_ids.add(event.event_id)
-        lines.append(canonical_json(event.to_json()))
+        line = event.to_json()
+        response = _pinned_response(line)
+        if response is not None:
+            responses.append(response)
+        lines.append(writer.text(line, seq=event.seq))
+    if chosen.provenance is None:
+        chosen = chosen.model_copy(update={"provenance": current_provenance(responses, call_policy=call_policy)})
+    lines.insert(0, writer.text(_header_line(chosen), seq=None))
     data = "".join(line + "\n" for line in lines).encode()
     try:
-        _replace_durably(target, data)
+        _replace_durably(target, data, mode=mode)
     except OSError as e:
         # A directory in the way, a missing folder, a full disk: named, and typed like every other refusal.
         raise RecordingError(f"cannot write the recording ({e.strerror or e})", path=str(target)) from e
     return target
 
 
-def _replace_durably(target: Path, data: bytes) -> None:
+def _replace_durably(target: Path, data: bytes, *, mode: int) -> None:
     """Write `data` beside `target` and rename it over, so a crash leaves the old file or the new, never half."""
     prefix = f".{target.name}."
     _clear_orphans(target.parent, prefix)
@@ -140,8 +230,8 @@ def _replace_durably(target: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            # mkstemp creates the file private (0600); a recording is meant to be shared and committed.
-            os.fchmod(out.fileno(), 0o644)
+            # Owner-only unless the caller asks otherwise: a recording holds whatever the run was told and drew.
+            os.fchmod(out.fileno(), mode)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -221,9 +311,10 @@ def _read_header(text: str, *, where: str) -> RecordingHeader:
     if marker != RECORDING_FORMAT:
         raise RecordingError(f"foreign file: format is {marker!r}, not {RECORDING_FORMAT!r}", path=where, line=1)
     version = fields.pop("version", None)
-    if not _is_int(version) or version != RECORDING_VERSION:
+    if not _is_int(version) or version not in _READABLE_VERSIONS:
         raise RecordingError(
-            f"unknown recording format version {version!r}; this anagrapheus reads version {RECORDING_VERSION}",
+            f"unknown recording format version {version!r}; this anagrapheus reads versions"
+            f" {', '.join(map(str, _READABLE_VERSIONS))}",
             path=where,
             line=1,
         )
@@ -284,6 +375,8 @@ def read_recording(
     registry: EventTypeRegistry | None = None,
     upcasts: UpcastRegistry | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    call_policy: object | None = None,
+    provenance: ProvenanceCheck = "warn",
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -291,9 +384,17 @@ def read_recording(
     type, a future schema version or a payload that no longer fits is refused here, at its
     line, rather than at replay. The events returned are as stored; replay upcasts them again
     when given the same `upcasts`. A line longer than `max_line_bytes` is refused unread.
+
+    The header's provenance is checked against this process: another key scheme, or another call
+    policy than `call_policy` (the default policy if None), raises `ProvenanceMismatch`; another
+    anagrapheus or pydantic-ai version warns (`ProvenanceWarning`), or raises with
+    `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
+    and are read as they are.
     """
     source = Path(path)
-    header, events = stream_recording(source, max_line_bytes=max_line_bytes)
+    header, events = stream_recording(
+        source, max_line_bytes=max_line_bytes, call_policy=call_policy, provenance=provenance
+    )
     recording = Recording(path=source, header=header, events=tuple(events))
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
@@ -301,13 +402,18 @@ def read_recording(
 
 
 def stream_recording(
-    path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    call_policy: object | None = None,
+    provenance: ProvenanceCheck = "warn",
 ) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
     """Read a recording's header now and its events as they are iterated, one line at a time.
 
     The events are checked as `read_recording` checks them, each when it is reached; nothing but
     the line in hand is held, so a replay can be built from a file larger than memory allows twice.
     A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
+    The header's provenance is checked at once, as `read_recording` checks it.
     """
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
@@ -318,7 +424,9 @@ def stream_recording(
     first = next(lines, None)
     if first is None:
         raise RecordingError("empty file: missing header", path=where, line=1)
-    return _read_header(first[1], where=where), _events(lines, where)
+    header = _read_header(first[1], where=where)
+    check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
+    return header, _events(lines, where)
 
 
 def _lines(source: Path, where: str, limit: int) -> Iterator[tuple[int, str]]:

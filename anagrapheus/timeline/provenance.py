@@ -1,0 +1,159 @@
+"""Provenance: what made a recording (versions, key scheme, call policy, models), stamped on write, checked on load."""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from anagrapheus.errors import ProvenanceMismatch
+from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
+
+__all__ = [
+    "DEFAULT_CALL_POLICY",
+    "Provenance",
+    "ProvenanceCheck",
+    "ProvenanceWarning",
+    "call_policy_identity",
+    "check_provenance",
+    "current_provenance",
+]
+
+DEFAULT_CALL_POLICY = ("semantic", 1)
+"""The name and version of the default call policy (`SemanticCallPolicy`), assumed when none is given."""
+
+ProvenanceCheck = Literal["warn", "strict", "ignore"]
+"""How loading treats provenance: refuse a foreign key scheme or policy and warn on versions (`warn`),
+refuse on versions too (`strict`), or look at nothing (`ignore`, for tools that only inspect a file)."""
+
+
+class ProvenanceWarning(UserWarning):
+    """A recording was made by another anagrapheus or pydantic-ai version than the one loading it."""
+
+
+class Provenance(BaseModel):
+    """What made a recording: stamped into its header by `write_recording`, checked by `read_recording`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    anagrapheus: str | None
+    """The anagrapheus version that wrote it (None when not installed as a distribution)."""
+    pydantic_ai: str | None
+    """The pydantic-ai version installed when it was written (the `pydantic-ai-slim` distribution)."""
+    python: str
+    """The Python version that wrote it."""
+    key_scheme: str
+    """The pin-key scheme of its keys (`p1`): a replay under another scheme cannot find them."""
+    call_policy: str
+    """The name of the call policy that keyed its model calls."""
+    call_policy_version: int
+    """That policy's version: a policy bumps it whenever what it keys changes."""
+    models: tuple[str, ...] = ()
+    """The model names the pinned responses report, sorted."""
+    providers: tuple[str, ...] = ()
+    """The provider names the pinned responses report, sorted."""
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def call_policy_identity(policy: object | None) -> tuple[str, int]:
+    """Return a call policy's (name, version): its class's own `name` and `version`, else its qualified class name.
+
+    Only the policy's exact class is asked, so a subclass that changes what is keyed is never taken
+    for its parent unless it says so. None means the default policy.
+    """
+    if policy is None:
+        return DEFAULT_CALL_POLICY
+    own = vars(type(policy))
+    name, version = own.get("name"), own.get("version", 1)
+    if not isinstance(name, str):
+        name = f"{type(policy).__module__}.{type(policy).__qualname__}"
+    if not isinstance(version, int) or isinstance(version, bool):
+        version = 1
+    return name, version
+
+
+def current_provenance(
+    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
+) -> Provenance:
+    """Stamp what this process is, with the model and provider names that the pinned `responses` report."""
+    models: set[str] = set()
+    providers: set[str] = set()
+    for response in responses:
+        model, provider = response.get("model_name"), response.get("provider_name")
+        if isinstance(model, str):
+            models.add(model)
+        if isinstance(provider, str):
+            providers.add(provider)
+    name, version = call_policy_identity(call_policy)
+    return Provenance(
+        anagrapheus=_version("anagrapheus"),
+        pydantic_ai=_version("pydantic-ai-slim"),
+        python=platform.python_version(),
+        key_scheme=KEY_SCHEME,
+        call_policy=name,
+        call_policy_version=version,
+        models=tuple(sorted(models)),
+        providers=tuple(sorted(providers)),
+    )
+
+
+def check_provenance(
+    recorded: Provenance | None,
+    *,
+    path: str,
+    rerecord: str,
+    call_policy: object | None = None,
+    check: ProvenanceCheck = "warn",
+) -> None:
+    """Refuse a recording whose pins this process cannot answer from; warn (or, strictly, refuse) on other versions.
+
+    A recording without provenance (format version 1) is accepted as it is: it predates the stamp.
+    """
+    if recorded is None or check == "ignore":
+        return
+    how = f"re-record it with `{rerecord}`"
+    if recorded.key_scheme != KEY_SCHEME:
+        raise ProvenanceMismatch(
+            f"recorded under pin-key scheme {recorded.key_scheme!r}, but this anagrapheus keys with {KEY_SCHEME!r}:"
+            f" none of its pins can answer. {how.capitalize()}, or read it with the anagrapheus that wrote it"
+            f" ({recorded.anagrapheus}) and upcast its events",
+            path=path,
+            field="key_scheme",
+            recorded=recorded.key_scheme,
+            current=KEY_SCHEME,
+        )
+    name, version = call_policy_identity(call_policy)
+    if (recorded.call_policy, recorded.call_policy_version) != (name, version):
+        raise ProvenanceMismatch(
+            f"recorded under call policy {recorded.call_policy!r} v{recorded.call_policy_version}, but loaded for"
+            f" {name!r} v{version}: its model-call keys would all miss. Pass call_policy= the policy that recorded"
+            f" it, or {how}",
+            path=path,
+            field="call_policy",
+            recorded=(recorded.call_policy, recorded.call_policy_version),
+            current=(name, version),
+        )
+    for field, label, distribution in (
+        ("anagrapheus", "anagrapheus", "anagrapheus"),
+        ("pydantic_ai", "pydantic-ai", "pydantic-ai-slim"),
+    ):
+        was, now = getattr(recorded, field), _version(distribution)
+        if was == now:
+            continue
+        message = (
+            f"recorded with {label} {was}, loaded with {label} {now}; a call the new version asks"
+            f" differently will miss its pin. If the replay misses, {how}"
+        )
+        if check == "strict":
+            raise ProvenanceMismatch(message, path=path, field=field, recorded=was, current=now)
+        warnings.warn(f"{path}: {message}", ProvenanceWarning, stacklevel=3)
