@@ -40,8 +40,15 @@ SHAPES = {
     "github-token": "gh" + "p_" + (ALNUM * 2)[:36],
     "github-fine-grained": "github" + "_pat_" + ALNUM + "_" + ALNUM,
     "slack-token": "xo" + "xb-" + "1234567890-" + ALNUM,
-    "jwt": "ey" + "JhbGciOiJIUzI1NiJ9." + "ey" + "JzdWIiOiIxMjM0NTY3ODkwIn0." + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    "pem-private-key": "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEowIBAAKCAQEA" + ALNUM + "\n-----END RSA PRIVATE KEY-----",
+    "jwt": "ey"
+    + "JhbGciOiJIUzI1NiJ9."
+    + "ey"
+    + "JzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "pem-private-key": "-----BEGIN RSA "
+    + "PRIVATE KEY-----\nMIIEowIBAAKCAQEA"
+    + ALNUM
+    + "\n-----END RSA PRIVATE KEY-----",
     "bearer-auth": "Authorization: Bear" + "er " + ALNUM + "xyz",
     "basic-auth": "Authorization: Bas" + "ic " + base64.b64encode(b"admin:hunter2-" + ALNUM.encode()).decode(),
     "url-credentials": "postgres://admin:" + "hunter2" + "@db.example.com:5432/app",
@@ -111,13 +118,19 @@ def test_a_secret_in_the_header_is_refused_as_the_header(tmp_path: Path) -> None
     with pytest.raises(SecretInRecording) as caught:
         write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=header)
 
-    assert (caught.value.seq, caught.value.json_path, caught.value.rule) == (None, "$.details.endpoint", "url-credentials")
+    assert (caught.value.seq, caught.value.json_path, caught.value.rule) == (
+        None,
+        "$.details.endpoint",
+        "url-credentials",
+    )
     assert "the header" in str(caught.value) and "hunter2" not in str(caught.value)
 
 
 def test_a_secret_used_as_an_object_key_is_named_by_position_not_by_text(tmp_path: Path) -> None:
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(tmp_path / "run.jsonl", [pin(1, {"tokens": {"plain": 1, SHAPES["openai-key"]: 2}})], header=HEADER)
+        write_recording(
+            tmp_path / "run.jsonl", [pin(1, {"tokens": {"plain": 1, SHAPES["openai-key"]: 2}})], header=HEADER
+        )
 
     assert caught.value.json_path == "$.payload.raw.tokens.<key 1>"
     assert SHAPES["openai-key"] not in str(caught.value)
@@ -204,9 +217,7 @@ def test_your_own_rule_redacts_and_a_default_shape_left_unredacted_is_still_refu
         write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy([ticket]))
     assert caught.value.rule == "openai-key"
 
-    path = write_recording(
-        tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy([*DEFAULT_RULES, ticket])
-    )
+    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy([*DEFAULT_RULES, ticket]))
     assert read_recording(path).events[0].payload_json()["raw"] == {
         "ticket": "[redacted:ticket:1]",
         "key": "[redacted:openai-key:1]",

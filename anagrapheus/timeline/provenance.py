@@ -125,8 +125,8 @@ def check_provenance(
     if recorded.key_scheme != KEY_SCHEME:
         raise ProvenanceMismatch(
             f"recorded under pin-key scheme {recorded.key_scheme!r}, but this anagrapheus keys with {KEY_SCHEME!r}:"
-            f" none of its pins can answer. {how.capitalize()}, or read it with the anagrapheus that wrote it"
-            f" ({recorded.anagrapheus}) and upcast its events",
+            " none of its pins can answer, and keys are digests of what was asked, so they cannot be converted."
+            f" {how.capitalize()}; until then, replay it with the anagrapheus that wrote it ({recorded.anagrapheus})",
             path=path,
             field="key_scheme",
             recorded=recorded.key_scheme,
