@@ -55,3 +55,9 @@ def test_keys_benchmark_prints_its_four_figures() -> None:
     out = run_quick("keys.py")
     for heading in ("1. key cost", "2. keying's share", "3. loading", "4. peak memory"):
         assert heading in out
+
+
+def test_recording_benchmark_runs() -> None:
+    out = run_quick("recording.py")
+    assert "baseline: write, no scan" in out
+    assert "write with the default scan" in out

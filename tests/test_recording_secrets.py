@@ -12,20 +12,26 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus.errors import SecretInRecording, UsageError
+from anagrapheus.errors import PinMiss, SecretInRecording, UsageError
+from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.timeline import (
     CARD_NUMBER_RULE,
     DEFAULT_RULES,
     EMAIL_RULE,
     EventTypeRegistry,
+    PinLedger,
     PinPromoted,
+    ReplayPins,
     SecretPolicy,
     SecretRule,
     SQLiteEventStore,
     StoredEvent,
 )
-from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
 
 HEADER = RecordingHeader(description="secrets tests", recorded_with="hand-built pins", rerecord="pytest")
 
@@ -272,3 +278,44 @@ def test_a_plain_mapping_is_a_header(tmp_path: Path, types: EventTypeRegistry) -
 def test_a_mapping_that_is_no_header_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="rerecord: Field required"):
         write_recording(tmp_path / "run.jsonl", [], header={"description": "d", "recorded_with": "w"})
+
+
+def deploy_agent(resolver: PinLedger | ReplayPins, *, read_back: bool) -> Agent[None, str]:
+    """An operator whose tool returns a key; with `read_back`, the model reads the key in its next request."""
+
+    def issue_deploy_key(repo: str) -> str:
+        """Issue a deploy key for a repository."""
+        return f"key for {repo}: {SHAPES['github-token']}"
+
+    def operator(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+        if read_back and not returns:
+            return ModelResponse(parts=[ToolCallPart("issue_deploy_key", {"repo": "fisheries"})])
+        # Without read-back the model quotes a key of its own in its final answer; nothing sends it back.
+        return ModelResponse(parts=[TextPart(f"Done. Use {SHAPES['openai-key']} from now on.")])
+
+    model = PinnedModel(FunctionModel(operator, model_name="operator"), resolver)
+    return Agent(model, tools=[pinned_tool(resolver, issue_deploy_key)])
+
+
+@pytest.mark.parametrize("read_back", [False, True], ids=["value-ends-the-run", "value-read-back-by-the-model"])
+def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_read_back(
+    tmp_path: Path, types: EventTypeRegistry, read_back: bool
+) -> None:
+    with SQLiteEventStore(tmp_path / "live.db") as store:
+        ledger = PinLedger(store, types, unit_id="u")
+        deploy_agent(ledger, read_back=read_back).run_sync("Give the fisheries repository a deploy key.")
+        ledger.commit()
+        path = write_recording(tmp_path / "run.jsonl", pin_events(store.read()), header=HEADER, redact=SecretPolicy())
+
+    replay = ReplayPins.from_events(read_recording(path, registry=types).events, types)
+    if not read_back:
+        result = deploy_agent(replay, read_back=False).run_sync("Give the fisheries repository a deploy key.")
+        assert result.output == "Done. Use [redacted:openai-key:1] from now on."
+        return
+    with pytest.raises(PinMiss) as caught:
+        deploy_agent(replay, read_back=True).run_sync("Give the fisheries repository a deploy key.")
+    # The tool answered with the placeholder; the next model call carries it, so its key was never recorded.
+    assert (caught.value.divergence.kind, caught.value.divergence.after_hits) == ("model_call", 2)
+    assert caught.value.divergence.moved == ("messages[2]",)

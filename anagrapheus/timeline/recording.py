@@ -103,9 +103,11 @@ class Recording:
     def find_secrets(self, policy: SecretPolicy | None = None) -> list[SecretFinding]:
         """Every credential-shaped string in the header or the events, under `policy` (the default rules if None)."""
         rules = SecretPolicy() if policy is None else policy
-        found = list(_line_secrets(rules, _header_line(self.header), seq=None))
+        header = _header_line(self.header)
+        found = list(_line_secrets(rules, header, text=canonical_json(header), seq=None))
         for event in self.events:
-            found.extend(_line_secrets(rules, event.to_json(), seq=event.seq))
+            line = event.to_json()
+            found.extend(_line_secrets(rules, line, text=canonical_json(line), seq=event.seq))
         return found
 
 
@@ -120,8 +122,11 @@ def _header_line(header: RecordingHeader) -> dict[str, JSONValue]:
     return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="json")}
 
 
-def _line_secrets(policy: SecretPolicy, line: dict[str, JSONValue], *, seq: int | None) -> Iterator[SecretFinding]:
-    if policy.may_hold(canonical_json(line)):
+def _line_secrets(
+    policy: SecretPolicy, line: dict[str, JSONValue], *, text: str, seq: int | None
+) -> Iterator[SecretFinding]:
+    """The findings in one line whose canonical JSON is `text`; a line the text search clears is not walked."""
+    if policy.may_hold(text):
         yield from policy.find(line, seq=seq)
 
 
@@ -154,7 +159,7 @@ class _LineWriter:
             line = redacted
             text = canonical_json(line)
         if self._refuse is not None:
-            for finding in _line_secrets(self._refuse, line, seq=seq):
+            for finding in _line_secrets(self._refuse, line, text=text, seq=seq):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
         return text
 
