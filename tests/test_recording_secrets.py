@@ -319,3 +319,12 @@ def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_rea
     # The tool answered with the placeholder; the next model call carries it, so its key was never recorded.
     assert (caught.value.divergence.kind, caught.value.divergence.after_hits) == ("model_call", 2)
     assert caught.value.divergence.moved == ("messages[2]",)
+
+
+def test_redacting_a_private_key_removes_its_body_too(tmp_path: Path) -> None:
+    path = write_recording(
+        tmp_path / "run.jsonl", [pin(1, {"key": SHAPES["pem-private-key"]})], header=HEADER, redact=SecretPolicy()
+    )
+
+    assert read_recording(path).events[0].payload_json()["raw"] == {"key": "[redacted:pem-private-key:1]"}
+    assert "MIIE" not in path.read_text(encoding="utf-8")

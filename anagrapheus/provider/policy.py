@@ -17,7 +17,13 @@ from pydantic_ai.tools import ToolDefinition
 from anagrapheus.provider.policy_material import FieldText, MaterialWalk, encode_canonical, key_string
 from anagrapheus.provider.policy_settings import settings_material
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
-from anagrapheus.timeline.fingerprint import DIGEST_CHARS, bounded_fingerprint, digest_text, fingerprint_of
+from anagrapheus.timeline.fingerprint import (
+    DIGEST_CHARS,
+    bounded_fingerprint,
+    digest_text,
+    fingerprint_of,
+    value_entries,
+)
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
@@ -40,7 +46,8 @@ class CallPolicy(Protocol):
     """Decides what goes into a model call's key: two calls with equal material are the same call.
 
     A policy class may declare `name: ClassVar[str]` and `version: ClassVar[int]`; recordings stamp
-    them as provenance and refuse to load under another policy (see `call_policy_identity`).
+    them as provenance and refuse to load under another policy (see `call_policy_identity`). A policy
+    with a true `keep_values` attribute gets fingerprints that keep the start of each field's value.
     """
 
     def material(
@@ -77,7 +84,8 @@ def call_pin(
     if isinstance(policy, SemanticCallPolicy) and type(policy).material is SemanticCallPolicy.material:
         return policy.pin(messages, settings, parameters, model_id=model_id)
     material = policy.material(messages, settings, parameters, model_id=model_id)
-    return CallPin(key=pin_key(MODEL_CALL, material), fingerprint=fingerprint_of(material))
+    values = getattr(policy, "keep_values", False) is True
+    return CallPin(key=pin_key(MODEL_CALL, material), fingerprint=fingerprint_of(material, values=values))
 
 
 class SemanticCallPolicy:
@@ -87,14 +95,22 @@ class SemanticCallPolicy:
     entries), `tools` (function tools by name), `output` (mode, schema, output tools, ...), `instructions`,
     `native_tools`, `parameters` (any other request parameter) and `messages` (each message's semantic content,
     tool-call ids replaced by their order of first appearance). See docs/how-to/call-policy.md.
+
+    `keep_values=True` keeps, beside each field's digest, the start of its value (redacted), so a
+    `PinMiss` shows what a moved field held and holds now. It changes no key; it puts prompt text in
+    the log and in recordings, which is why it is off by default.
     """
 
-    __slots__ = ()
+    __slots__ = ("keep_values",)
 
     name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
     """The policy's name in a recording's provenance."""
     version: ClassVar[int] = DEFAULT_CALL_POLICY[1]
     """Bumped whenever what this policy keys changes, so recordings keyed by the old one are refused, not missed."""
+
+    def __init__(self, *, keep_values: bool = False) -> None:
+        self.keep_values = keep_values
+        """Keep the start of each field's value in the fingerprint, for divergence reports (opt-in)."""
 
     def material(
         self,
@@ -154,7 +170,9 @@ class SemanticCallPolicy:
             pairs.append(f"{_encode_text(name)}:{text}")
         whole = "{" + ",".join(pairs) + "}"
         key = f"{KEY_SCHEME}:{MODEL_CALL}:{hashlib.sha256(whole.encode()).hexdigest()}"
-        return CallPin(key=key, fingerprint=_Fingerprint(leaves[:split], history, leaves[split:]))
+        return CallPin(
+            key=key, fingerprint=_Fingerprint(leaves[:split], history, leaves[split:], values=self.keep_values)
+        )
 
     def _walk(
         self,
@@ -314,10 +332,13 @@ class _Fingerprint(Mapping[str, str]):
     immutable strings written when the key was, so a message changed afterwards cannot change either.
     """
 
-    __slots__ = ("_digests", "_head", "_history", "_tail")
+    __slots__ = ("_digests", "_head", "_history", "_tail", "_values")
 
-    def __init__(self, head: list[tuple[str, str]], history: list[str], tail: list[tuple[str, str]]) -> None:
+    def __init__(
+        self, head: list[tuple[str, str]], history: list[str], tail: list[tuple[str, str]], *, values: bool = False
+    ) -> None:
         self._head, self._history, self._tail = head, history, tail
+        self._values = values
         self._digests: dict[str, str] | None = None
 
     def _fields(self) -> dict[str, str]:
@@ -328,8 +349,14 @@ class _Fingerprint(Mapping[str, str]):
             history = [sha256(leaf.encode()).hexdigest()[:DIGEST_CHARS] for leaf in self._history]
             fields.update(zip(_message_fields(len(history)), history, strict=False))
             fields.update((name, digest_text(text)) for name, text in self._tail)
+            digests = bounded_fingerprint(fields)
+            if self._values:
+                texts = dict(self._head)
+                texts.update(zip(_message_fields(len(self._history)), self._history, strict=False))
+                texts.update(self._tail)
+                digests.update(value_entries((name, texts[name]) for name in list(digests) if name in texts))
             # Two threads may both digest; they compute the same dict and either may be kept.
-            digests = self._digests = bounded_fingerprint(fields)
+            self._digests = digests
         return digests
 
     def __getitem__(self, name: str) -> str:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
-from anagrapheus.timeline.divergence import moved_fields
+from anagrapheus.timeline.divergence import ELLIPSIS, VALUE_PREFIX, moved_fields
+from anagrapheus.timeline.secrets import SecretPolicy
 
-__all__ = ["DIGEST_CHARS", "FINGERPRINT_LIMIT", "bounded_fingerprint", "digest_text", "fingerprint_of", "moved_fields"]
+__all__ = [
+    "DIGEST_CHARS",
+    "FINGERPRINT_LIMIT",
+    "VALUE_CHARS",
+    "bounded_fingerprint",
+    "digest_text",
+    "fingerprint_of",
+    "moved_fields",
+    "value_entries",
+]
 
 FINGERPRINT_LIMIT = 256
 """The most fields a fingerprint keeps; the rest are folded into one `...` entry so its size is bounded."""
@@ -26,22 +36,50 @@ def _digest(value: JSONValue) -> str:
     return digest_text(canonical_json(value))
 
 
-def _fields(prefix: str, value: JSONValue, depth: int, out: dict[str, str]) -> None:
+VALUE_CHARS = 240
+"""The most characters of a field's value kept (opt-in) for divergence reports; longer values are cut with `…`."""
+
+# Room past the cut for a credential that starts just before it, so it is redacted whole before the cut.
+_REDACTION_MARGIN = 512
+
+
+def _texts(prefix: str, value: JSONValue, depth: int, out: dict[str, str]) -> None:
     if depth > 0 and isinstance(value, dict) and value:
         for name in sorted(value):
-            _fields(f"{prefix}.{name}" if prefix else name, value[name], depth - 1, out)
+            _texts(f"{prefix}.{name}" if prefix else name, value[name], depth - 1, out)
     elif depth > 0 and isinstance(value, list) and value:
         for index, item in enumerate(value):
-            _fields(f"{prefix}[{index}]", item, depth - 1, out)
+            _texts(f"{prefix}[{index}]", item, depth - 1, out)
     else:
-        out[prefix or "$"] = _digest(value)
+        out[prefix or "$"] = canonical_json(value)
 
 
-def fingerprint_of(material: JSONValue, *, depth: int = 2) -> dict[str, str]:
-    """Digest each field of `material` down to `depth` levels: digests only, never content, bounded in size."""
-    fields: dict[str, str] = {}
-    _fields("", material, depth, fields)
-    return bounded_fingerprint(fields)
+def fingerprint_of(material: JSONValue, *, depth: int = 2, values: bool = False) -> dict[str, str]:
+    """Digest each field of `material` down to `depth` levels, bounded in size; never content unless `values`.
+
+    With `values`, each kept field also gets a `=<field>` entry holding the start of its value,
+    redacted (`value_entries`), so a miss can show what moved and not only where.
+    """
+    texts: dict[str, str] = {}
+    _texts("", material, depth, texts)
+    fingerprint = bounded_fingerprint({name: digest_text(text) for name, text in texts.items()})
+    if values:
+        fingerprint.update(value_entries((name, texts[name]) for name in list(fingerprint) if name in texts))
+    return fingerprint
+
+
+def value_entries(fields: Iterable[tuple[str, str]], *, policy: SecretPolicy | None = None) -> dict[str, str]:
+    """`=<field>` entries: the first `VALUE_CHARS` characters of each field's text, after redaction under `policy`.
+
+    Redacted with the default secret rules (when `policy` is None) before it is cut, so a
+    credential in a prompt never reaches a pin, and the placeholder stands where it was.
+    """
+    redactor = (SecretPolicy() if policy is None else policy).redactor()
+    entries: dict[str, str] = {}
+    for name, text in fields:
+        head = redactor.redact_text(text[: VALUE_CHARS + _REDACTION_MARGIN])
+        entries[VALUE_PREFIX + name] = head if len(head) <= VALUE_CHARS else head[:VALUE_CHARS] + ELLIPSIS
+    return entries
 
 
 def bounded_fingerprint(fields: Mapping[str, str]) -> dict[str, str]:

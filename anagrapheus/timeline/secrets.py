@@ -114,7 +114,11 @@ DEFAULT_RULES: tuple[SecretRule, ...] = (
     SecretRule(
         "jwt", rf"eyJ(?<![{_KEY_CHARS}]eyJ)[{_KEY_CHARS}]{{5,}}\.eyJ[{_KEY_CHARS}]{{5,}}\.[{_KEY_CHARS}]{{10,}}"
     ),
-    SecretRule("pem-private-key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+    # The whole block when its end is there, so a redaction leaves none of the key's body behind.
+    SecretRule(
+        "pem-private-key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----)?",
+    ),
     # A token worth the name has a digit somewhere; "bearer of unwelcome tidings" has none.
     SecretRule(
         "bearer-auth",
@@ -266,14 +270,15 @@ class Redactor:
     def redact(self, value: JSONValue) -> JSONValue:
         """Return `value` with every match replaced by its placeholder (a new value; `value` is not changed)."""
         if isinstance(value, str):
-            return self._text(value)
+            return self.redact_text(value)
         if isinstance(value, dict):
-            return {self._text(key): self.redact(item) for key, item in value.items()}
+            return {self.redact_text(key): self.redact(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self.redact(item) for item in value]
         return value
 
-    def _text(self, text: str) -> str:
+    def redact_text(self, text: str) -> str:
+        """Return `text` with every match replaced by its placeholder."""
         for rule in self._policy.rules:
             if not rule.search(text):
                 continue
