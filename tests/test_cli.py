@@ -66,7 +66,7 @@ def test_show_prints_the_header_then_units_pins_by_kind_and_attempts(capsys: pyt
     assert code == 0
     assert out == snapshot("""\
 recordings/negotiation.jsonl
-  format         anagrapheus.recording v1, 29 event(s)
+  format         anagrapheus.recording v2, 29 event(s)
   description    A 4-round EU-UK fisheries negotiation: two negotiators on distinct models, pinned
                  stock-survey and market-price tools, treaty and position ids minted through each round's
                  ledger, one unit of work per round.
@@ -78,6 +78,8 @@ recordings/negotiation.jsonl
   models         EU=function:scripted-eu UK=function:scripted-uk
   details        seed=2022 tools=["stock_survey", "market_price"] units=["eu-uk-talks-round-1",
                  "eu-uk-talks-round-2", "eu-uk-talks-round-3", "eu-uk-talks-round-4"]
+  provenance     anagrapheus=0.1.0 pydantic_ai=2.68.0 python=3.11.7 key_scheme=p1 call_policy=semantic
+                 call_policy_version=1 models=["scripted-eu", "scripted-uk"] providers=[]
 
 unit                 state      pins  attempts  entity_id  model_call  tool_call
 eu-uk-talks-round-1  committed     9         9          3           4          2
@@ -163,7 +165,7 @@ def test_show_of_a_unit_that_is_not_there_is_bad_input(capsys: pytest.CaptureFix
 def test_check_passes_the_committed_recording(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(capsys, "check", NEGOTIATION) == (
         0,
-        snapshot("recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys)\n"),
+        snapshot("recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys, secrets)\n"),
         "",
     )
 
@@ -173,7 +175,7 @@ def test_check_names_the_corrupt_line_and_exits_2(corrupt: Path, capsys: pytest.
 
     assert code == 2
     assert out.replace(str(corrupt), "corrupt.jsonl") == snapshot("""\
-recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys)
+recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys, secrets)
 corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column 745 (char 744))
 """)
 
@@ -211,6 +213,23 @@ def test_check_finds_a_key_pinned_with_two_results_and_exits_1(
     assert code == 1
     assert out.replace(str(path), "ambiguous.jsonl") == snapshot(
         "ambiguous.jsonl:31: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record\n"
+    )
+
+
+def test_check_finds_a_credential_naming_line_path_and_rule_but_not_the_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "gh" + "p_" + "Zq8" * 12  # built from pieces: no token-shaped literal in the test source
+    change = {"raw": f"key: {token}", "key": "p1:entity_id:" + "e" * 64}
+    path = with_one_more_event(tmp_path / "leaky.jsonl", 2, payload=change)
+
+    code, out, _ = cli(capsys, "check", str(path))
+
+    assert code == 1
+    assert token not in out
+    assert out.replace(str(path), "leaky.jsonl") == (
+        "leaky.jsonl:31: [secrets] seq 99 at $.payload.raw matches secret rule 'github-token';"
+        " redact or re-record it before committing\n"
     )
 
 
@@ -606,7 +625,11 @@ def test_regress_names_the_candidate_when_it_misuses_regress(
 def test_check_and_upcast_on_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     database = units_database(tmp_path / "support.db")
 
-    assert cli(capsys, "check", str(database)) == (0, f"{database}: ok, 2 event(s) (format, events, keys)\n", "")
+    assert cli(capsys, "check", str(database)) == (
+        0,
+        f"{database}: ok, 2 event(s) (format, events, keys, secrets)\n",
+        "",
+    )
     code, _, err = cli(capsys, "upcast", str(database), "-o", str(tmp_path / "x.jsonl"))
     assert code == 2
     assert "a log is never rewritten" in err

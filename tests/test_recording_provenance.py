@@ -14,7 +14,7 @@ from pydantic_ai import Agent
 
 from anagrapheus.errors import ProvenanceMismatch
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ProvenanceWarning, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY, call_policy_identity
 from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
 from tests.conftest import Scripted
@@ -149,3 +149,12 @@ def test_a_header_that_brings_its_own_provenance_keeps_it(recorded: Path, tmp_pa
 
     copied = read_recording(copy, provenance="ignore").header.provenance
     assert copied == original.header.provenance and copied is not None and copied.pydantic_ai == "2.0.0"
+
+
+def test_a_replay_streamed_from_the_file_checks_provenance_too(recorded: Path, types: EventTypeRegistry) -> None:
+    edit_provenance(recorded, call_policy="terse", call_policy_version=3)
+
+    with pytest.raises(ProvenanceMismatch, match="call policy 'terse' v3"):
+        ReplayPins.from_recording(recorded, types)
+
+    assert len(ReplayPins.from_recording(recorded, types, call_policy=TersePolicy())) == 1

@@ -10,7 +10,14 @@ from typing import Any
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
-from anagrapheus.timeline import EventTypeRegistry, PinPromoted, UpcastRegistry, canonical_json
+from anagrapheus.timeline import (
+    EventTypeRegistry,
+    PinPromoted,
+    SecretFinding,
+    SecretPolicy,
+    UpcastRegistry,
+    canonical_json,
+)
 
 __all__ = ["CHECKS", "Check", "CheckContext", "Problem", "add_parser", "run"]
 
@@ -80,7 +87,20 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
             )
 
 
-CHECKS: list[tuple[str, Check]] = [("events", events_decode), ("keys", keys_unambiguous)]
+def no_secrets(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """No credential-shaped string (what `write_recording` refuses) in the header or any event."""
+    policy = SecretPolicy()
+    findings: list[tuple[int | None, SecretFinding]] = []
+    if source.header is not None:
+        findings.extend((None, finding) for finding in policy.scan(source.header.model_dump(mode="json")))
+    for index, stored in enumerate(source.events):
+        findings.extend((index, finding) for finding in policy.scan(stored.to_json(), seq=stored.seq))
+    for index, finding in findings:
+        where = {"line": 1, "seq": None} if index is None else _at(source, index)
+        yield Problem(Exit.FAILED, f"{finding.describe()}; redact or re-record it before committing", **where)
+
+
+CHECKS: list[tuple[str, Check]] = [("events", events_decode), ("keys", keys_unambiguous), ("secrets", no_secrets)]
 """The checks run after the format check, by name; a new check is one more entry."""
 
 

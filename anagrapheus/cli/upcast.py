@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> Outcome:
             "upcast rewrites recordings; a log is never rewritten (upcasts apply when it is read)", path=args.input
         )
     try:
-        recording = read_recording(args.input)
+        # Upcasting keeps the header, provenance included: what made the pins is still what made them.
+        recording = read_recording(args.input, provenance="ignore")
     except AnagrapheusError as e:
         raise bad_input(e, path=args.input) from e
     events: list[StoredEvent] = []

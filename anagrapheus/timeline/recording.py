@@ -103,11 +103,9 @@ class Recording:
     def find_secrets(self, policy: SecretPolicy | None = None) -> list[SecretFinding]:
         """Every credential-shaped string in the header or the events, under `policy` (the default rules if None)."""
         rules = SecretPolicy() if policy is None else policy
-        header = _header_line(self.header)
-        found = list(_line_secrets(rules, header, text=canonical_json(header), seq=None))
+        found = list(rules.scan(_header_line(self.header)))
         for event in self.events:
-            line = event.to_json()
-            found.extend(_line_secrets(rules, line, text=canonical_json(line), seq=event.seq))
+            found.extend(rules.scan(event.to_json(), seq=event.seq))
         return found
 
 
@@ -120,14 +118,6 @@ def pin_events(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
 
 def _header_line(header: RecordingHeader) -> dict[str, JSONValue]:
     return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="json")}
-
-
-def _line_secrets(
-    policy: SecretPolicy, line: dict[str, JSONValue], *, text: str, seq: int | None
-) -> Iterator[SecretFinding]:
-    """The findings in one line whose canonical JSON is `text`; a line the text search clears is not walked."""
-    if policy.may_hold(text):
-        yield from policy.find(line, seq=seq)
 
 
 def _as_header(header: RecordingHeader | Mapping[str, Any]) -> RecordingHeader:
@@ -159,7 +149,7 @@ class _LineWriter:
             line = redacted
             text = canonical_json(line)
         if self._refuse is not None:
-            for finding in _line_secrets(self._refuse, line, text=text, seq=seq):
+            for finding in self._refuse.scan(line, text=text, seq=seq):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
         return text
 

@@ -16,6 +16,7 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording import stream_recording
 from anagrapheus.timeline.resolver import StreamDraw
 from anagrapheus.timeline.store import EventStore
@@ -139,9 +140,14 @@ class ReplayPins:
         upcasts: UpcastRegistry | None = None,
         on_miss: Literal["strict", "record"] = "strict",
         into: PinLedger | None = None,
+        call_policy: object | None = None,
+        provenance: ProvenanceCheck = "warn",
     ) -> ReplayPins:
-        """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_recording`)."""
-        _, events = stream_recording(path)
+        """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_recording`).
+
+        The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
+        """
+        _, events = stream_recording(path, call_policy=call_policy, provenance=provenance)
         return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:

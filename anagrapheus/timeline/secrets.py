@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
 
 __all__ = [
     "CARD_NUMBER_RULE",
@@ -207,6 +207,11 @@ class SecretPolicy:
     def find(self, value: JSONValue, *, seq: int | None = None) -> Iterator[SecretFinding]:
         """Yield every string or key of `value` that matches a rule, in document order."""
         yield from self._walk(value, "$", seq)
+
+    def scan(self, line: JSONValue, *, text: str | None = None, seq: int | None = None) -> Iterator[SecretFinding]:
+        """`find` over one recording line, walked only when a search of its canonical JSON `text` may match."""
+        if self.may_hold(canonical_json(line) if text is None else text):
+            yield from self.find(line, seq=seq)
 
     def _first_rule(self, text: str) -> str | None:
         for rule in self._rules:
