@@ -1,23 +1,26 @@
-"""`anagrapheus check`: validate recordings (format, decoding and upcasting, unambiguous keys) before trusting them."""
+"""`anagrapheus check`: validate recordings (format, events, unambiguous keys, provenance, no secrets)."""
 
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.errors import AnagrapheusError
+from anagrapheus.errors import AnagrapheusError, ProvenanceMismatch
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinPromoted,
+    ProvenanceWarning,
     SecretFinding,
     SecretPolicy,
     UpcastRegistry,
     canonical_json,
 )
+from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["CHECKS", "Check", "CheckContext", "Problem", "add_parser", "run"]
 
@@ -27,7 +30,7 @@ class Problem:
     """One thing a check found wrong, with the exit code it deserves and where it is."""
 
     code: Exit
-    """`Exit.BAD_INPUT` for what cannot be read or trusted, `Exit.FAILED` for a violated rule."""
+    """`Exit.BAD_INPUT` for what cannot be read or trusted, `Exit.FAILED` for a violated rule, `Exit.OK` for a note."""
     message: str
     """What is wrong."""
     line: int | None = None
@@ -100,7 +103,29 @@ def no_secrets(source: Source, context: CheckContext) -> Iterable[Problem]:
         yield Problem(Exit.FAILED, f"{finding.describe()}; redact or re-record it before committing", **where)
 
 
-CHECKS: list[tuple[str, Check]] = [("events", events_decode), ("keys", keys_unambiguous), ("secrets", no_secrets)]
+def provenance_compatible(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """The header's provenance fits this installation: same key scheme and call policy (else 2); versions noted."""
+    if source.header is None or source.header.provenance is None:
+        return  # a database, or a version 1 recording made before provenance was stamped
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check_provenance(
+                source.header.provenance, path=str(source.path), rerecord=source.header.rerecord, check="warn"
+            )
+        except ProvenanceMismatch as e:
+            yield Problem(Exit.BAD_INPUT, str(e).removeprefix(f"{source.path}:1: "), line=1)
+    for warning in caught:
+        if issubclass(warning.category, ProvenanceWarning):
+            yield Problem(Exit.OK, str(warning.message).removeprefix(f"{source.path}: "), line=1)
+
+
+CHECKS: list[tuple[str, Check]] = [
+    ("events", events_decode),
+    ("keys", keys_unambiguous),
+    ("provenance", provenance_compatible),
+    ("secrets", no_secrets),
+]
 """The checks run after the format check, by name; a new check is one more entry."""
 
 
@@ -109,9 +134,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser = commands.add_parser(
         "check",
         parents=[common],
-        help="validate recordings: format, every event decoding and upcasting, no ambiguous keys",
+        help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets",
         description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
-        " and line), 1 when one breaks a rule (an ambiguous key), 0 when all are sound.",
+        " and line; an incompatible provenance too), 1 when one breaks a rule (an ambiguous key, a credential),"
+        " 0 when all are sound. Another anagrapheus or pydantic-ai version than the recording's is a note.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or anagrapheus SQLite databases")
     add_registry_options(parser)
@@ -119,7 +145,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
 
 
 def _report(path: str, problems: list[tuple[str, Problem]], events: int | None) -> dict[str, Any]:
-    worst = max((problem.code for _, problem in problems), default=Exit.OK)
+    worst = max((problem.code for _, problem in problems), default=Exit.OK)  # a note (OK) changes nothing
     return {
         "path": path,
         "status": {Exit.OK: "ok", Exit.FAILED: "failed", Exit.BAD_INPUT: "bad input"}[worst],
@@ -149,7 +175,7 @@ def run(args: argparse.Namespace) -> Outcome:
     worst = Exit.OK
     for report in reports:
         problems: list[dict[str, Any]] = report["problems"]
-        if not problems:
+        if not any(problem["code"] != Exit.OK for problem in problems):
             checks = ", ".join(["format", *(name for name, _ in CHECKS)])
             lines.append(f"{report['path']}: ok, {report['events']} event(s) ({checks})")
         for problem in problems:
@@ -159,7 +185,8 @@ def run(args: argparse.Namespace) -> Outcome:
                 where += f":{problem['line']}"
             elif problem["seq"] is not None:
                 where += f" (seq {problem['seq']})"
-            lines.append(f"{where}: [{problem['check']}] {problem['message']}")
+            note = "note: " if problem["code"] == Exit.OK else ""
+            lines.append(f"{where}: [{problem['check']}] {note}{problem['message']}")
     # Bad input outranks a violated rule: a file that cannot be trusted says nothing about its rules.
     return Outcome(
         worst, "\n".join(lines), {"status": reports[0]["status"] if len(reports) == 1 else None, "files": reports}

@@ -7,8 +7,8 @@ import shlex
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import open_source, unit_of
-from anagrapheus.errors import AnagrapheusError
-from anagrapheus.timeline import RecordingHeader, pin_events, write_recording
+from anagrapheus.errors import AnagrapheusError, SecretInRecording
+from anagrapheus.timeline import RecordingHeader, SecretPolicy, pin_events, write_recording
 
 __all__ = ["add_parser", "run"]
 
@@ -28,6 +28,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument("--description", help="what run the recording holds (header)")
     parser.add_argument("--recorded-with", help="how the run was recorded (header)")
     parser.add_argument("--rerecord", help="the command that records it again (header)")
+    parser.add_argument(
+        "--redact",
+        action="store_true",
+        help="write credential-shaped strings as placeholders instead of refusing (a replay sees the placeholders)",
+    )
     parser.add_argument(
         "--model", action="append", default=[], metavar="ROLE=ID", help="the model id behind a role (header)"
     )
@@ -66,7 +71,9 @@ def run(args: argparse.Namespace) -> Outcome:
         details={"exported_from": source.path.name, "units": list(args.unit)},
     )
     try:
-        written = write_recording(args.output, pins, header=header)
+        written = write_recording(args.output, pins, header=header, redact=SecretPolicy() if args.redact else None)
+    except SecretInRecording as e:
+        raise BadInput(f"{e}; or export with --redact", path=args.source) from e
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
     text = f"wrote {written}: {len(pins)} pin(s) of {len(args.unit)} unit(s) from {source.path}"

@@ -11,7 +11,7 @@ from typing import Any
 
 from anagrapheus.cli.report import Exit, Outcome, table
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.timeline import RECORDING_FORMAT, RECORDING_VERSION, PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline import RECORDING_FORMAT, PinPromoted, PinsAbandoned, ReplayDiverged
 
 __all__ = ["add_parser", "run"]
 
@@ -122,7 +122,7 @@ def render(facts: dict[str, Any]) -> str:
     if facts["header"] is None:
         lines.append(f"  format         anagrapheus event log (SQLite), {facts['events']} event(s)")
     else:
-        lines.append(f"  format         {RECORDING_FORMAT} v{RECORDING_VERSION}, {facts['events']} event(s)")
+        lines.append(f"  format         {RECORDING_FORMAT}, {facts['events']} event(s)")
         for name, value in facts["header"].items():
             if value not in ({}, [], None, ""):
                 lines.extend(_wrapped(f"  {name.replace('_', ' '):<14} {_value(value)}"))
