@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from pydantic import BaseModel
 from pydantic_ai import models
 from pydantic_ai.messages import (
@@ -25,9 +26,28 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from anagrapheus import register_builtin_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+from tests import bounds
 
 # A test that reaches a real provider is a bug: pydantic-ai refuses every model but its test doubles.
 models.ALLOW_MODEL_REQUESTS = False
+
+# Properties are checked on what they compute, never on how fast: a loaded 2-core CI machine must not fail one.
+settings.register_profile("anagrapheus", deadline=None)
+settings.load_profile("anagrapheus")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="scale the crash, fuzz and stress runs (tests marked soak) to their long sizes; see tests/bounds.py",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection, so the test modules size their runs from it when they are imported.
+    bounds.SOAK = bool(config.getoption("soak"))
 
 
 POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")

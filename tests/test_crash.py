@@ -1,12 +1,11 @@
 """Crash safety with real processes: SIGKILL at random moments never leaves half a unit in the log.
 
-The normal suite runs 50 kills; set ANAGRAPHEUS_CRASH_TRIALS (e.g. 1000) for a longer soak.
+The normal suite runs 50 kills; `pytest --soak` runs 1000, and ANAGRAPHEUS_CRASH_TRIALS sets any number.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,23 +17,29 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from tests.bounds import bound
 
 PINS_PER_UNIT = 5
-TRIALS = int(os.environ.get("ANAGRAPHEUS_CRASH_TRIALS", "50"))
+TRIALS = bound("ANAGRAPHEUS_CRASH_TRIALS", normal=50, soak=1000)
+COMMIT_KILLS = bound("ANAGRAPHEUS_COMMIT_KILLS", normal=10, soak=200)
 
 CHILD = """
-import random, sys
+import random, sys, time
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
 types = EventTypeRegistry()
 register_builtin_events(types)
 store = SQLiteEventStore(sys.argv[1])
-pins = int(sys.argv[2])
+pins, pause_after = int(sys.argv[2]), int(sys.argv[3])
 print("ready", flush=True)
 while True:
     ledger = PinLedger(store, types)
     for i in range(pins):
         nonce = random.random()
         ledger.resolve(f"p1:model_call:k{i}", kind="model_call", effect=lambda: {"nonce": nonce}, interpret=dict)
+        if i + 1 == pause_after:
+            # Hold still mid-unit, so this trial's kill is known to land between two draws.
+            print("paused", flush=True)
+            time.sleep(60)
     ledger.commit()
 """
 
@@ -55,19 +60,27 @@ def never() -> object:
     raise AssertionError("a resumed unit must reuse its scratch draws, not draw again")
 
 
+@pytest.mark.soak
 def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: Path) -> None:
     path = tmp_path / "crash.db"
     types = EventTypeRegistry()
     register_builtin_events(types)
     rng = random.Random(20261130)
     resumed_draws = 0
-    for _ in range(TRIALS):
+    for trial in range(TRIALS):
+        # Every fifth kill lands mid-unit for certain (the child pauses after two draws); the rest at random.
+        pause_after = 2 if trial % 5 == 0 else 0
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(path), str(PINS_PER_UNIT)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", CHILD, str(path), str(PINS_PER_UNIT), str(pause_after)],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.04))
+        if pause_after:
+            assert child.stdout.readline().strip() == "paused"
+        else:
+            time.sleep(rng.uniform(0.0, 0.04))
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
@@ -90,14 +103,14 @@ def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: P
                 resumed.commit()
             check_log(store)
             assert PinLedger.open_units(store) == []
-    if TRIALS >= 50:
-        # The kills must land mid-unit often enough to prove resumption, not only between units.
-        assert resumed_draws > 0
+    # Resumption was exercised, whatever the number of trials: the paused kills left draws to reuse.
+    assert resumed_draws >= 2
 
 
+@pytest.mark.soak
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_a_kill_during_commit_never_half_commits(tmp_path: Path) -> None:
-    """Kill while commits of large units are in flight: each unit is all in the log or all in scratch."""
+    """Kill as a large unit starts to commit: it is all in the log or all in scratch, and some kills land mid-commit."""
     path = tmp_path / "commit.db"
     script = """
 import sys
@@ -109,15 +122,18 @@ while True:
     ledger = PinLedger(store, types)
     for i in range(300):
         ledger.resolve(f"p1:model_call:k{i}", kind="model_call", effect=lambda: "x" * 200, interpret=str)
+    print("committing", flush=True)
     ledger.commit()
 """
     types = EventTypeRegistry()
     register_builtin_events(types)
     rng = random.Random(7)
-    for _ in range(10):
+    landed_in_commit = 0
+    for _ in range(COMMIT_KILLS):
         child = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.3))
+        assert child.stdout.readline().strip() == "committing"
+        time.sleep(rng.choice([0.0, rng.uniform(0.0, 0.003)]))
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
@@ -128,4 +144,7 @@ while True:
             assert all(n == 300 for n in per_unit.values()), per_unit
             for unit in PinLedger.open_units(store):
                 assert unit.unit_id not in per_unit
+                # The whole unit still in scratch after its commit began: the kill landed inside commit().
+                landed_in_commit += unit.pins == 300
                 PinLedger(store, types, unit_id=unit.unit_id).abandon(reason="killed mid-commit")
+    assert landed_in_commit > 0, "no kill landed while a commit was under way"

@@ -355,7 +355,7 @@ async def test_a_live_stream_passes_events_through_as_they_arrive(ledger: PinLed
 
 
 @pytest.mark.anyio
-async def test_a_suspended_pinned_response_is_continued_at_once_and_never_cancelled(
+async def test_a_suspended_pinned_response_is_continued_at_once(
     store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
 ) -> None:
     requests: list[int] = []

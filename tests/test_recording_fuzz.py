@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,9 +14,10 @@ from anagrapheus import AnagrapheusError, register_builtin_events
 from anagrapheus.timeline.events import Event, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 from anagrapheus.timeline.upcast import UpcastRegistry
+from tests.bounds import bound
 
-# The normal suite's bound; set ANAGRAPHEUS_FUZZ_EXAMPLES (e.g. 20000) for a longer fuzz run.
-FUZZ_EXAMPLES = int(os.environ.get("ANAGRAPHEUS_FUZZ_EXAMPLES", "400"))
+# 400 in the normal suite, 20000 under `pytest --soak`; ANAGRAPHEUS_FUZZ_EXAMPLES sets any number.
+FUZZ_EXAMPLES = bound("ANAGRAPHEUS_FUZZ_EXAMPLES", normal=400, soak=20000)
 
 
 class Quota(Event):
@@ -135,6 +136,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.soak
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=mutated())
 def test_a_mutated_recording_reads_or_raises_a_typed_error(data: bytes) -> None:
