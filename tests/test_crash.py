@@ -21,6 +21,8 @@ from tests.bounds import bound
 
 PINS_PER_UNIT = 5
 TRIALS = bound("ANAGRAPHEUS_CRASH_TRIALS", normal=50, soak=1000)
+# A unit few pins long but heavy, so its commit is long enough for a kill to land inside it.
+COMMIT_PINS = 40
 COMMIT_KILLS = bound("ANAGRAPHEUS_COMMIT_KILLS", normal=10, soak=200)
 
 CHILD = """
@@ -120,8 +122,8 @@ store = SQLiteEventStore(sys.argv[1], synchronous="NORMAL")
 print("ready", flush=True)
 while True:
     ledger = PinLedger(store, types)
-    for i in range(300):
-        ledger.resolve(f"p1:model_call:k{i}", kind="model_call", effect=lambda: "x" * 200, interpret=str)
+    for i in range(int(sys.argv[2])):
+        ledger.resolve(f"p1:model_call:k{i}", kind="model_call", effect=lambda: "x" * 4000, interpret=str)
     print("committing", flush=True)
     ledger.commit()
 """
@@ -130,7 +132,9 @@ while True:
     rng = random.Random(7)
     landed_in_commit = 0
     for _ in range(COMMIT_KILLS):
-        child = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(path), str(COMMIT_PINS)], stdout=subprocess.PIPE, text=True
+        )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         assert child.stdout.readline().strip() == "committing"
         time.sleep(rng.choice([0.0, rng.uniform(0.0, 0.003)]))
@@ -141,10 +145,10 @@ while True:
             events = list(store.read())
             assert [e.seq for e in events] == list(range(1, len(events) + 1))
             per_unit = Counter(json.loads(e.payload)["unit_id"] for e in events if e.type == "pin_promoted")
-            assert all(n == 300 for n in per_unit.values()), per_unit
+            assert all(n == COMMIT_PINS for n in per_unit.values()), per_unit
             for unit in PinLedger.open_units(store):
                 assert unit.unit_id not in per_unit
                 # The whole unit still in scratch after its commit began: the kill landed inside commit().
-                landed_in_commit += unit.pins == 300
+                landed_in_commit += unit.pins == COMMIT_PINS
                 PinLedger(store, types, unit_id=unit.unit_id).abandon(reason="killed mid-commit")
     assert landed_in_commit > 0, "no kill landed while a commit was under way"
