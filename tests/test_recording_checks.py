@@ -67,7 +67,6 @@ def test_the_unedited_recording_reads(recording: Path) -> None:
     ("version", "why"),
     [
         (True, "a bool is an int in Python, and True == 1"),
-        (1.0, "a float equal to the version is still not the integer version"),
         ("1", "a string"),
         (None, "null"),
         (2, "a version this code does not read"),
@@ -124,7 +123,6 @@ def test_each_header_field_is_type_checked(recording: Path, change: dict[str, An
         ({"seq": True}, "seq must be a positive integer"),
         ({"seq": 0}, "seq must be a positive integer"),
         ({"seq": -1}, "seq must be a positive integer"),
-        ({"seq": 1.0}, "seq must be a positive integer"),
         ({"schema_version": True}, "schema_version must be a positive integer"),
         ({"schema_version": 0}, "schema_version must be a positive integer"),
         ({"schema_version": "1"}, "schema_version must be a positive integer"),

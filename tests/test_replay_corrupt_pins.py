@@ -8,13 +8,15 @@ validation (`registry.decode`) refuses it, never replayed as a wrong answer.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from anagrapheus.errors import CorruptEvent
-from anagrapheus.timeline import ReplayPins
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline import ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PendingEvent, PinPromoted, StoredEvent
 
 GOOD: dict[str, Any] = {
     "attempts": 1,
@@ -52,6 +54,29 @@ def test_a_sound_pin_replays() -> None:
     }
 
 
+@pytest.mark.parametrize("fingerprint", [{"messages[0]": "d1"}, None, ...])
+def test_a_pin_stored_as_canonical_text_replays_its_raw_result_exactly(fingerprint: object) -> None:
+    # Canonical text is what the store holds: replay cuts the raw result out of it instead of re-encoding it.
+    raw = {"text": "The UK holds firm.", "tonnes": [1, 2.5, None], "é": {"b": 1, "a": 2}}
+    replay = ReplayPins.from_events(
+        [stored(canonical_json(json.loads(with_(raw=raw, fingerprint=fingerprint))))], EventTypeRegistry()
+    )
+    assert replay.resolve("p1:model_call:k", kind="model_call", effect=object, interpret=lambda r: r) == raw
+
+
+def test_a_corrupt_pin_is_refused_when_replay_reads_a_store(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "run.db") as store:
+        store.append(
+            [
+                PendingEvent(
+                    namespace=BUILTIN_NAMESPACE, type="pin_promoted", schema_version=1, payload=with_(attempts="1")
+                )
+            ]
+        )
+        with pytest.raises(CorruptEvent, match="attempts must be an integer"):
+            ReplayPins.from_store(store, EventTypeRegistry())
+
+
 def test_a_pin_without_a_fingerprint_replays() -> None:
     replay = ReplayPins.from_events([stored(with_(fingerprint=...))], EventTypeRegistry())
     assert "p1:model_call:k" in replay
@@ -61,11 +86,11 @@ CORRUPT = {
     "payload not JSON": ("{not json", "payload is not JSON"),
     "payload not an object": ("[1, 2]", "payload is not a JSON object"),
     "unknown field": (with_(extra=1), "unknown fields \\['extra'\\]"),
-    "no unit_id": (with_(unit_id=...), "lacks 'unit_id'"),
-    "no key": (with_(key=...), "lacks 'key'"),
-    "no kind": (with_(kind=...), "lacks 'kind'"),
-    "no raw": (with_(raw=...), "lacks 'raw'"),
-    "no attempts": (with_(attempts=...), "lacks 'attempts'"),
+    "no unit_id": (with_(unit_id=...), "lacks \\['unit_id'\\]"),
+    "no key": (with_(key=...), "lacks \\['key'\\]"),
+    "no kind": (with_(kind=...), "lacks \\['kind'\\]"),
+    "no raw": (with_(raw=...), "lacks \\['raw'\\]"),
+    "no attempts": (with_(attempts=...), "lacks \\['attempts'\\]"),
     "unit_id not a string": (with_(unit_id=1), "unit_id, key and kind must be strings"),
     "key not a string": (with_(key=None), "unit_id, key and kind must be strings"),
     "kind not a string": (with_(kind=["model_call"]), "unit_id, key and kind must be strings"),
