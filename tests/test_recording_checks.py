@@ -69,7 +69,7 @@ def test_the_unedited_recording_reads(recording: Path) -> None:
         (True, "a bool is an int in Python, and True == 1"),
         ("1", "a string"),
         (None, "null"),
-        (2, "a version this code does not read"),
+        (99, "a version this code does not read"),
         (0, "no version 0 was ever written"),
     ],
 )
