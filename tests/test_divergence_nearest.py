@@ -11,6 +11,7 @@ import pytest
 
 from anagrapheus.errors import PinMiss
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.divergence import diverged_at
 
 KINDS = ["model_call", "tool_call", "model_token_count", "model_compaction", "entity_id"]
 ASKED = {"model": "d-model", "messages[0]": "d-prompt", "settings": "d-settings"}
@@ -93,3 +94,12 @@ def test_a_miss_matching_its_nearest_pin_says_so(store: SQLiteEventStore, types:
     divergence = miss(store, types, "model_call", dict(ASKED)).divergence
     assert (divergence.nearest_key, divergence.moved) == ("p1:model_call:near", ())
     assert "has the same fingerprint" in divergence.describe()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_diverged_at_alone_compares_only_calls_of_its_kind(kind: str) -> None:
+    # Replay hands over only its own kind's pins; the comparison must hold on its own too.
+    recorded = [(f"p1:{other}:same", other, dict(ASKED)) for other in KINDS if other != kind]
+    recorded.append((f"p1:{kind}:near", kind, {**ASKED, "settings": "d-other-settings"}))
+    divergence = diverged_at(f"p1:{kind}:asked", kind, dict(ASKED), after_hits=3, recorded=recorded)
+    assert (divergence.nearest_key, divergence.moved, divergence.after_hits) == (f"p1:{kind}:near", ("settings",), 3)
