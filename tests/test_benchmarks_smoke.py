@@ -25,6 +25,11 @@ def run_quick(script: str, *extra: str) -> str:
     return done.stdout
 
 
+def test_loop_stall_benchmark_runs() -> None:
+    out = run_quick("loop_stall.py")
+    assert "stall ratio   aresolve / on the loop" in out
+
+
 @pytest.mark.parametrize("script", ["store.py", "ledger.py"])
 def test_timeline_benchmark_runs(script: str) -> None:
     out = run_quick(script)
