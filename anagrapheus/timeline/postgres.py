@@ -406,11 +406,7 @@ class PostgresEventStore:
         outcome: UnitOutcome,
         events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
     ) -> list[StoredEvent]:
-        """Close a unit in one transaction: list its pins, append `events(pins)`, clear its scratch, record `outcome`.
-
-        Listing and clearing are one step, so no pin drawn meanwhile is cleared unseen; a closed unit
-        keeps no scratch and takes no more pins. Raises `UnitClosed` if the unit is already closed.
-        """
+        """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
         if outcome not in ("committed", "abandoned"):
             raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
         self._claim(unit_id)
