@@ -20,6 +20,8 @@ __all__ = [
     "PinResultError",
     "ProvenanceMismatch",
     "RecordingError",
+    "RecordingMissing",
+    "RemoteConnectionRefused",
     "SchemaTooNew",
     "SecretInRecording",
     "SeqConflict",
@@ -27,6 +29,7 @@ __all__ = [
     "UnitBusy",
     "UnitClosed",
     "UnknownEventType",
+    "UnusedPins",
     "UpcastGap",
     "UsageError",
 ]
@@ -232,3 +235,34 @@ class SecretInRecording(AnagrapheusError):
         """Where in that line the value sits, as `$.payload.raw.parts[0].content`."""
         self.rule = rule
         """The name of the rule that matched."""
+
+
+class RecordingMissing(AnagrapheusError):
+    """A run is to be replayed from a recording that does not exist yet."""
+
+    def __init__(self, path: str, *, command: str) -> None:
+        super().__init__(f"no recording at {path}; create it with: {command}")
+        self.path = path
+        self.command = command
+        """The command that records it."""
+
+
+class UnusedPins(AnagrapheusError):
+    """A replay finished without asking for some of its recording's pins: the recording is stale."""
+
+    def __init__(self, path: str, *, unused: dict[str, str]) -> None:
+        kinds = sorted(set(unused.values()))
+        super().__init__(
+            f"{len(unused)} pin(s) in {path} were never asked for ({', '.join(kinds)}): the recording is stale"
+        )
+        self.path = path
+        self.unused = unused
+        """Each unused key, with its kind."""
+
+
+class RemoteConnectionRefused(AnagrapheusError):
+    """A connection to a host other than loopback was attempted where only loopback is allowed."""
+
+    def __init__(self, address: object) -> None:
+        super().__init__(f"refused a connection to {address!r}: a replay reaches no host but loopback")
+        self.address = address

@@ -1,7 +1,8 @@
-"""What users' test suites import: compare two runs, and judge a candidate agent against a recording."""
+"""What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
 from anagrapheus.testing.compare import VOLATILE_FIELDS, assert_same_run, first_difference
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
+from anagrapheus.testing.session import Mode, RecordingSession
 from anagrapheus.testing.verdict import (
     Conversation,
     Exchange,
@@ -20,6 +21,8 @@ __all__ = [
     "Invariant",
     "InvariantResult",
     "InvariantStatus",
+    "Mode",
+    "RecordingSession",
     "Turn",
     "Verdict",
     "VerdictStatus",

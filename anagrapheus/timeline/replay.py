@@ -68,6 +68,7 @@ class ReplayPins:
         self._on_miss = on_miss
         self._into = into
         self._hits = 0
+        self._used: set[str] = set()
         self._divergence: Divergence | None = None
         self._fingerprints: dict[str, Mapping[str, str]] = {}
 
@@ -161,6 +162,10 @@ class ReplayPins:
         """How many resolves were answered from the recording."""
         return self._hits
 
+    def unused(self) -> dict[str, str]:
+        """The recorded keys no resolve has asked for, each with its kind, in recorded order: a stale recording."""
+        return {key: pin.kind for key, pin in self._pins.items() if key not in self._used}
+
     @property
     def ambiguous(self) -> Mapping[str, tuple[str, ...]]:
         """Keys pinned with different results by several units, with those units' ids."""
@@ -178,6 +183,7 @@ class ReplayPins:
         if pin is None:
             return None
         self._hits += 1
+        self._used.add(key)
         if self._into is not None:
             self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint)
         return pin

@@ -1,0 +1,85 @@
+"""Give every pydantic-ai agent run in a scope one more capability, and refuse model requests that escape it.
+
+pydantic-ai has no process-wide list of capabilities: `Agent.instrument_all` injects only its own
+`Instrumentation`, and `Agent.override` is per agent instance, so it cannot reach an agent built
+inside application code (or at import time) that a test never sees. Every run, though (`run`,
+`run_sync`, `run_stream`, `run_stream_events`, and wrapper agents), enters through `Agent.iter`,
+whose `capabilities=` argument is the documented way to add capabilities to one run. The scope
+below passes its capability through that argument; it never touches models or provider SDKs.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Generator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic_ai import Agent, models
+from pydantic_ai.capabilities import AbstractCapability
+
+from anagrapheus.errors import UsageError
+
+__all__ = ["every_agent_run", "refuse_model_requests"]
+
+_guard = threading.Lock()
+# Process-wide rather than a ContextVar: application code may run its agents in worker threads or
+# on a loop it starts itself, and those runs belong to the scope just as much.
+_active: AbstractCapability[Any] | None = None
+_installed = False
+
+
+def _holds(agent: Agent[Any, Any], capability: AbstractCapability[Any]) -> bool:
+    """Whether the agent was built with this very capability (a test may also pass it explicitly)."""
+    found: list[bool] = []
+    agent.root_capability.apply(lambda leaf: found.append(leaf is capability))
+    return any(found)
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    original: Callable[..., Any] = Agent.iter
+
+    @functools.wraps(original)
+    def iter_with_scope(
+        self: Agent[Any, Any], *args: Any, capabilities: Sequence[Any] | None = None, **kwargs: Any
+    ) -> Any:
+        capability = _active
+        given = list(capabilities or ())
+        # Added once: a run that already carries it (explicitly, or through its agent) keeps one copy,
+        # since two nested pinning layers would ask the resolver for one key twice.
+        if capability is not None and not any(c is capability for c in given) and not _holds(self, capability):
+            given.append(capability)
+        return original(self, *args, capabilities=given or capabilities, **kwargs)
+
+    setattr(Agent, "iter", iter_with_scope)  # noqa: B010 (a plain assignment to a method trips pyright)
+    _installed = True
+
+
+@contextmanager
+def every_agent_run(capability: AbstractCapability[Any]) -> Generator[None]:
+    """While open, every agent run in this process carries `capability` as one of its run capabilities.
+
+    Scopes do not nest: one capability at a time answers for every run.
+    """
+    global _active
+    with _guard:
+        if _active is not None:
+            raise UsageError("every_agent_run scopes do not nest: close the open one first")
+        _install()
+        _active = capability
+    try:
+        yield
+    finally:
+        with _guard:
+            _active = None
+
+
+@contextmanager
+def refuse_model_requests() -> Generator[None]:
+    """While open, pydantic-ai refuses every request to a real model (its `ALLOW_MODEL_REQUESTS` is off)."""
+    with models.override_allow_model_requests(False):
+        yield

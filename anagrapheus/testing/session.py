@@ -1,0 +1,211 @@
+"""RecordingSession: one recording file opened in a mode, pinning every agent run while it is active.
+
+The pytest plugin is a thin shell over this: one session per marked test. It knows nothing of pytest.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Generator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic_ai.capabilities import AbstractCapability
+
+from anagrapheus.errors import PinMiss, RecordingMissing, UnusedPins, UsageError
+from anagrapheus.provider import CallPolicy
+from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.testing.network import loopback_only
+from anagrapheus.timeline import (
+    Divergence,
+    EventTypeRegistry,
+    PendingEvent,
+    PinLedger,
+    PinResolver,
+    RecordingHeader,
+    ReplayPins,
+    SQLiteEventStore,
+    pin_events,
+    read_recording,
+    register_builtin_events,
+    write_recording,
+)
+from anagrapheus.timeline.seeded import SeededRun
+
+__all__ = ["MODES", "Mode", "RecordingSession"]
+
+Mode = Literal["replay", "record", "rewrite", "live"]
+"""`replay` answers only from the recording (a miss fails); `record` answers what matches and draws what
+diverged, then rewrites the recording with the pins used; `rewrite` draws everything anew; `live` reads
+and writes no recording."""
+
+MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+def _pinning(resolver: PinResolver, policy: CallPolicy | None) -> AbstractCapability[Any]:
+    from anagrapheus.provider import Pinning
+
+    return Pinning(resolver, policy=policy)
+
+
+class RecordingSession:
+    """One recording, opened in a mode: a resolver and the `Pinning` capability over it, then `finish()`.
+
+    While `active()`, every agent run in the process is pinned; under `replay` model requests and
+    connections to hosts other than loopback are refused too. `finish()` is for a run that passed:
+    under `replay` it fails on pins never asked for, under `record` and `rewrite` it writes the file.
+    The store behind the pins is a scratch database whose clock and ids are seeded from `name`, so
+    re-recording an unchanged run writes the same bytes.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str,
+        rerecord: str,
+        mode: Mode = "replay",
+        policy: CallPolicy | None = None,
+        allow_unused: bool = False,
+    ) -> None:
+        if mode not in MODES:
+            raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.path = Path(path)
+        """The recording file."""
+        self.mode: Mode = mode
+        """How the session treats its recording."""
+        self.name = name
+        """What run the recording holds (a test's node id)."""
+        self.rerecord = rerecord
+        """The command that records it again."""
+        self.allow_unused = allow_unused
+        """Whether a replay may leave recorded pins unasked."""
+        self._types = EventTypeRegistry()
+        register_builtin_events(self._types)
+        self._scratch = tempfile.TemporaryDirectory(prefix="anagrapheus-")
+        self._store = SQLiteEventStore(Path(self._scratch.name) / "pins.db", synchronous="NORMAL")
+        # The unit's id is in every pin's payload, so it is drawn from the name, like the recording's ids.
+        unit_id = SeededRun(f"anagrapheus-unit:{name}").new_id()
+        self._ledger: PinLedger | None = None
+        self._replay: ReplayPins | None = None
+        self.missing = mode == "replay" and not self.path.exists()
+        """Whether replay was asked of a recording that does not exist."""
+        resolver: PinResolver
+        if mode in ("replay", "record"):
+            events = pin_events(read_recording(self.path).events) if self.path.exists() else ()
+            if mode == "record":
+                self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+            self._replay = ReplayPins.from_events(
+                events, self._types, on_miss="strict" if mode == "replay" else "record", into=self._ledger
+            )
+            resolver = self._replay
+        else:
+            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+            resolver = self._ledger
+        self.resolver: PinResolver = resolver
+        """Answers each pinned call: the recording (`replay`, `record`) or a live ledger."""
+        self.capability: AbstractCapability[Any] = _pinning(resolver, policy)
+        """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
+
+    @property
+    def shown_path(self) -> str:
+        """The recording's path as a reader finds it: relative to the working directory when it lies inside."""
+        try:
+            return str(self.path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.path)
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where the run first left its recording, if it did."""
+        return None if self._replay is None else self._replay.divergence
+
+    def unused(self) -> dict[str, str]:
+        """Recorded keys the run has not asked for, each with its kind."""
+        return {} if self._replay is None else self._replay.unused()
+
+    def require(self) -> None:
+        """Raise `RecordingMissing`, with the command that creates it, if replay has no recording to read."""
+        if self.missing:
+            raise RecordingMissing(self.shown_path, command=self.rerecord)
+
+    @contextmanager
+    def active(self) -> Generator[None]:
+        """Pin every agent run while open; under `replay`, refuse model requests and non-loopback sockets too."""
+        with ExitStack() as stack:
+            stack.enter_context(every_agent_run(self.capability))
+            if self.mode == "replay":
+                stack.enter_context(refuse_model_requests())
+                stack.enter_context(loopback_only())
+            yield
+
+    def finish(self) -> Path | None:
+        """Conclude a run that passed: check for unused pins (`replay`), or write the recording and return its path."""
+        if self.mode == "replay":
+            if self.divergence is not None:
+                # The application caught the miss and carried on: the run still left its recording.
+                raise PinMiss(self.divergence)
+            unused = self.unused()
+            if unused and not self.allow_unused:
+                raise UnusedPins(self.shown_path, unused=unused)
+            return None
+        assert self._ledger is not None
+        if self.mode == "live":
+            self._ledger.abandon(reason="live run: nothing is recorded")
+            return None
+        pins = pin_events(self._ledger.commit())
+        # Renumbered into a fresh log with a clock and ids seeded from the name, so that re-recording an
+        # unchanged run writes the same bytes whatever else the first log held (a ReplayDiverged marker).
+        seeded = SeededRun(f"anagrapheus-recording:{self.name}")
+        with SQLiteEventStore(
+            Path(self._scratch.name) / "recording.db",
+            clock=seeded.now,
+            new_event_id=seeded.new_id,
+            synchronous="NORMAL",
+        ) as log:
+            events = log.append(
+                [
+                    PendingEvent(
+                        namespace=pin.namespace,
+                        type=pin.type,
+                        schema_version=pin.schema_version,
+                        payload=pin.payload,
+                        correlation_id=pin.correlation_id,
+                    )
+                    for pin in pins
+                ]
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        header = RecordingHeader(
+            description=f"the pinned model and tool calls of {self.name}",
+            recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
+            rerecord=self.rerecord,
+        )
+        return write_recording(self.path, events, header=header)
+
+    def report(self) -> str | None:
+        """A short account of where the run left its recording and how to record it again; None if it did not."""
+        divergence = self.divergence
+        if divergence is None:
+            return None
+        lines = [
+            f"{self.name} left its recording",
+            f"  recording: {self.shown_path}",
+            f"  missed:    a {divergence.kind} after {divergence.after_hits} hit(s)",
+        ]
+        if divergence.moved:
+            lines.append(f"  moved:     {', '.join(divergence.moved)}")
+        elif divergence.nearest_key is None:
+            lines.append("  moved:     the recording holds no call of this kind")
+        else:
+            lines.append("  moved:     nothing the fingerprint covers (the call policy keys more than it shows)")
+        lines.append(f"  re-record: {self.rerecord}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Drop whatever the run drew without finishing, and remove the scratch database."""
+        if self._ledger is not None and self._ledger.state == "open":
+            self._ledger.abandon(reason="the run did not finish")
+        self._store.close()
+        self._scratch.cleanup()
