@@ -9,12 +9,10 @@ import tempfile
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Literal, get_args
-
-from pydantic_ai.capabilities import AbstractCapability
+from typing import Literal, get_args
 
 from anagrapheus.errors import PinMiss, RecordingMissing, UnusedPins, UsageError
-from anagrapheus.provider import CallPolicy
+from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -28,7 +26,6 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     pin_events,
     read_recording,
-    register_builtin_events,
     write_recording,
 )
 from anagrapheus.timeline.seeded import SeededRun
@@ -41,12 +38,6 @@ diverged, then rewrites the recording with the pins used; `rewrite` draws everyt
 and writes no recording."""
 
 MODES: tuple[Mode, ...] = get_args(Mode)
-
-
-def _pinning(resolver: PinResolver, policy: CallPolicy | None) -> AbstractCapability[Any]:
-    from anagrapheus.provider import Pinning
-
-    return Pinning(resolver, policy=policy)
 
 
 class RecordingSession:
@@ -82,7 +73,6 @@ class RecordingSession:
         self.allow_unused = allow_unused
         """Whether a replay may leave recorded pins unasked."""
         self._types = EventTypeRegistry()
-        register_builtin_events(self._types)
         self._scratch = tempfile.TemporaryDirectory(prefix="anagrapheus-")
         self._store = SQLiteEventStore(Path(self._scratch.name) / "pins.db", synchronous="NORMAL")
         # The unit's id is in every pin's payload, so it is drawn from the name, like the recording's ids.
@@ -105,7 +95,7 @@ class RecordingSession:
             resolver = self._ledger
         self.resolver: PinResolver = resolver
         """Answers each pinned call: the recording (`replay`, `record`) or a live ledger."""
-        self.capability: AbstractCapability[Any] = _pinning(resolver, policy)
+        self.capability: Pinning = Pinning(resolver, policy=policy)
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
 
     @property
