@@ -585,3 +585,40 @@ def test_replay_names_the_pins_never_asked_for(tmp_path: Path) -> None:
     replay.resolve("k2", kind="tool_call", effect=lambda: 2, interpret=lambda raw: raw)
     replay.resolve("k2", kind="tool_call", effect=lambda: 2, interpret=lambda raw: raw)
     assert replay.unused() == {"k1": "model_call", "k3": "model_call"}
+
+
+def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
+    from tests.test_docs import ROOT, blocks_of
+
+    blocks = blocks_of(ROOT / "docs/how-to/test-with-pytest.md")
+    titled = {b.info.split('title="')[1].rstrip('"'): b.code for b in blocks if 'title="' in b.info}
+    shown = [b.code.splitlines() for b in blocks if b.info == "text"]
+    pytester.makefile(".toml", pyproject=PYPROJECT)
+    pytester.makepyfile(weather=titled["weather.py"], test_weather=titled["test_weather.py"])
+
+    # Mark, then the first run says how to record.
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(shown[0])
+    command = shown[0][0].rsplit("create it with: ", 1)[1].split()
+    assert command[0] == "pytest"
+    pytester.runpytest(*command[1:]).assert_outcomes(passed=1)
+    assert (pytester.path / "recordings/test_weather/test_umbrella.jsonl").exists()
+
+    # Replay reaches neither the model nor the tool.
+    replayed = (
+        titled["test_weather.py"]
+        + '\n\ndef test_zz_reached():\n    assert weather.reached == {"model": 0, "tool": 0}\n'
+    )
+    pytester.makepyfile(test_weather=replayed)
+    pytester.runpytest().assert_outcomes(passed=2)
+
+    # A reworded question fails with the account the page shows, and its command records the change.
+    reworded = titled["test_weather.py"].replace("Do I need an umbrella", "Should I take an umbrella")
+    assert reworded != titled["test_weather.py"]
+    pytester.makepyfile(test_weather=reworded)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])
+    pytester.runpytest(*shown[1][-1].split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
+    pytester.runpytest().assert_outcomes(passed=1)

@@ -1,6 +1,7 @@
 """pydantic-ai adapters: the only layer that imports pydantic_ai."""
 
 from anagrapheus.provider.capability import PinnedToolset, Pinning
+from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
@@ -15,5 +16,7 @@ __all__ = [
     "Pinning",
     "SemanticCallPolicy",
     "call_pin",
+    "every_agent_run",
     "pinned_tool",
+    "refuse_model_requests",
 ]

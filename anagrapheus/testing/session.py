@@ -23,12 +23,12 @@ from anagrapheus.timeline import (
     PinResolver,
     RecordingHeader,
     ReplayPins,
+    SeededRun,
     SQLiteEventStore,
     pin_events,
     read_recording,
     write_recording,
 )
-from anagrapheus.timeline.seeded import SeededRun
 
 __all__ = ["MODES", "Mode", "RecordingSession"]
 

@@ -37,6 +37,7 @@ from anagrapheus.timeline.secrets import (
     SecretPolicy,
     SecretRule,
 )
+from anagrapheus.timeline.seeded import SeededRun
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import (
     EventStore,
@@ -82,6 +83,7 @@ __all__ = [
     "SecretFinding",
     "SecretPolicy",
     "SecretRule",
+    "SeededRun",
     "StoredEvent",
     "StreamDraw",
     "TimelineStore",
