@@ -478,6 +478,14 @@ def test_an_unknown_mode_or_marker_keyword_is_refused(
     monkeypatch.delenv("ANAGRAPHEUS_MODE")
     result = project.runpytest()
     result.stdout.fnmatch_lines(["*takes only*allow_unused*path*policy*"])
+    for marker, complaint in (
+        ("path='{test}.jsonl'", "*may use only {test_dir}, {module} and {name}*"),
+        ("allow_unused='no'", "*allow_unused must be true or false, not 'no'*"),
+        ("policy='nowhere:Policy'", "*policy 'nowhere:Policy' is not an importable 'module:attribute'*"),
+    ):
+        project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", f"anagrapheus({marker})\n"))
+        project.runpytest().stdout.fnmatch_lines([complaint])
+    assert calls(project) == []
 
 
 def test_under_xdist_each_worker_writes_its_own_tests_files(project: pytest.Pytester) -> None:

@@ -141,11 +141,19 @@ def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str,
             if key not in chosen:
                 chosen[key], bases[key] = source[key], base
     template = str(chosen.get("path", DEFAULT_PATH))
-    path = Path(template.format(test_dir=test_dir, module=item.path.stem, name=recording_name(item.nodeid)))
+    try:
+        path = Path(template.format(test_dir=test_dir, module=item.path.stem, name=recording_name(item.nodeid)))
+    except (KeyError, IndexError, ValueError) as e:
+        raise pytest.UsageError(
+            f"{item.nodeid}: recording path {template!r} may use only {{test_dir}}, {{module}} and {{name}} ({e!r})"
+        ) from None
+    allow_unused = chosen.get("allow_unused", False)
+    if not isinstance(allow_unused, bool):
+        raise pytest.UsageError(f"{item.nodeid}: allow_unused must be true or false, not {allow_unused!r}")
     return {
         "path": path if path.is_absolute() else bases.get("path", test_dir) / path,
         "policy": _policy(chosen.get("policy"), where=item.nodeid),
-        "allow_unused": bool(chosen.get("allow_unused", False)),
+        "allow_unused": allow_unused,
     }
 
 

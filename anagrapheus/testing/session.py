@@ -26,7 +26,6 @@ from anagrapheus.timeline import (
     SeededRun,
     SQLiteEventStore,
     pin_events,
-    read_recording,
     write_recording,
 )
 
@@ -83,11 +82,13 @@ class RecordingSession:
         """Whether replay was asked of a recording that does not exist."""
         resolver: PinResolver
         if mode in ("replay", "record"):
-            events = pin_events(read_recording(self.path).events) if self.path.exists() else ()
             if mode == "record":
                 self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
-            self._replay = ReplayPins.from_events(
-                events, self._types, on_miss="strict" if mode == "replay" else "record", into=self._ledger
+            on_miss = "strict" if mode == "replay" else "record"
+            self._replay = (
+                ReplayPins.from_recording(self.path, self._types, on_miss=on_miss, into=self._ledger)
+                if self.path.exists()
+                else ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
             )
             resolver = self._replay
         else:
