@@ -125,6 +125,14 @@ def test_missing_recording_fails_with_the_command_that_creates_it(project: pytes
     )
     assert calls(project) == []
 
+    # A recording that cannot be read is an error naming the file and the line, not a replay.
+    (project.path / RECORDING).parent.mkdir(parents=True)
+    (project.path / RECORDING).write_text('{"format": "something else"}\n')
+    result = project.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_advice.jsonl:1: foreign file*"])
+    assert calls(project) == []
+
 
 def test_a_reworded_prompt_fails_saying_what_moved_and_how_to_record_again(project: pytest.Pytester) -> None:
     project.makepyfile(test_app=TEST_ADVICE)

@@ -45,8 +45,8 @@ class RecordingSession:
     While `active()`, every agent run in the process is pinned; under `replay` model requests and
     connections to hosts other than loopback are refused too. `finish()` is for a run that passed:
     under `replay` it fails on pins never asked for, under `record` and `rewrite` it writes the file.
-    The store behind the pins is a scratch database whose clock and ids are seeded from `name`, so
-    re-recording an unchanged run writes the same bytes.
+    The pins are drawn into a scratch database; the recording's unit id, event ids and times are
+    seeded from `name`, so re-recording an unchanged run writes the same bytes.
     """
 
     def __init__(
@@ -80,24 +80,30 @@ class RecordingSession:
         self._replay: ReplayPins | None = None
         self.missing = mode == "replay" and not self.path.exists()
         """Whether replay was asked of a recording that does not exist."""
-        resolver: PinResolver
-        if mode in ("replay", "record"):
-            if mode == "record":
-                self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
-            on_miss = "strict" if mode == "replay" else "record"
-            self._replay = (
-                ReplayPins.from_recording(self.path, self._types, on_miss=on_miss, into=self._ledger)
-                if self.path.exists()
-                else ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
-            )
-            resolver = self._replay
-        else:
-            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
-            resolver = self._ledger
+        try:
+            resolver = self._open(unit_id)
+        except BaseException:
+            # A recording that cannot be read (its RecordingError names the line) leaves no scratch behind.
+            self._store.close()
+            self._scratch.cleanup()
+            raise
         self.resolver: PinResolver = resolver
         """Answers each pinned call: the recording (`replay`, `record`) or a live ledger."""
         self.capability: Pinning = Pinning(resolver, policy=policy)
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
+
+    def _open(self, unit_id: str) -> PinResolver:
+        if self.mode not in ("replay", "record"):
+            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+            return self._ledger
+        if self.mode == "record":
+            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+        on_miss = "strict" if self.mode == "replay" else "record"
+        if self.path.exists():
+            self._replay = ReplayPins.from_recording(self.path, self._types, on_miss=on_miss, into=self._ledger)
+        else:
+            self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
+        return self._replay
 
     @property
     def shown_path(self) -> str:
