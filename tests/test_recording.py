@@ -457,3 +457,55 @@ def test_a_replay_streamed_from_a_recording_answers_as_one_built_from_its_events
     for key in keys:
         answer = streamed.resolve(key, kind="model_call", effect=lambda: None, interpret=lambda raw: raw)
         assert answer == built.resolve(key, kind="model_call", effect=lambda: None, interpret=lambda raw: raw)
+
+
+def test_a_streamed_replay_names_the_line_of_a_corrupt_pin_and_upcasts_old_ones(tmp_path: Path) -> None:
+    key = "p1:model_call:" + "0" * 64
+    lines = [
+        json.dumps(
+            {"format": "anagrapheus.recording", "version": 1, "description": "d", "recorded_with": "r", "rerecord": "x"}
+        ),
+        canonical_json(
+            StoredEvent(
+                1,
+                "e1",
+                "anagrapheus",
+                "pin_promoted",
+                1,
+                None,
+                None,
+                "t",
+                f'{{"attempts":1,"key":"{key}","kind":"model_call","raw":"old","unit_id":"u"}}',
+            ).to_json()
+        ),
+        canonical_json(
+            StoredEvent(
+                2,
+                "e2",
+                "anagrapheus",
+                "pin_promoted",
+                1,
+                None,
+                None,
+                "t",
+                '{"attempts":"one","key":"k","kind":"model_call","raw":1,"unit_id":"u"}',
+            ).to_json()
+        ),
+    ]
+    path = tmp_path / "pins.jsonl"
+    _write(path, lines[:2])
+
+    class PinPromotedV2(PinPromoted):
+        schema_version = 2  # type: ignore[assignment]
+
+    newer = EventTypeRegistry(builtins=False)
+    newer.register(PinPromotedV2, _builtin=True)
+    upcasts = UpcastRegistry()
+    upcasts.add("anagrapheus", "pin_promoted", from_version=1, step=lambda p: {**p, "raw": f"{p['raw']} (v2)"})
+    replay = ReplayPins.from_recording(path, newer, upcasts=upcasts)
+    assert replay.resolve(key, kind="model_call", effect=lambda: None, interpret=lambda raw: raw) == "old (v2)"
+
+    _write(path, lines)
+    with pytest.raises(RecordingError, match="attempts must be an integer") as raised:
+        ReplayPins.from_recording(path, EventTypeRegistry())
+    assert raised.value.line == 3

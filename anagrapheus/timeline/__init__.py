@@ -24,6 +24,7 @@ from anagrapheus.timeline.recording import (
     RecordingHeader,
     pin_events,
     read_recording,
+    stream_pins,
     stream_recording,
     write_recording,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "pin_key",
     "read_recording",
     "register_builtin_events",
+    "stream_pins",
     "stream_recording",
     "write_recording",
 ]

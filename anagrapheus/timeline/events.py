@@ -11,7 +11,7 @@ import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, encode_normalised
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, encode_normalised
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -264,22 +264,46 @@ class PinPromoted(Event):
                 attempts=event.attempts,
                 fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
             )
-        unit_id, key, kind, attempts = payload["unit_id"], payload["key"], payload["kind"], payload["attempts"]
-        fingerprint = payload.get("fingerprint")
-        # The fingerprint is a flat object of strings: the C encoder writes it as canonical JSON does.
-        fingerprint_text = None if fingerprint is None else encode_normalised(fingerprint)
-        head = f'{{"attempts":{attempts},'
-        if "fingerprint" in payload:
-            head += f'"fingerprint":{fingerprint_text or "null"},'
-        head += f'"key":{encode_normalised(key)},"kind":{encode_normalised(kind)},"raw":'
-        tail = f',"unit_id":{encode_normalised(unit_id)}}}'
         text = stored.payload
+        fingerprint = _fingerprint_text(payload)
+        head, tail = _around_raw(payload, fingerprint)
         if len(text) > len(head) + len(tail) and text.startswith(head) and text.endswith(tail):
             # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
-            raw = text[len(head) : len(text) - len(tail)]
-        else:
-            raw = canonical_json(payload["raw"])
-        return PinText(unit_id=unit_id, key=key, kind=kind, raw=raw, attempts=attempts, fingerprint=fingerprint_text)
+            return _pin_text(payload, raw=text[len(head) : len(text) - len(tail)], fingerprint=fingerprint)
+        return _pin_text(payload, raw=canonical_json(payload["raw"]), fingerprint=fingerprint)
+
+    @classmethod
+    def text_of_payload(cls, payload: dict[str, Any], *, seq: int) -> PinText:
+        """Read a current-version payload as texts; `json.loads` parsed it with `parse_float=canonical_number`."""
+        checked = _checked(payload, seq=seq)
+        raw = canonical_json_of_parsed(checked["raw"])
+        return _pin_text(checked, raw=raw, fingerprint=_fingerprint_text(checked))
+
+
+def _around_raw(payload: dict[str, Any], fingerprint: str | None) -> tuple[str, str]:
+    """The canonical text of a checked payload before its `raw` and after it."""
+    head = f'{{"attempts":{payload["attempts"]},'
+    if "fingerprint" in payload:
+        head += f'"fingerprint":{fingerprint or "null"},'
+    head += f'"key":{encode_normalised(payload["key"])},"kind":{encode_normalised(payload["kind"])},"raw":'
+    return head, f',"unit_id":{encode_normalised(payload["unit_id"])}}}'
+
+
+def _fingerprint_text(payload: dict[str, Any]) -> str | None:
+    fingerprint = payload.get("fingerprint")
+    # A flat object of strings: the C encoder writes it as canonical JSON does.
+    return None if fingerprint is None else encode_normalised(fingerprint)
+
+
+def _pin_text(payload: dict[str, Any], *, raw: str, fingerprint: str | None) -> PinText:
+    return PinText(
+        unit_id=payload["unit_id"],
+        key=payload["key"],
+        kind=payload["kind"],
+        raw=raw,
+        attempts=payload["attempts"],
+        fingerprint=fingerprint,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,26 +333,34 @@ def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRe
 
 def _current_payload(stored: StoredEvent, registry: EventTypeRegistry) -> dict[str, Any] | None:
     """The checked payload of a current-version `pin_promoted`; None when it needs the registry and upcasts."""
-    current = registry.lookup(BUILTIN_NAMESPACE, PinPromoted.event_type, seq=stored.seq)
-    if stored.schema_version != PinPromoted.schema_version or current is not PinPromoted:
+    if not is_current_pin(stored.schema_version, registry, seq=stored.seq):
         return None
-    payload = stored.payload_json()
+    return _checked(stored.payload_json(), seq=stored.seq)
+
+
+def is_current_pin(schema_version: int, registry: EventTypeRegistry, *, seq: int) -> bool:
+    """Whether a `pin_promoted` of `schema_version` is read by this module's `PinPromoted` as it stands."""
+    current = registry.lookup(BUILTIN_NAMESPACE, PinPromoted.event_type, seq=seq)
+    return schema_version == PinPromoted.schema_version and current is PinPromoted
+
+
+def _checked(payload: dict[str, Any], *, seq: int) -> dict[str, Any]:
     unknown = payload.keys() - _PROMOTED_FIELDS
     if unknown:
-        raise CorruptEvent(f"pin_promoted payload has unknown fields {sorted(unknown)}", seq=stored.seq)
+        raise CorruptEvent(f"pin_promoted payload has unknown fields {sorted(unknown)}", seq=seq)
     missing = [name for name in ("attempts", "key", "kind", "raw", "unit_id") if name not in payload]
     if missing:
-        raise CorruptEvent(f"pin_promoted payload lacks {missing}", seq=stored.seq)
+        raise CorruptEvent(f"pin_promoted payload lacks {missing}", seq=seq)
     unit_id, key, kind, attempts = payload["unit_id"], payload["key"], payload["kind"], payload["attempts"]
-    fingerprint = payload.get("fingerprint")
+    fingerprint: JSONValue = payload.get("fingerprint")
     if not (isinstance(unit_id, str) and isinstance(key, str) and isinstance(kind, str)):
-        raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=stored.seq)
+        raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=seq)
     if type(attempts) is not int:
-        raise CorruptEvent("pin_promoted attempts must be an integer", seq=stored.seq)
+        raise CorruptEvent("pin_promoted attempts must be an integer", seq=seq)
     if fingerprint is not None and not (
         isinstance(fingerprint, dict) and all(type(digest) is str for digest in fingerprint.values())
     ):
-        raise CorruptEvent("pin_promoted fingerprint must be an object of strings", seq=stored.seq)
+        raise CorruptEvent("pin_promoted fingerprint must be an object of strings", seq=seq)
     return payload
 
 

@@ -15,7 +15,15 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import AnagrapheusError, RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, canonical_number
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    Event,
+    EventTypeRegistry,
+    PinPromoted,
+    PinText,
+    StoredEvent,
+    is_current_pin,
+)
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, check_provenance, current_provenance
 from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -28,6 +36,7 @@ __all__ = [
     "RecordingHeader",
     "pin_events",
     "read_recording",
+    "stream_pins",
     "stream_recording",
     "write_recording",
 ]
@@ -324,7 +333,8 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _read_event(text: str, *, where: str, line: int) -> StoredEvent:
+def _event_fields(text: str, *, where: str, line: int) -> dict[str, Any]:
+    """Parse and check one event line; the payload stays parsed."""
     fields = _parse_object(text, where=where, line=line)
     if fields.keys() != _EVENT_FIELDS:
         missing = sorted(_EVENT_FIELDS - fields.keys())
@@ -346,17 +356,21 @@ def _read_event(text: str, *, where: str, line: int) -> StoredEvent:
             raise RecordingError(f"{name} must be a string or null", path=where, line=line)
     if not isinstance(payload, dict):
         raise RecordingError("payload must be a JSON object", path=where, line=line)
-    payload = cast("dict[str, JSONValue]", payload)
+    return fields
+
+
+def _stored(fields: dict[str, Any], *, where: str, line: int) -> StoredEvent:
+    payload = cast("dict[str, JSONValue]", fields["payload"])
     try:
         payload_text = canonical_json_of_parsed(payload)
     except AnagrapheusError as e:
         raise RecordingError(f"payload cannot be written canonically ({e})", path=where, line=line) from None
     return StoredEvent(
-        seq=seq,
+        seq=fields["seq"],
         event_id=fields["event_id"],
         namespace=fields["namespace"],
         type=fields["type"],
-        schema_version=version,
+        schema_version=fields["schema_version"],
         causation_id=fields["causation_id"],
         correlation_id=fields["correlation_id"],
         created_at=fields["created_at"],
@@ -410,18 +424,63 @@ def stream_recording(
     A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
     The header's provenance is checked at once, as `read_recording` checks it.
     """
+    where = str(path)
+    header, entries = _opened(Path(path), where, max_line_bytes, call_policy, provenance)
+    return header, (_stored(fields, where=where, line=number) for number, fields in entries)
+
+
+def stream_pins(
+    path: str | os.PathLike[str],
+    registry: EventTypeRegistry,
+    *,
+    upcasts: UpcastRegistry | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    call_policy: object | None = None,
+    provenance: ProvenanceCheck = "warn",
+) -> tuple[RecordingHeader, Iterator[PinText]]:
+    """Read a recording's header now and its pins, as texts, as they are iterated (what `ReplayPins` keeps).
+
+    Every line is checked as `read_recording` checks it. A current pin's payload is read from the
+    line as parsed, never written out and parsed again; an older one is upcast through `upcasts`.
+    The header's provenance is checked at once, as `stream_recording` checks it.
+    """
+    where = str(path)
+    header, entries = _opened(Path(path), where, max_line_bytes, call_policy, provenance)
+    return header, _pins(entries, where, registry, upcasts)
+
+
+def _pins(
+    entries: Iterator[tuple[int, dict[str, Any]]],
+    where: str,
+    registry: EventTypeRegistry,
+    upcasts: UpcastRegistry | None,
+) -> Iterator[PinText]:
+    for number, fields in entries:
+        if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != PinPromoted.event_type:
+            continue
+        seq = fields["seq"]
+        try:
+            if is_current_pin(fields["schema_version"], registry, seq=seq):
+                yield PinPromoted.text_of_payload(fields["payload"], seq=seq)
+            else:
+                yield PinPromoted.read_text(_stored(fields, where=where, line=number), registry, upcasts=upcasts)
+        except AnagrapheusError as e:
+            raise RecordingError(str(e), path=where, line=number) from e
+
+
+def _opened(
+    source: Path, where: str, max_line_bytes: int, call_policy: object | None, provenance: ProvenanceCheck
+) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
-    source = Path(path)
-    where = str(source)
     lines = _lines(source, where, max_line_bytes)
     first = next(lines, None)
     if first is None:
         raise RecordingError("empty file: missing header", path=where, line=1)
     header = _read_header(first[1], where=where)
     check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
-    return header, _events(lines, where)
+    return header, _entries(lines, where)
 
 
 def _lines(source: Path, where: str, limit: int) -> Iterator[tuple[int, str]]:
@@ -447,23 +506,21 @@ def _lines(source: Path, where: str, limit: int) -> Iterator[tuple[int, str]]:
         raise RecordingError(f"cannot read the recording ({e.strerror or e})", path=where) from e
 
 
-def _events(lines: Iterator[tuple[int, str]], where: str) -> Iterator[StoredEvent]:
+def _entries(lines: Iterator[tuple[int, str]], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each event line's checked fields, in a file whose seqs increase and whose event ids are unique."""
     seen_ids: dict[str, int] = {}
     last_seq = 0
     for number, text in lines:
-        event = _read_event(text, where=where, line=number)
-        if event.seq <= last_seq:
+        fields = _event_fields(text, where=where, line=number)
+        seq, event_id = fields["seq"], fields["event_id"]
+        if seq <= last_seq:
             raise RecordingError(
-                f"seq {event.seq} does not follow seq {last_seq}: lines out of order or repeated",
-                path=where,
-                line=number,
+                f"seq {seq} does not follow seq {last_seq}: lines out of order or repeated", path=where, line=number
             )
-        if event.event_id in seen_ids:
+        if event_id in seen_ids:
             raise RecordingError(
-                f"event id {event.event_id} already appears on line {seen_ids[event.event_id]}",
-                path=where,
-                line=number,
+                f"event id {event_id} already appears on line {seen_ids[event_id]}", path=where, line=number
             )
-        last_seq = event.seq
-        seen_ids[event.event_id] = number
-        yield event
+        last_seq = seq
+        seen_ids[event_id] = number
+        yield number, fields

@@ -14,10 +14,10 @@ from typing import Literal, TypeVar
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, StoredEvent
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
-from anagrapheus.timeline.recording import stream_recording
+from anagrapheus.timeline.recording import stream_pins
 from anagrapheus.timeline.resolver import StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -84,14 +84,27 @@ class ReplayPins:
         into: PinLedger | None = None,
     ) -> ReplayPins:
         """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
+        pins = (
+            PinPromoted.read_text(stored, registry, upcasts=upcasts)
+            for stored in events
+            if stored.namespace == BUILTIN_NAMESPACE and stored.type == PinPromoted.event_type
+        )
+        return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
+
+    @classmethod
+    def _collect(
+        cls,
+        texts: Iterable[PinText],
+        *,
+        unit_id: str | None,
+        on_miss: Literal["strict", "record"],
+        into: PinLedger | None,
+    ) -> ReplayPins:
         pins: dict[str, _Pin] = {}
         # Only keys pinned by more than one unit get a list of units: most logs have none.
         units: dict[str, list[str]] = {}
         ambiguous: set[str] = set()
-        for stored in events:
-            if stored.namespace != BUILTIN_NAMESPACE or stored.type != PinPromoted.event_type:
-                continue
-            pin = PinPromoted.read_text(stored, registry, upcasts=upcasts)
+        for pin in texts:
             if unit_id is not None and pin.unit_id != unit_id:
                 continue
             key = pin.key
@@ -112,7 +125,7 @@ class ReplayPins:
                 f"{len(conflicts)} key(s) were pinned with different results by different units; resolving one"
                 " raises AmbiguousPin (replay one unit with unit_id=... to answer it exactly)",
                 AmbiguousPinWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return cls(pins, ambiguous=conflicts, on_miss=on_miss, into=into)
 
@@ -144,12 +157,12 @@ class ReplayPins:
         call_policy: object | None = None,
         provenance: ProvenanceCheck = "warn",
     ) -> ReplayPins:
-        """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_recording`).
+        """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_pins`).
 
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
         """
-        _, events = stream_recording(path, call_policy=call_policy, provenance=provenance)
-        return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
+        _, pins = stream_pins(path, registry, upcasts=upcasts, call_policy=call_policy, provenance=provenance)
+        return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:
         return len(self._pins)
