@@ -129,3 +129,13 @@ def test_the_fast_writer_of_parsed_json_is_canonical_json(value: Any) -> None:
         assert caught.value.path == refused.path
         return
     assert canonical_json_of_parsed(parsed) == expected
+
+
+def test_the_fast_writer_refuses_a_value_nested_too_deeply_as_canonical_json_does() -> None:
+    from anagrapheus.timeline.canonical import canonical_json_of_parsed
+
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(CanonicalError, match="nested too deeply"):
+        canonical_json_of_parsed(deep)

@@ -156,8 +156,8 @@ def canonical_json_of_parsed(value: JSONValue) -> str:
     # tests/test_canonical.py holds the two equal, refusals included, over generated JSON.
     try:
         text = _encode(value)
-    except ValueError:
-        return canonical_json(value)  # a non-finite number: refused, with its path
+    except (ValueError, RecursionError):
+        return canonical_json(value)  # a non-finite number, an integer too long, too deep: refused, with its path
     if text.isascii():
         return text
     # NFC holds for the whole text exactly when it holds for every string in it: JSON's own
