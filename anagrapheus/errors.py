@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
+    from anagrapheus.timeline.canonical import JSONValue
     from anagrapheus.timeline.divergence import Divergence
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "PartialPin",
     "PinMiss",
     "PinResultError",
+    "PinnedFailure",
     "ProvenanceMismatch",
     "RecordingError",
     "RecordingMissing",
@@ -171,6 +173,19 @@ class PartialPin(AnagrapheusError):
         )
         self.key = key
         self.state = state
+
+
+class PinnedFailure(AnagrapheusError):
+    """A draw that failed was pinned, and its exception cannot be rebuilt as it was: it is raised as this instead."""
+
+    def __init__(self, record: JSONValue, *, type_name: str, message: str) -> None:
+        super().__init__(f"the pinned draw failed with {type_name}: {message}")
+        self.record = record
+        """The pinned description of the failure, as the resolver's failure codec wrote it."""
+        self.type_name = type_name
+        """The original exception's class, `module:qualname`."""
+        self.original_message = message
+        """The original exception's message."""
 
 
 class PinMiss(AnagrapheusError):

@@ -15,7 +15,10 @@ from pydantic_ai.usage import RunUsage
 
 from anagrapheus.provider import compat
 
-PRIVATE_NAMES = [("pydantic_ai._genai_prices", "fill_response_cost")]
+PRIVATE_NAMES = [
+    ("pydantic_ai._genai_prices", "fill_response_cost"),
+    ("pydantic_ai.exceptions", "_categorized_http_error"),
+]
 
 
 @pytest.mark.parametrize(("module", "name"), PRIVATE_NAMES)

@@ -62,6 +62,21 @@ def test_the_committed_recording_replays_into_an_empty_store_reaching_no_model(t
     assert all(isinstance(event, RoundConcluded) for event in logged)
 
 
+def test_a_recording_made_before_failures_were_pinned_still_replays(tmp_path: Path) -> None:
+    # The negotiation as committed with pin_promoted version 1: its pins upcast to version 2 on read.
+    old = ROOT / "tests" / "data" / "negotiation-v1.jsonl"
+    recording = read_recording(old, registry=negotiation_types())
+    assert {e.schema_version for e in recording.events if e.type == "pin_promoted"} == {1}
+
+    report = asyncio.run(replay_negotiation(old, database=tmp_path / "fresh.db"))
+
+    assert report.diverged is None
+    assert report.model_calls == {"function:scripted-eu": 0, "function:scripted-uk": 0}
+    assert report.world_readings == 0
+    assert report.hits == len(recording.events)
+    assert [r.round for r in report.rounds] == [1, 2, 3, 4]
+
+
 def test_the_recording_header_names_the_models_and_how_to_record_again() -> None:
     header = read_recording(RECORDING).header
 

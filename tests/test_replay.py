@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
+from anagrapheus.errors import AmbiguousPin, EventTypeError, PinMiss, UsageError
 from anagrapheus.timeline import (
     AmbiguousPinWarning,
     EventTypeRegistry,
@@ -213,7 +213,7 @@ def test_identical_results_from_several_units_are_not_ambiguous(
 
 def test_old_pin_versions_are_upcast_on_replay(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
     key, _ = call("one")
-    # A hypothetical v0 layout, stored as version 0 is impossible; simulate a registry at v2 instead.
+    # A pin written by version 1 (before failures were pinned) replays through the built-in upcast to version 2.
     store.append(
         [
             PendingEvent(
@@ -224,16 +224,13 @@ def test_old_pin_versions_are_upcast_on_replay(store: SQLiteEventStore, types: E
             )
         ]
     )
-
-    class PinPromotedV2(PinPromoted):
-        schema_version = 2  # type: ignore[assignment]
-
-    newer = EventTypeRegistry(builtins=False)
-    newer.register(PinPromotedV2, _builtin=True)
-    upcasts = UpcastRegistry()
-    upcasts.add(BUILTIN_NAMESPACE, "pin_promoted", from_version=1, step=lambda p: {**p, "raw": f"{p['raw']} (v2)"})
-    replay = ReplayPins.from_events(store.read(), newer, upcasts=upcasts)
-    assert replay.resolve(key, kind="model_call", effect=never, interpret=identity) == "old (v2)"
+    (stored,) = store.read()
+    assert PinPromoted.read(stored, types).failed is False
+    for upcasts in (None, UpcastRegistry()):
+        replay = ReplayPins.from_events(store.read(), types, upcasts=upcasts)
+        assert replay.resolve(key, kind="model_call", effect=never, interpret=identity) == "old"
+    with pytest.raises(EventTypeError, match="already registered"):
+        UpcastRegistry().add(BUILTIN_NAMESPACE, "pin_promoted", from_version=1, step=lambda p: p)
 
 
 def test_a_replay_built_from_the_store_reads_only_its_pins_and_answers_as_from_events(

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.compat import tool_function
+from anagrapheus.provider.compat import fallback_with_models, tool_function
+from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
@@ -43,9 +45,9 @@ class Pinning(AbstractCapability[Any]):
     def __init__(self, resolver: PinResolver, *, policy: CallPolicy | None = None) -> None:
         self.resolver = resolver
         self.policy = policy
-        # pydantic-ai asks for a wrapper on every attempt at a request. One PinnedModel per model keeps
-        # what it knows across attempts (which responses it answered from a pin) for the whole run.
-        self._pinned_models: dict[int, PinnedModel] = {}
+        # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
+        # knows across attempts (responses answered from a pin, failures drawn so far) for the capability's life.
+        self._wrappers: dict[int, tuple[Model, Model]] = {}
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -53,14 +55,19 @@ class Pinning(AbstractCapability[Any]):
         return None
 
     def get_wrapper_model(self, model: Model) -> Model | None:
-        """Wrap the model serving a request in a `PinnedModel`, unless it pins its own requests already."""
+        """Wrap the model serving a request in a `PinnedModel`; each member of a `FallbackModel` in its own."""
         if isinstance(model, PinnedModel):
             return None
-        pinned = self._pinned_models.get(id(model))
-        if pinned is None or pinned.wrapped is not model:
-            pinned = PinnedModel(model, self.resolver, policy=self.policy)
-            self._pinned_models[id(model)] = pinned
-        return pinned
+        wrapper = self._wrappers.get(id(model))
+        if wrapper is None or wrapper[0] is not model:
+            if isinstance(model, FallbackModel):
+                # Pinning each member pins a member's failure too, so the fallback recovers on replay as it did.
+                members = [self.get_wrapper_model(member) or member for member in model.models]
+                wrapper = (model, fallback_with_models(model, members))
+            else:
+                wrapper = (model, PinnedModel(model, self.resolver, policy=self.policy))
+            self._wrappers[id(model)] = wrapper
+        return wrapper[1]
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned."""
@@ -73,6 +80,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
 
     resolver: PinResolver
     """Answers each keyed tool call: draws it live, or answers it from pins."""
+    draws: DrawSequence = field(default_factory=DrawSequence)
+    """Counts each call's pinned failures, so a call retried after a failure is drawn anew."""
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
@@ -88,8 +97,13 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
             return tool_result_raw(name, _jsonable(name, result))
 
-        return await self.resolver.aresolve(
-            call.key, kind=TOOL_CALL, effect=draw, interpret=tool_result_from_raw, fingerprint=call.fingerprint
+        return await self.draws.resolve(
+            self.resolver,
+            call.key,
+            kind=TOOL_CALL,
+            effect=draw,
+            interpret=tool_result_from_raw,
+            fingerprint=call.fingerprint,
         )
 
 

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, cast
 
+from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
+from pydantic_ai.models import Model
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.toolsets import ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-__all__ = ["fill_response_cost", "tool_function"]
+__all__ = ["CATEGORIZED_HTTP_ERROR", "fallback_with_models", "fill_response_cost", "tool_function"]
+
+CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
+"""What an HTTP error of a category (`ModelUnavailableError` with a status, say) pickles to: its rebuild recipe."""
+
+
+def fallback_with_models(fallback: FallbackModel, models: list[Model]) -> FallbackModel:
+    """Return a copy of `fallback` (same fallback conditions) that tries `models` instead, not yet entered."""
+    copied = copy.copy(fallback)
+    # The copy starts unentered, with a lock of its own: the original's entry count and exit stack are not its own.
+    for private in ("_enter_lock", "_exit_stack"):
+        vars(copied).pop(private, None)
+    copied._entered_count = 0  # pyright: ignore[reportPrivateUsage]
+    copied.models = models
+    return copied
 
 
 def tool_function(tool: ToolsetTool[Any]) -> Callable[..., Any] | None:

@@ -19,6 +19,7 @@ from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider.compat import fill_response_cost
+from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
@@ -128,6 +129,8 @@ class PinnedModel(WrapperModel):
         self.policy = policy if policy is not None else SemanticCallPolicy()
         # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
+        # A request retried after a failed draw is drawn anew, under a key of its own.
+        self._draws = DrawSequence()
 
     def pin_for(
         self,
@@ -163,8 +166,13 @@ class PinnedModel(WrapperModel):
             # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
             return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
-        response = await self.resolver.aresolve(
-            call.key, kind=MODEL_CALL, effect=draw, interpret=response_from_raw, fingerprint=call.fingerprint
+        response = await self._draws.resolve(
+            self.resolver,
+            call.key,
+            kind=MODEL_CALL,
+            effect=draw,
+            interpret=response_from_raw,
+            fingerprint=call.fingerprint,
         )
         if not drawn:
             if response.state in PARTIAL_STATES:
@@ -189,22 +197,29 @@ class PinnedModel(WrapperModel):
         def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
             return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
 
-        async with self.resolver.resolve_stream(
-            call.key,
-            kind=MODEL_CALL,
-            effect=open_stream,
-            capture=_captured,
-            interpret=response_from_raw,
-            fingerprint=call.fingerprint,
-        ) as draw:
-            if draw.live is not None:
-                yield draw.live
-                return
-            pinned = draw.pinned
-            if pinned is None:  # pragma: no cover - a resolver yields one or the other
-                raise UsageError("the resolver yielded neither a live stream nor a pinned response")
-            self._mark_answered(pinned)
-            yield PinnedStreamedResponse(pinned, key=call.key, model_request_parameters=model_request_parameters)
+        try:
+            async with self.resolver.resolve_stream(
+                self._draws.key(call.key, kind=MODEL_CALL),
+                kind=MODEL_CALL,
+                effect=open_stream,
+                capture=_captured,
+                interpret=response_from_raw,
+                fingerprint=call.fingerprint,
+                failure=FAILURES,
+            ) as draw:
+                if draw.live is not None:
+                    yield draw.live
+                    return
+                pinned = draw.pinned
+                if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                    raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+                self._mark_answered(pinned)
+                yield PinnedStreamedResponse(
+                    pinned, key=call.key, model_request_parameters=model_request_parameters, failure=draw.failure
+                )
+        except Exception as e:
+            self._draws.note(call.key, e)
+            raise
 
     async def count_tokens(
         self,
@@ -219,7 +234,8 @@ class PinnedModel(WrapperModel):
             usage = await self.wrapped.count_tokens(messages, model_settings, model_request_parameters)
             return _usages.dump_python(usage, mode="json")
 
-        return await self.resolver.aresolve(
+        return await self._draws.resolve(
+            self.resolver,
             pin_key(TOKEN_COUNT, {"call": call.key}),
             kind=TOKEN_COUNT,
             effect=draw,
@@ -241,7 +257,8 @@ class PinnedModel(WrapperModel):
         async def draw() -> JSONValue:
             return response_raw(await self.wrapped.compact_messages(request_context, instructions=instructions))
 
-        return await self.resolver.aresolve(
+        return await self._draws.resolve(
+            self.resolver,
             pin_key(COMPACTION, {"call": call.key, "instructions": instructions}),
             kind=COMPACTION,
             effect=draw,

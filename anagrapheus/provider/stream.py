@@ -21,13 +21,23 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
     The provider's chunk boundaries and timing are not reproduced; everything built from the
     content (`run_stream()`, `run_stream_events()`, `iter()`, event stream handlers) is. A pinned
     response whose stream stopped before completing replays up to where it stopped, then raises
-    `PartialPin` if the consumer reads on, rather than pretending the stream ended there.
+    `PartialPin` if the consumer reads on, rather than pretending the stream ended there; one that
+    failed raises its pinned failure there instead, as the live stream did.
     """
 
-    def __init__(self, response: ModelResponse, *, key: str, model_request_parameters: ModelRequestParameters) -> None:
+    def __init__(
+        self,
+        response: ModelResponse,
+        *,
+        key: str,
+        model_request_parameters: ModelRequestParameters,
+        failure: BaseException | None = None,
+    ) -> None:
         super().__init__(response, model_request_parameters=model_request_parameters, replay_events=True)
         self.key = key
         """The key of the pin this stream replays."""
+        self.failure = failure
+        """The exception the recorded stream failed with after what it streamed, raised again at that point."""
 
     @property
     def pinned(self) -> ModelResponse:
@@ -37,6 +47,9 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
     async def _get_event_iterator(self) -> AsyncIterator[ModelResponseStreamEvent]:
         async for event in super()._get_event_iterator():
             yield event
+        if self.failure is not None:
+            # The recorded stream failed here: the consumer meets the same exception at the same point.
+            raise self.failure
         if self.response.state in PARTIAL_STATES:
             # The recorded stream never reached its end: a consumer that got this far did not read on.
             raise PartialPin(self.key, state=self.response.state)

@@ -12,6 +12,7 @@ import anyio.to_thread
 from pydantic_ai import RunContext
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
+from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
@@ -105,6 +106,8 @@ def pinned_tool(
         raise UsageError("pinned_tool needs name=... for a callable without a __name__")
     signature = inspect.signature(func)
     is_async = inspect.iscoroutinefunction(func)
+    # A call retried after it failed (a `ModelRetry`, say) is drawn anew; its failures are pinned in order.
+    draws = DrawSequence()
 
     @functools.wraps(func)
     async def pinned(*args: P.args, **kwargs: P.kwargs) -> JSONValue:
@@ -121,8 +124,13 @@ def pinned_tool(
                 )
             return tool_result_raw(tool, result)
 
-        return await resolver.aresolve(
-            call.key, kind=TOOL_CALL, effect=draw, interpret=tool_result_from_raw, fingerprint=call.fingerprint
+        return await draws.resolve(
+            resolver,
+            call.key,
+            kind=TOOL_CALL,
+            effect=draw,
+            interpret=tool_result_from_raw,
+            fingerprint=call.fingerprint,
         )
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).

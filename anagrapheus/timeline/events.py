@@ -207,7 +207,7 @@ class PinPromoted(Event):
 
     namespace: ClassVar[str] = BUILTIN_NAMESPACE
     event_type: ClassVar[str] = "pin_promoted"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     unit_id: str
     """The unit of work that drew the pin."""
@@ -216,23 +216,27 @@ class PinPromoted(Event):
     kind: str
     """What was pinned: `model_call`, `tool_call`, `entity_id`, ..."""
     raw: JsonValue
-    """The raw JSON-shaped result the effect drew."""
+    """The raw JSON-shaped result the effect drew; when `failed`, the failure: `{"error": ..., "captured": ...}`."""
     attempts: int
     """How many times the unit asked for this key (1 = drawn once, never retried)."""
     fingerprint: dict[str, str] | None = None
     """A compact per-field digest of the key material, used to say what moved on a miss."""
+    failed: bool = False
+    """Whether the draw failed (version 2): `raw` then describes the exception, which replay raises again."""
 
     # The codec: one writer and one reader of this payload, used by the ledger's commit and by replay.
 
     @staticmethod
-    def payload_text(*, unit_id: str, key: str, kind: str, raw: str, attempts: int, fingerprint: str | None) -> str:
+    def payload_text(
+        *, unit_id: str, key: str, kind: str, raw: str, attempts: int, fingerprint: str | None, failed: bool = False
+    ) -> str:
         """Write the payload from `raw` and `fingerprint` already as canonical JSON text, without re-encoding them.
 
         Byte-equal to `registry.encode(PinPromoted(...)).payload` (keys in sorted order), so a
         10,000-pin commit does not parse and re-encode every result.
         """
         return (
-            f'{{"attempts":{attempts},"fingerprint":{fingerprint or "null"},'
+            f'{{"attempts":{attempts},"failed":{"true" if failed else "false"},"fingerprint":{fingerprint or "null"},'
             f'"key":{canonical_json(key)},"kind":{canonical_json(kind)},"raw":{raw},'
             f'"unit_id":{canonical_json(unit_id)}}}'
         )
@@ -263,6 +267,7 @@ class PinPromoted(Event):
                 raw=canonical_json(event.raw),
                 attempts=event.attempts,
                 fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
+                failed=event.failed,
             )
         text = stored.payload
         fingerprint = _fingerprint_text(payload)
@@ -283,6 +288,8 @@ class PinPromoted(Event):
 def _around_raw(payload: dict[str, Any], fingerprint: str | None) -> tuple[str, str]:
     """The canonical text of a checked payload before its `raw` and after it."""
     head = f'{{"attempts":{payload["attempts"]},'
+    if "failed" in payload:
+        head += f'"failed":{"true" if payload["failed"] else "false"},'
     if "fingerprint" in payload:
         head += f'"fingerprint":{fingerprint or "null"},'
     head += f'"key":{encode_normalised(payload["key"])},"kind":{encode_normalised(payload["kind"])},"raw":'
@@ -303,6 +310,7 @@ def _pin_text(payload: dict[str, Any], *, raw: str, fingerprint: str | None) -> 
         raw=raw,
         attempts=payload["attempts"],
         fingerprint=fingerprint,
+        failed=payload.get("failed", False),
     )
 
 
@@ -322,6 +330,8 @@ class PinText:
     """How many times the unit asked for the key."""
     fingerprint: str | None
     """The fingerprint as canonical JSON text, if the pin has one."""
+    failed: bool = False
+    """Whether the draw failed: `raw` then describes the exception."""
 
 
 def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:
@@ -357,6 +367,8 @@ def _checked(payload: dict[str, Any], *, seq: int) -> dict[str, Any]:
         raise CorruptEvent("pin_promoted unit_id, key and kind must be strings", seq=seq)
     if type(attempts) is not int:
         raise CorruptEvent("pin_promoted attempts must be an integer", seq=seq)
+    if type(payload.get("failed", False)) is not bool:
+        raise CorruptEvent("pin_promoted failed must be a boolean", seq=seq)
     if fingerprint is not None and not (
         isinstance(fingerprint, dict) and all(type(digest) is str for digest in fingerprint.values())
     ):

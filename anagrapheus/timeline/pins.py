@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
 from typing import Literal, TypeVar, cast
 
@@ -24,7 +24,8 @@ from anagrapheus.timeline.events import (
     StoredEvent,
     new_uuid7,
 )
-from anagrapheus.timeline.resolver import StreamDraw
+from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
+from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 
 __all__ = ["LedgerState", "PinLedger"]
@@ -160,7 +161,7 @@ class PinLedger:
         return outcome or "open"
 
     def pins(self) -> list[ScratchPin]:
-        """Return the unit's pins drawn so far, in draw order."""
+        """Return the unit's pins drawn so far, in draw order; a failed draw's kind ends in `!failed`."""
         return self._store.scratch_list(self.unit_id)
 
     def _refuse_unless_open(self) -> None:
@@ -230,10 +231,15 @@ class PinLedger:
                 # A stream's context manager may be closed from another context than it was opened in.
                 _DRAWING.set(_DRAWING.get() - {drawing})
 
-    def _put(self, key: str, kind: str, result: object, digests: str | None) -> str:
+    def _put(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> str:
         raw = raw_text_of(result, key=key, kind=kind)
-        self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=digests)
+        self._store.scratch_put(self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=digests)
         return raw
+
+    def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
+        """Pin a failed draw; never let pinning it mask the failure it records."""
+        with suppress(Exception):
+            self._put(key, kind, failed, digests, failed=True)
 
     def resolve(
         self,
@@ -243,15 +249,21 @@ class PinLedger:
         effect: Callable[[], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> T:
-        """Resolve `key` with a synchronous effect: drawn once per unit, reused after."""
+        """Resolve `key` with a synchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         pin = self._turn(key)
         if pin is not None:
-            return interpret(json.loads(pin.raw))
+            return _answered(pin, interpret, failure)
         try:
             digests = _digests_text(fingerprint)
-            with self._drawing(key):
-                result = effect()
+            try:
+                with self._drawing(key):
+                    result = effect()
+            except Exception as e:
+                if (failed := _failed_draw(e, failure)) is not None:
+                    self._put_failure(key, kind, failed, digests)
+                raise
             raw = self._put(key, kind, result, digests)
         finally:
             self._release(key)
@@ -265,15 +277,21 @@ class PinLedger:
         effect: Callable[[], Awaitable[object]],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> T:
-        """Resolve `key` with an asynchronous effect: drawn once per unit, reused after."""
+        """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         pin = await self._aturn(key)
         if pin is not None:
-            return interpret(json.loads(pin.raw))
+            return _answered(pin, interpret, failure)
         try:
             digests = _digests_text(fingerprint)
-            with self._drawing(key):
-                result = await effect()
+            try:
+                with self._drawing(key):
+                    result = await effect()
+            except Exception as e:
+                if (failed := _failed_draw(e, failure)) is not None:
+                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                raise
             raw = await asyncio.to_thread(self._put, key, kind, result, digests)
         finally:
             self._release(key)
@@ -288,9 +306,10 @@ class PinLedger:
         capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
-        return self._stream(key, kind, effect, capture, interpret, fingerprint)
+        return self._stream(key, kind, effect, capture, interpret, fingerprint, failure)
 
     @asynccontextmanager
     async def _stream(
@@ -301,40 +320,62 @@ class PinLedger:
         capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
+        failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         pin = await self._aturn(key)
         if pin is not None:
-            yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+            if not stored_kind(pin.kind)[1]:
+                yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                return
+            async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                yield draw
             return
         try:
             digests = _digests_text(fingerprint)
-            with self._drawing(key):
-                async with effect() as live:
-                    failed = False
-                    try:
-                        yield StreamDraw(live=live, pinned=None)
-                    except BaseException:
-                        failed = True
-                        raise
-                    finally:
-                        # A partial answer is still something the model produced: pin it, even when the
-                        # consumer stopped early or the stream failed. Never let pinning mask that failure.
+            opened = False
+            try:
+                with self._drawing(key):
+                    async with effect() as live:
+                        opened = True
+                        error: BaseException | None = None
                         try:
-                            await asyncio.to_thread(self._put, key, kind, capture(live), digests)
-                        except Exception:
-                            if not failed:
-                                raise
+                            yield StreamDraw(live=live, pinned=None)
+                        except BaseException as e:
+                            error = e
+                            raise
+                        finally:
+                            # A partial answer is still something the model produced: pin it, even when the
+                            # consumer stopped early or the stream failed. With a codec, a failure is pinned
+                            # as what it was, after what the stream produced. Never let pinning mask it.
+                            failed = (
+                                None if error is None else _failed_draw(error, failure, capture=lambda: capture(live))
+                            )
+                            try:
+                                if failed is not None:
+                                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                                else:
+                                    await asyncio.to_thread(self._put, key, kind, capture(live), digests)
+                            except Exception:
+                                if error is None:
+                                    raise
+            except Exception as e:
+                if not opened and (failed := _failed_draw(e, failure)) is not None:
+                    # The stream never opened: the failure is the whole draw.
+                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                raise
         finally:
             self._release(key)
 
     # Used by ReplayPins in record mode.
 
-    def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None) -> None:
+    def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None, failed: bool = False) -> None:
         """Take a replayed pin into this unit's scratch (or count one more attempt at it)."""
         if self._turn(key) is not None:
             return
         try:
-            self._store.scratch_put(self.unit_id, key, kind=kind, raw=raw, fingerprint=fingerprint)
+            self._store.scratch_put(
+                self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=fingerprint
+            )
         finally:
             self._release(key)
 
@@ -400,13 +441,15 @@ class PinLedger:
         return events
 
     def _promoted(self, pin: ScratchPin) -> PendingEvent:
+        kind, failed = stored_kind(pin.kind)
         payload = PinPromoted.payload_text(
             unit_id=pin.unit_id,
             key=pin.key,
-            kind=pin.kind,
+            kind=kind,
             raw=pin.raw,
             attempts=pin.attempts,
             fingerprint=pin.fingerprint,
+            failed=failed,
         )
         return PendingEvent(
             namespace=BUILTIN_NAMESPACE,
@@ -433,3 +476,25 @@ class PinLedger:
     async def aabandon(self, *, reason: str) -> StoredEvent:
         """Like `abandon`, with the store work in a worker thread, so it waits off the event loop."""
         return await asyncio.to_thread(self.abandon, reason=reason)
+
+
+def _failed_draw(
+    error: BaseException, failure: FailureCodec | None, *, capture: Callable[[], object] | None = None
+) -> object | None:
+    """The raw of a failed draw to pin, or None without a codec or when it says the error is not the draw's outcome."""
+    if failure is None:
+        return None
+    try:
+        record = failure.describe(error)
+        if record is None:
+            return None
+        return failed_raw(record) if capture is None else failed_raw(record, captured=capture(), has_captured=True)
+    except Exception:
+        return None
+
+
+def _answered(pin: ScratchPin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
+    """A reused pin's value, or the failure it pinned, raised again (a retry after a failure has a key of its own)."""
+    if stored_kind(pin.kind)[1]:
+        raise failure_of(json.loads(pin.raw), failure)[0]
+    return interpret(json.loads(pin.raw))

@@ -15,10 +15,11 @@ from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, StoredEvent
+from anagrapheus.timeline.failures import failure_of, replayed_failure
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording import stream_pins
-from anagrapheus.timeline.resolver import StreamDraw
+from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -39,6 +40,7 @@ class _Pin:
     # As canonical JSON text: parsed only when a miss compares fingerprints, so a replay that hits never pays.
     fingerprint: str | None
     unit_id: str
+    failed: bool = False
 
 
 class ReplayPins:
@@ -110,14 +112,18 @@ class ReplayPins:
             key = pin.key
             # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
             found = _Pin(
-                kind=sys.intern(pin.kind), raw=pin.raw, fingerprint=pin.fingerprint, unit_id=sys.intern(pin.unit_id)
+                kind=sys.intern(pin.kind),
+                raw=pin.raw,
+                fingerprint=pin.fingerprint,
+                unit_id=sys.intern(pin.unit_id),
+                failed=pin.failed,
             )
             seen = pins.get(key)
             if seen is None:
                 pins[key] = found
                 continue
             units.setdefault(key, [seen.unit_id]).append(found.unit_id)
-            if seen.raw != found.raw:
+            if seen.raw != found.raw or seen.failed != found.failed:
                 ambiguous.add(key)
         conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
         if conflicts:
@@ -198,7 +204,7 @@ class ReplayPins:
         self._hits += 1
         self._used.add(key)
         if self._into is not None:
-            self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint)
+            self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
         return pin
 
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
@@ -235,13 +241,16 @@ class ReplayPins:
         effect: Callable[[], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         pin = self._answer(key)
         if pin is not None:
-            return interpret(json.loads(pin.raw))
+            return _answered(pin, interpret, failure)
         ledger = self._miss(key, kind, fingerprint)
-        return ledger.resolve(key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint)
+        return ledger.resolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
 
     async def aresolve(
         self,
@@ -251,13 +260,16 @@ class ReplayPins:
         effect: Callable[[], Awaitable[object]],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         pin = self._answer(key)
         if pin is not None:
-            return interpret(json.loads(pin.raw))
+            return _answered(pin, interpret, failure)
         ledger = self._miss(key, kind, fingerprint)
-        return await ledger.aresolve(key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint)
+        return await ledger.aresolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
 
     def resolve_stream(
         self,
@@ -268,9 +280,10 @@ class ReplayPins:
         capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Answer a streamed call from the recording; a miss is strict or recorded as for `resolve`."""
-        return self._stream(key, kind, effect, capture, interpret, fingerprint)
+        return self._stream(key, kind, effect, capture, interpret, fingerprint, failure)
 
     @asynccontextmanager
     async def _stream(
@@ -281,13 +294,31 @@ class ReplayPins:
         capture: Callable[[S], object],
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
+        failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         pin = self._answer(key)
         if pin is not None:
-            yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+            if not pin.failed:
+                yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                return
+            async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                yield draw
             return
         ledger = self._miss(key, kind, fingerprint)
         async with ledger.resolve_stream(
-            key, kind=kind, effect=effect, capture=capture, interpret=interpret, fingerprint=fingerprint
+            key,
+            kind=kind,
+            effect=effect,
+            capture=capture,
+            interpret=interpret,
+            fingerprint=fingerprint,
+            failure=failure,
         ) as draw:
             yield draw
+
+
+def _answered(pin: _Pin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
+    """Return a pin's value, or raise the failure it pinned, where the recorded draw raised it."""
+    if pin.failed:
+        raise failure_of(json.loads(pin.raw), failure)[0]
+    return interpret(json.loads(pin.raw))

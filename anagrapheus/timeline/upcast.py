@@ -14,11 +14,21 @@ Upcast = Callable[[dict[str, Any]], dict[str, Any]]
 """A pure function taking a payload at version N and returning it at version N + 1."""
 
 
+def _pin_promoted_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 pinned only draws that succeeded.
+    return {**payload, "failed": False}
+
+
+# The built-in events' steps ("anagrapheus" namespace), known to every registry, as their classes are.
+_BUILTIN_STEPS: dict[tuple[str, str, int], Upcast] = {("anagrapheus", "pin_promoted", 1): _pin_promoted_v1_to_v2}
+
+
 class UpcastRegistry:
     """Holds one-step upcasts per (namespace, type, from_version); stored history is never rewritten."""
 
     def __init__(self) -> None:
-        self._steps: dict[tuple[str, str, int], Upcast] = {}
+        """Start with the built-in events' steps (`pin_promoted` v1 -> v2) registered."""
+        self._steps: dict[tuple[str, str, int], Upcast] = dict(_BUILTIN_STEPS)
 
     def register(self, namespace: str, event_type: str, *, from_version: int) -> Callable[[Upcast], Upcast]:
         """Register the function decorated as the step from `from_version` to `from_version + 1`."""

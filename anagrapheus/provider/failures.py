@@ -1,0 +1,156 @@
+"""Failed model requests and tool calls as pins: described as JSON, raised again on replay as what they were."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast
+
+from pydantic_core import to_jsonable_python
+
+from anagrapheus.errors import AnagrapheusError, PinnedFailure
+from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.resolver import PinResolver
+
+__all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
+
+T = TypeVar("T")
+
+# Only exception classes from these modules are rebuilt from a recording: a recording names what to call, and a
+# recording from elsewhere must not be able to make replay call anything else.
+_REBUILDABLE_MODULES = ("builtins", "pydantic_ai.", "httpx", "anyio", "asyncio")
+
+
+def _path(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+def _resolve(path: str) -> object:
+    module, _, qualname = path.partition(":")
+    found: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _rebuildable(obj: object) -> bool:
+    if obj is CATEGORIZED_HTTP_ERROR:
+        return True
+    module = getattr(obj, "__module__", "")
+    return (
+        isinstance(obj, type)
+        and issubclass(obj, BaseException)
+        and (module == "builtins" or module.startswith(_REBUILDABLE_MODULES[1:]))
+    )
+
+
+class ExceptionCodec:
+    """The failure codec for pydantic-ai runs: pins an exception's class, message and the state that rebuilds it.
+
+    pydantic-ai's exceptions (`ModelHTTPError` with its status and body, `ModelAPIError`, `ModelRetry`, ...)
+    and Python's built-in ones are raised again as the same class with the same attributes. Any other
+    class is raised as `PinnedFailure`, naming the original class and message. `AnagrapheusError`s and
+    exceptions that are not `Exception`s (cancellation) are never pinned.
+    """
+
+    def describe(self, error: BaseException) -> JSONValue | None:
+        """Return the exception as JSON to pin, or None when it is not the outcome of a draw."""
+        if isinstance(error, PinnedFailure):
+            return canonical_value(error.record)
+        if not isinstance(error, Exception) or isinstance(error, AnagrapheusError):
+            return None
+        return {"type": _path(type(error)), "message": str(error), "rebuild": _reduced(error)}
+
+    def rebuild(self, record: JSONValue) -> BaseException:
+        """Return the exception `record` describes: its own class where allowed and rebuilt, else `PinnedFailure`."""
+        fields: Mapping[str, Any] = record if isinstance(record, dict) else {}
+        type_name, message = str(fields.get("type", "?")), str(fields.get("message", ""))
+        fallback = PinnedFailure(record, type_name=type_name, message=message)
+        reduced = fields.get("rebuild")
+        if not isinstance(reduced, dict):
+            return fallback
+        recipe = cast("dict[str, Any]", reduced)
+        try:
+            call: Any = _resolve(str(recipe["call"]))
+            if not _rebuildable(call):
+                return fallback
+            args: list[Any] = list(recipe.get("args") or [])
+            if call is CATEGORIZED_HTTP_ERROR:
+                args[0] = _resolve(str(args[0]))
+            error: Any = call(*args)
+            state = recipe.get("state")
+            if isinstance(state, dict):
+                error.__setstate__(state)
+        except Exception:
+            return fallback
+        # The same class and message, or nothing: a rebuilt error that differs would take another path silently.
+        if not isinstance(error, BaseException) or _path(type(error)) != type_name or str(error) != message:
+            return fallback
+        return error
+
+
+def _reduced(error: BaseException) -> JSONValue | None:
+    """How to rebuild `error` (its pickle recipe, as JSON), or None when it has none that JSON can hold."""
+    try:
+        reduced = error.__reduce__()
+        if not isinstance(reduced, tuple) or len(reduced) < 2:
+            return None
+        call, args = reduced[0], list(reduced[1])
+        state = reduced[2] if len(reduced) > 2 else None
+        if call is CATEGORIZED_HTTP_ERROR:
+            args[0] = _path(args[0])
+        if not _rebuildable(call):
+            return None
+        return canonical_value(to_jsonable_python({"call": _path(call), "args": args, "state": state}))
+    except Exception:
+        return None
+
+
+FAILURES = ExceptionCodec()
+"""The failure codec every pinned model request and tool call uses."""
+
+
+class DrawSequence:
+    """Counts each key's pinned failures, so a retry after a failure is a fresh draw, under a key of its own.
+
+    The first draw of a call is keyed as always; the draw after n failures is keyed on the call's key
+    and n. Replay raises the same failures in the same order, so the same retries reach the same draws.
+    """
+
+    def __init__(self) -> None:
+        self._failed: dict[str, int] = {}
+
+    def key(self, key: str, *, kind: str) -> str:
+        """The key of the next draw of the call keyed `key`."""
+        failed = self._failed.get(key, 0)
+        return key if failed == 0 else pin_key(kind, {"retry_of": key, "after_failures": failed})
+
+    def note(self, key: str, error: BaseException) -> None:
+        """Count `error` against `key` if it is a drawn failure (one the codec pins)."""
+        if FAILURES.describe(error) is not None:
+            self._failed[key] = self._failed.get(key, 0) + 1
+
+    async def resolve(
+        self,
+        resolver: PinResolver,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None,
+    ) -> T:
+        """Resolve the next draw of the call keyed `key`, failures pinned and counted."""
+        try:
+            return await resolver.aresolve(
+                self.key(key, kind=kind),
+                kind=kind,
+                effect=effect,
+                interpret=interpret,
+                fingerprint=fingerprint,
+                failure=FAILURES,
+            )
+        except Exception as e:
+            self.note(key, e)
+            raise
