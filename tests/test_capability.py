@@ -183,3 +183,27 @@ def test_a_pinned_tool_or_pinned_model_under_the_capability_is_pinned_once(
     agent.run_sync(PROMPT)
     assert [pin.kind for pin in ledger.pins()] == ["model_call", "tool_call", "model_call"]
     assert all(pin.attempts == 1 for pin in ledger.pins())
+
+
+def test_part_of_the_deps_can_join_a_tool_key_when_it_decides_what_the_tool_reads(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def agent(pinning: Pinning, world: World) -> Agent[str, str]:
+        return world.agent(Scripted("scripted-uk").model, capabilities=[pinning])
+
+    ledger = PinLedger(store, types)
+    fleet_by_region = {"fleet": lambda deps: {"region": deps}}
+    agent(Pinning(ledger, tool_deps=fleet_by_region), World()).run_sync(PROMPT, deps="Breton")
+    ledger.commit()
+
+    world = World()
+    replay = ReplayPins.from_events(store.read(), types)
+    with pytest.raises(PinMiss) as miss:
+        agent(Pinning(replay, tool_deps=fleet_by_region), world).run_sync(PROMPT, deps="Basque")
+    assert miss.value.divergence.kind == "tool_call"
+    assert "deps" in miss.value.divergence.describe()
+    world = World()
+    replay = ReplayPins.from_events(store.read(), types)
+    result = agent(Pinning(replay, tool_deps=fleet_by_region), world).run_sync(PROMPT, deps="Breton")
+    assert "Breton fleet of 3 in Paris" in result.output
+    assert world.calls == []

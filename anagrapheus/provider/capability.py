@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,17 +34,28 @@ class Pinning(AbstractCapability[Any]):
     `Agent(model, capabilities=[Pinning(ledger)])` records a run; the same agent with
     `Pinning(ReplayPins(...))` replays it without reaching the model or any tool. Each model is
     wrapped in a `PinnedModel` (its keys, its `policy`) and every toolset's calls are keyed as
-    `pinned_tool` keys them. A model or tool that already pins its own calls is passed through.
+    `pinned_tool` keys them: name and arguments, never the `RunContext` or the run's deps, unless
+    `tool_deps` names the part of the deps a tool's answer depends on. A model or tool that already
+    pins its own calls is passed through.
     """
 
     resolver: PinResolver
     """Answers each keyed model request and tool call: draws it live, or answers it from pins."""
     policy: CallPolicy | None
     """Decides what goes into a model request's key; `SemanticCallPolicy` when None."""
+    tool_deps: Mapping[str, Callable[[Any], object]]
+    """Tool name to the part of the run's deps that decides what the tool reads; that part joins its key."""
 
-    def __init__(self, resolver: PinResolver, *, policy: CallPolicy | None = None) -> None:
+    def __init__(
+        self,
+        resolver: PinResolver,
+        *,
+        policy: CallPolicy | None = None,
+        tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
+    ) -> None:
         self.resolver = resolver
         self.policy = policy
+        self.tool_deps = dict(tool_deps or {})
         # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
         # knows across attempts (responses answered from a pin, failures drawn so far) for the capability's life.
         self._wrappers: dict[int, tuple[Model, Model]] = {}
@@ -71,7 +82,7 @@ class Pinning(AbstractCapability[Any]):
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned."""
-        return PinnedToolset(toolset, resolver=self.resolver)
+        return PinnedToolset(toolset, resolver=self.resolver, tool_deps=self.tool_deps)
 
 
 @dataclass
@@ -80,6 +91,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
 
     resolver: PinResolver
     """Answers each keyed tool call: draws it live, or answers it from pins."""
+    tool_deps: Mapping[str, Callable[[Any], object]] = field(default_factory=dict[str, Callable[[Any], object]])
+    """Tool name to the part of the run's deps that joins the tool's key (deps are otherwise not keyed)."""
     draws: DrawSequence = field(default_factory=DrawSequence)
     """Counts each call's pinned failures, so a call retried after a failure is drawn anew."""
 
@@ -91,7 +104,9 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
         if function is not None and is_pinned_tool(function):
             # A `pinned_tool` pins itself under this very key: pinning it here too would wait on its own draw.
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
-        call = tool_pin(name, _keyed_arguments(function, tool_args))
+        keyed_deps = self.tool_deps.get(name)
+        arguments = _keyed_arguments(function, tool_args)
+        call = tool_pin(name, arguments) if keyed_deps is None else tool_pin(name, arguments, deps=keyed_deps(ctx.deps))
 
         async def draw() -> JSONValue:
             result = await self.wrapped.call_tool(name, tool_args, ctx, tool)

@@ -47,9 +47,23 @@ class ToolPin:
     """Field name (`tool`, `args.city`) to a short digest; never content."""
 
 
-def tool_pin(tool: str, arguments: Mapping[str, object]) -> ToolPin:
-    """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key."""
+_UNKEYED: object = object()
+
+
+def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKEYED) -> ToolPin:
+    """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key.
+
+    The run's deps are not in a tool's key. Pass `deps=` (JSON-shaped, or a pydantic model) to key the part
+    of the deps that decides what the tool reads, such as a region or an account.
+    """
     material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
+    if deps is not _UNKEYED:
+        try:
+            material["deps"] = canonical_value(to_jsonable_python(deps))
+        except (PydanticSerializationError, CanonicalError) as e:
+            raise CanonicalError(
+                f"the deps keyed for tool {tool!r} cannot be keyed as JSON ({e})", path="$.deps"
+            ) from e
     return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
 
 

@@ -16,7 +16,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
 from anagrapheus.identity import mint_entity_id
-from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus import Pinning
 from anagrapheus.timeline import (
     Divergence,
     Event,
@@ -212,9 +212,12 @@ class Diverged(Exception):
 
 
 def _agent(party: Party, model: Model, resolver: PinResolver, world: World) -> Agent[None, str]:
-    tools = [pinned_tool(resolver, world.stock_survey), pinned_tool(resolver, world.market_price)]
     return Agent(
-        PinnedModel(model, resolver), instructions=party.instructions, tools=tools, name=f"{party.code} negotiator"
+        model,
+        instructions=party.instructions,
+        tools=[world.stock_survey, world.market_price],
+        name=f"{party.code} negotiator",
+        capabilities=[Pinning(resolver)],  # every model request and tool call of the agent, pinned
     )
 
 
