@@ -15,8 +15,8 @@ import uuid_utils
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
-from anagrapheus.identity import mint_entity_id
 from anagrapheus import Pinning
+from anagrapheus.identity import mint_entity_id
 from anagrapheus.timeline import (
     Divergence,
     Event,
