@@ -1,11 +1,12 @@
 """Agent runs under pinning, as ratios to the same agent on a bare FunctionModel, and pins vs an HTTP cassette.
 
 Part "runs": one agent run (a tool call, then an answer: two model requests) on a bare async
-`FunctionModel`, under strict replay (`PinnedModel` + `ReplayPins`) and under live recording
-(`PinnedModel` + a fresh `PinLedger` per run), with no history and continuing a 200-message
-history. Part "cassette": the same three-turn conversation replayed through pins and through a
-vcrpy cassette of an OpenAI-compatible model (`OpenAIChatModel`), both recorded in this run
-against a scripted server on 127.0.0.1 that is stopped before anything is replayed.
+`FunctionModel`, under strict replay (`PinnedModel` + `ReplayPins`, and the `Pinning` capability,
+which pins the tool call too) and under live recording (`PinnedModel` + a fresh `PinLedger` per
+run), with no history and continuing a 200-message history. Part "cassette": the same three-turn
+conversation replayed through pins and through a vcrpy cassette of an OpenAI-compatible model
+(`OpenAIChatModel`), both recorded in this run against a scripted server on 127.0.0.1 that is
+stopped before anything is replayed.
 
 Variants run interleaved in rounds; each figure is the median over rounds of the variant's time
 divided by the baseline's time in the same round. Setup (agents, ledgers, opening the cassette,
@@ -44,7 +45,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import register_builtin_events
-from anagrapheus.provider import PinnedModel
+from anagrapheus.provider import PinnedModel, Pinning
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 HISTORY_TURNS = 50  # four messages a turn: 200 messages
@@ -160,6 +161,19 @@ def one_run(
     replay = agent_on(PinnedModel(FunctionModel(replay_fn, model_name="scripted"), recorded.replay()))
     assert loop.run_until_complete(replay.run(prompt, message_history=past)).output == expected.output
 
+    # The capability pins the tool call too, so its recording is made through the capability.
+    whole = Pins.open(root / f"capability-{name}.db")
+    whole_ledger = whole.ledger()
+    loop.run_until_complete(
+        Agent(bare_model, tools=[lookup], capabilities=[Pinning(whole_ledger)]).run(prompt, message_history=past)
+    )
+    whole_ledger.commit()
+    capability_fn = Scripted()
+    capability = Agent(
+        FunctionModel(capability_fn, model_name="scripted"), tools=[lookup], capabilities=[Pinning(whole.replay())]
+    )
+    assert loop.run_until_complete(capability.run(prompt, message_history=past)).output == expected.output
+
     live_pins = Pins.open(root / f"live-{name}.db")
     live_model = FunctionModel(live_fn, model_name="scripted")
     live = agent_on(live_model)
@@ -196,15 +210,17 @@ def one_run(
         Variant("bare FunctionModel (async)", plain(bare), unit="run"),
         [
             Variant("replay: PinnedModel + ReplayPins", plain(replay), aim=Aim(at_most=1.05), unit="run"),
+            Variant("replay: Pinning capability + ReplayPins", plain(capability), aim=Aim(at_most=1.05), unit="run"),
             Variant("live: PinnedModel + PinLedger", recording(with_commit=False), unit="run"),
             Variant("live, then commit()", recording(with_commit=True), unit="run"),
         ],
         n=n,
         rounds=rounds,
     )
-    assert replay_fn.calls == 0, "strict replay reached the model"
+    assert replay_fn.calls == capability_fn.calls == 0, "strict replay reached the model"
     print_table(f"One agent run, two model requests, {label} (per run)", "bare async FunctionModel", rows)
     recorded.store.close()
+    whole.store.close()
     live_pins.store.close()
 
 

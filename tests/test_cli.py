@@ -176,7 +176,7 @@ def test_check_names_the_corrupt_line_and_exits_2(corrupt: Path, capsys: pytest.
     assert code == 2
     assert out.replace(str(corrupt), "corrupt.jsonl") == snapshot("""\
 recordings/negotiation.jsonl: ok, 29 event(s) (format, events, keys, provenance, secrets)
-corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column 745 (char 744))
+corrupt.jsonl:5: [format] line is not valid JSON (Unterminated string starting at: line 1 column 747 (char 746))
 """)
 
 
