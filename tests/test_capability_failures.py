@@ -121,13 +121,17 @@ def test_a_fallback_model_recovers_on_replay_as_it_did_live(store: SQLiteEventSt
     ledger = PinLedger(store, types)
     live = agent(primary, secondary, Pinning(ledger)).run_sync(PROMPT)
     assert (primary.calls, secondary.calls, live.output) == (1, 1, "secondary holds firm.")
-    assert [pin.kind for pin in ledger.pins()] == ["model_call!failed", "model_call"]
+    # The fallback times its failed attempt by the wall clock: those times are pinned with it.
+    assert [pin.kind for pin in ledger.pins()] == ["model_call!failed", "model_call", "model_attempt_times"]
     ledger.commit()
 
     primary, secondary = Flaky("primary", ValueError("unused")), Flaky("secondary", ValueError("unused"))
     replayed = agent(primary, secondary, replaying(store, types)).run_sync(PROMPT)
     assert replayed.output == live.output
     assert (primary.calls, secondary.calls) == (0, 0)
+    (live_attempt,) = live.all_messages()[-1].failed_attempts or []  # type: ignore[union-attr]
+    (replayed_attempt,) = replayed.all_messages()[-1].failed_attempts or []  # type: ignore[union-attr]
+    assert replayed_attempt == live_attempt
 
 
 def asks_until_answered(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

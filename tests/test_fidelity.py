@@ -3,9 +3,9 @@
 Every surface is recorded in one process and replayed in another (one process per mode, not per
 surface, to keep the suite's time). For every surface: the replay reaches no model and no tool body,
 produces the same output (or the same exception class and status), and the same messages. Not yet
-byte-equal: message timestamps, `run_id`, `conversation_id` and a failed fallback attempt's
-`duration` are drawn afresh by the replaying run, so `same_messages` leaves out exactly those fields
-(the issue's clock-and-ids item); everything else is compared as JSON.
+byte-equal: message timestamps, `run_id` and `conversation_id` are drawn afresh by the replaying
+run, so `same_messages` leaves out exactly those fields (the issue's clock-and-ids item); everything
+else, a fallback's failed-attempt times included, is compared as JSON.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import pytest
 from tests.fidelity_runs import SURFACES
 
 ROOT = Path(__file__).resolve().parents[1]
-# Drawn afresh by the replaying run (not pinned yet): timestamps, run ids, and the wall-clock duration of a
-# FallbackModel's failed attempt.
-UNPINNED_FIELDS = frozenset({"timestamp", "run_id", "conversation_id", "duration"})
+# Drawn afresh by the replaying run (not pinned yet): message timestamps and run ids.
+UNPINNED_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
 FAILING = {"usage_limits", "failed_stream"}
 
 

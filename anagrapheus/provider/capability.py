@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.models import Model
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
@@ -18,13 +20,16 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.compat import fallback_with_models, tool_function
 from anagrapheus.provider.failures import DrawSequence
-from anagrapheus.provider.model import PinnedModel
+from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
-from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.resolver import PinResolver
 
-__all__ = ["PinnedToolset", "Pinning"]
+__all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
+
+ATTEMPT_TIMES = "model_attempt_times"
+"""The pin kind of the wall-clock times of a `FallbackModel`'s failed attempts before the answering one."""
 
 
 @dataclass(init=False)
@@ -80,6 +85,31 @@ class Pinning(AbstractCapability[Any]):
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """Give a `FallbackModel`'s failed attempts the times the recorded run measured, so replay is byte-equal."""
+        attempts = response.failed_attempts
+        if not attempts:
+            return response
+        # The attempts are timed by the fallback around the pinned members, from the wall clock: pin the times,
+        # keyed on what the attempts were and the response that answered (itself a pin).
+        material = {
+            "response": response_raw(replace(response, failed_attempts=None)),
+            "attempts": [[a.model_name, a.provider_name, a.outcome, a.error] for a in attempts],
+        }
+
+        async def measured() -> JSONValue:
+            return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
+
+        timings = await self.resolver.aresolve(
+            pin_key(ATTEMPT_TIMES, material), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
+        )
+        if len(timings) != len(attempts):
+            return response
+        timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
+        return replace(response, failed_attempts=timed)
+
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned."""
         return PinnedToolset(toolset, resolver=self.resolver, tool_deps=self.tool_deps)
@@ -120,6 +150,20 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             interpret=tool_result_from_raw,
             fingerprint=call.fingerprint,
         )
+
+
+def _attempt_times(raw: JSONValue) -> list[tuple[datetime, timedelta]]:
+    if not isinstance(raw, list):
+        raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {type(raw).__name__}, not a list of [timestamp, seconds]")
+    times: list[tuple[datetime, timedelta]] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
+        seconds = item[1]
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
+        times.append((datetime.fromisoformat(item[0]), timedelta(seconds=seconds)))
+    return times
 
 
 def _keyed_arguments(function: Callable[..., Any] | None, tool_args: dict[str, Any]) -> dict[str, Any]:
