@@ -203,16 +203,24 @@ async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: Pi
         async with Agent(PinnedModel(live.model, ledger)).run_stream(PROMPT) as streamed:
             await streamed.get_output()
     (pin,) = ledger.pins()
+    assert pin.kind == "model_call!failed"
     raw = json.loads(pin.raw)
-    assert raw["state"] == "incomplete"
-    assert raw["parts"][0]["content"] == "The UK "
+    assert raw["error"]["type"] == "builtins:ConnectionError"
+    assert raw["captured"]["state"] == "incomplete"
+    assert raw["captured"]["parts"][0]["content"] == "The UK "
 
-    # A retry in the unit is answered by that pin, and is refused rather than given "The UK " as the answer.
+    # Asked again in the unit by a fresh run, the call fails as it did, never answering "The UK " as the whole.
     live.fail_after_chunks = None
-    for retry in ("run_stream", "run"):
-        with pytest.raises(PartialPin, match="stopped before completing"):
-            await drive(Agent(PinnedModel(live.model, ledger)), retry)
+    for again in ("run_stream", "run"):
+        with pytest.raises(ConnectionError, match="dropped the stream"):
+            await drive(Agent(PinnedModel(live.model, ledger)), again)
     assert live.calls == 1
+    # A retry by the same model after the failure is a draw of its own.
+    pinned = PinnedModel(live.model, ledger)
+    with pytest.raises(ConnectionError):
+        await drive(Agent(pinned), "run")
+    assert (await drive(Agent(pinned), "run"))[0] == "The UK holds firm on fisheries."
+    assert live.calls == 2
 
 
 @pytest.mark.anyio
