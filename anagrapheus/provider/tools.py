@@ -59,11 +59,9 @@ def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKE
     material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
     if deps is not _UNKEYED:
         try:
-            material["deps"] = canonical_value(to_jsonable_python(deps))
-        except (PydanticSerializationError, CanonicalError) as e:
-            raise CanonicalError(
-                f"the deps keyed for tool {tool!r} cannot be keyed as JSON ({e})", path="$.deps"
-            ) from e
+            material["deps"] = MaterialWalk().value(deps, at="$.deps")
+        except CanonicalError as e:
+            raise CanonicalError(f"the deps keyed for tool {tool!r} cannot be keyed: {e.reason}", path=e.path) from e
     return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
 
 
