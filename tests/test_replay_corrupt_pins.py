@@ -69,7 +69,10 @@ def test_a_corrupt_pin_is_refused_when_replay_reads_a_store(tmp_path: Path) -> N
         store.append(
             [
                 PendingEvent(
-                    namespace=BUILTIN_NAMESPACE, type="pin_promoted", schema_version=1, payload=with_(attempts="1")
+                    namespace=BUILTIN_NAMESPACE,
+                    type="pin_promoted",
+                    schema_version=PinPromoted.schema_version,
+                    payload=with_(attempts="1"),
                 )
             ]
         )
