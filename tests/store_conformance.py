@@ -119,11 +119,15 @@ class StoreConformance:
         assert [(p.key, p.raw, p.attempts, p.draw_no) for p in listed] == [("k1", '"r1"', 3, 1), ("k2", '"r2"', 1, 2)]
         assert [p.raw for p in store.scratch_list("u2")] == ['"other"']
 
-    def test_scratch_put_twice_is_refused(self, store: TimelineStore) -> None:
-        store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint=None)
-        with pytest.raises(StoreError):
-            store.scratch_put("u1", "k1", kind="model_call", raw='"r2"', fingerprint=None)
-        assert store.scratch_get("u1", "k1").raw == '"r1"'  # type: ignore[union-attr]
+    def test_scratch_put_twice_keeps_the_first_draw(self, store: TimelineStore) -> None:
+        # Two stores drawing one key of one unit: the first pin written is the unit's answer for it.
+        first = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint=None)
+        second = store.scratch_put("u1", "k1", kind="tool_call", raw='"r2"', fingerprint='{"x":"y"}')
+        assert (second.raw, second.kind, second.fingerprint, second.draw_no) == ('"r1"', "model_call", None, 1)
+        assert second.attempts == 2
+        assert store.scratch_get("u1", "k1") == second
+        assert store.scratch_put("u1", "k2", kind="model_call", raw='"r3"', fingerprint=None).draw_no == 2
+        assert first.attempts == 1
 
     def test_bump_of_missing_pin_is_an_error(self, store: TimelineStore) -> None:
         with pytest.raises(StoreError):

@@ -273,3 +273,108 @@ def test_a_waiter_whose_loop_closed_does_not_break_the_release(ledger: PinLedger
     patient_thread.join()
     assert owner == [("ok", "drawn")]
     assert queued == [("ok", "drawn")]
+
+
+def test_two_ledgers_on_one_unit_draw_a_key_once(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    first = PinLedger(store, types, unit_id="shared")
+    second = PinLedger(store, types, unit_id="shared")
+    started = threading.Event()
+    release = threading.Event()
+    effects: list[str] = []
+
+    def slow() -> str:
+        effects.append("first")
+        started.set()
+        release.wait(10)
+        return "drawn once"
+
+    def other() -> str:
+        effects.append("second")
+        return "drawn twice"
+
+    owner: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: owner.append(first.resolve(K1, kind="model_call", effect=slow, interpret=identity))
+    )
+    thread.start()
+    assert started.wait(10)
+    waiter: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: waiter.append(second.resolve(K1, kind="model_call", effect=other, interpret=identity))
+    )
+    waiting.start()
+    time.sleep(0.05)
+    # While the first draw is in flight, closing the unit through either ledger is refused.
+    with pytest.raises(UsageError, match="in flight"):
+        second.commit()
+    release.set()
+    thread.join(10)
+    waiting.join(10)
+    assert owner == waiter == ["drawn once"]
+    assert effects == ["first"]
+    second.commit()
+    assert promoted_raws(store, "shared") == ["drawn once"]
+    # The unit is closed for both ledgers, before any effect runs.
+    with pytest.raises(UsageError, match="committed"):
+        first.resolve(pin_key("model_call", {"prompt": "two"}), kind="model_call", effect=other, interpret=identity)
+    assert effects == ["first"]
+
+
+def test_two_stores_drawing_one_key_answer_with_the_first_pin(
+    store: SQLiteEventStore, types: EventTypeRegistry, db_path: Any
+) -> None:
+    # Another store object on the same file (as another process would be): the ledgers do not see each
+    # other's draws in flight, so both effects run; the pin written first answers both callers.
+    other_store = SQLiteEventStore(db_path)
+    try:
+        mine = PinLedger(store, types, unit_id="shared")
+        theirs = PinLedger(other_store, types, unit_id="shared")
+
+        def racing() -> str:
+            # The other store draws and pins the same key while this effect runs.
+            assert theirs.resolve(K1, kind="model_call", effect=lambda: "theirs", interpret=identity) == "theirs"
+            return "mine"
+
+        assert mine.resolve(K1, kind="model_call", effect=racing, interpret=identity) == "theirs"
+        (pin,) = mine.pins()
+        assert (pin.raw, pin.attempts) == ('"theirs"', 2)
+        mine.commit()
+        assert promoted_raws(store, "shared") == ["theirs"]
+    finally:
+        other_store.close()
+
+
+def test_a_task_cancelled_while_claiming_a_draw_leaves_nothing_in_flight(
+    store: SQLiteEventStore, types: EventTypeRegistry, db_path: Any
+) -> None:
+    import sqlite3
+
+    ledger = PinLedger(store, types)
+    # Another connection holds the write lock, so the claim's store step waits in its worker thread.
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    effects: list[str] = []
+
+    async def draw() -> str:
+        async def effect() -> str:
+            effects.append("ran")
+            return "value"
+
+        return await ledger.aresolve(K1, kind="model_call", effect=effect, interpret=identity)
+
+    async def main() -> None:
+        task = asyncio.create_task(draw())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        # The claim finishes after the caller has gone, taking the draw; it must be handed back.
+        blocker.execute("ROLLBACK")
+        await asyncio.sleep(0.5)
+
+    asyncio.run(main())
+    blocker.close()
+    assert effects == []
+    status, outcome = run_with_deadline(ledger.commit)
+    assert status == "ok", outcome
+    assert ledger.state == "committed"

@@ -21,6 +21,7 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore,
 
 SECONDS = float(os.environ.get("ANAGRAPHEUS_STRESS_SECONDS", "0"))
 ROUNDS = 3
+JOIN_SECONDS = 60.0
 
 
 class Flaky(Exception):
@@ -39,6 +40,7 @@ class Round:
         self.returned: dict[str, set[str]] = defaultdict(set)
         self.guard = threading.Lock()
         self.counter = 0
+        self.errors: list[BaseException] = []
 
     def value(self) -> str:
         with self.guard:
@@ -63,6 +65,9 @@ class Round:
                 continue
             except UsageError:
                 return
+            except BaseException as e:
+                self.errors.append(e)
+                return
 
     async def task_drawer(self, ledger: PinLedger, stop: threading.Event) -> None:
         async def effect() -> str:
@@ -76,6 +81,9 @@ class Round:
             except Flaky:
                 continue
             except UsageError:
+                return
+            except Exception as e:
+                self.errors.append(e)
                 return
 
     def closer(self, ledger: PinLedger) -> None:
@@ -94,21 +102,28 @@ class Round:
 
     def run(self) -> None:
         stop = threading.Event()
-        threads = [threading.Thread(target=self.thread_drawer, args=(ledger, stop)) for ledger in self.ledgers]
-        loop_thread = threading.Thread(
-            target=lambda: asyncio.run(self._tasks(stop)),
-        )
+        threads = [
+            threading.Thread(target=self.thread_drawer, args=(ledger, stop), daemon=True) for ledger in self.ledgers
+        ]
+        loop_thread = threading.Thread(target=lambda: asyncio.run(self._tasks(stop)), name="event loop", daemon=True)
         for thread in [*threads, loop_thread]:
             thread.start()
         time.sleep(0.15)
-        closers = [threading.Thread(target=self.closer, args=(ledger,)) for ledger in self.ledgers]
+        closers = [threading.Thread(target=self.closer, args=(ledger,), daemon=True) for ledger in self.ledgers]
         for thread in closers:
             thread.start()
         for thread in closers:
-            thread.join()
+            thread.join(JOIN_SECONDS)
         stop.set()
         for thread in [*threads, loop_thread]:
-            thread.join()
+            thread.join(JOIN_SECONDS)
+        # A hang is a defect (a draw left in flight keeps a close waiting for ever): fail, naming it.
+        stuck = [t.name for t in [*closers, *threads, loop_thread] if t.is_alive()]
+        assert not stuck, f"still running after {JOIN_SECONDS} s: {stuck}; in flight: {self.in_flight()}"
+        assert not self.errors, f"a drawer died of an error outside the expected ones: {self.errors!r}"
+
+    def in_flight(self) -> dict[str, int]:
+        return {ledger.unit_id: len(ledger._gate.inflight) for ledger in self.ledgers}  # pyright: ignore[reportPrivateUsage]
 
     async def _tasks(self, stop: threading.Event) -> None:
         await asyncio.gather(*(self.task_drawer(ledger, stop) for ledger in self.ledgers for _ in range(2)))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
+from functools import partial
 from typing import Literal, TypeVar, cast
 
 from anagrapheus.errors import CanonicalError, PinResultError, UnitClosed, UsageError
@@ -91,6 +93,37 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _UnitGate:
+    """The in-process state of one unit of work, shared by every ledger this process opens on it through one store.
+
+    Two ledgers on one unit id (in two threads, say) then see each other's draws in flight: a second draw of a
+    key waits for the first, a close waits for every draw, and a draw after a close is refused before its
+    effect runs. Ledgers in other processes, or through another store object, are kept apart by the store.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inflight: dict[str, _Draw] = {}
+        self.releases = 0
+        # A unit is closed once, for good; `closing` is set while a commit or abandon is at the store.
+        self.closing: str | None = None
+        self.closed: UnitOutcome | None = None
+
+
+_GATES: weakref.WeakValueDictionary[tuple[int, str], _UnitGate] = weakref.WeakValueDictionary()
+_GATES_LOCK = threading.Lock()
+
+
+def _gate_for(store: TimelineStore, unit_id: str) -> _UnitGate:
+    """The gate of `unit_id` through `store`, made on first use; it lives while a ledger holds it."""
+    # The store's id is safe as a key: every ledger holding the gate holds the store, so the id is not reused.
+    with _GATES_LOCK:
+        gate = _GATES.get((id(store), unit_id))
+        if gate is None:
+            gate = _GATES[(id(store), unit_id)] = _UnitGate()
+        return gate
+
+
 # The (ledger, key) pairs whose effect the running context is inside: asking for one of them again would
 # wait for itself. Tasks and worker threads started by the effect inherit it, and would wait just the same.
 _DRAWING: ContextVar[frozenset[tuple[int, str]]] = ContextVar("anagrapheus_drawing", default=frozenset())
@@ -136,11 +169,8 @@ class PinLedger:
         # A unit is closed once, for good: on a closed unit's id, the first draw, commit or abandon is refused
         # with `UnitClosed` (a second, different result under one unit could not be told apart in replay).
         # The constructor itself touches no store, so it never waits on one.
-        self._closing: str | None = None
-        self._closed: UnitOutcome | None = None
-        self._inflight: dict[str, _Draw] = {}
-        self._releases = 0
-        self._lock = threading.Lock()
+        self._gate = _gate_for(store, self.unit_id)
+        self._lock = self._gate.lock
         self._divergence: Divergence | None = None
 
     @staticmethod
@@ -157,7 +187,7 @@ class PinLedger:
         """
         outcome = self._store.unit_outcome(self.unit_id)
         with self._lock:
-            self._closed = outcome
+            self._gate.closed = outcome
         return outcome or "open"
 
     def pins(self) -> list[ScratchPin]:
@@ -166,28 +196,28 @@ class PinLedger:
 
     def _refuse_unless_open(self) -> None:
         """Refuse work on a unit this ledger closed or is closing; the caller holds `_lock`."""
-        if self._closing is not None:
-            raise UnitClosed(self.unit_id, state=self._closing)
-        if self._closed is not None:
+        if self._gate.closing is not None:
+            raise UnitClosed(self.unit_id, state=self._gate.closing)
+        if self._gate.closed is not None:
             # The store is the truth: the commit may have been undone by an outer transaction's rollback.
-            self._closed = self._store.unit_outcome(self.unit_id)
-            if self._closed is not None:
-                raise UnitClosed(self.unit_id, state=self._closed)
+            self._gate.closed = self._store.unit_outcome(self.unit_id)
+            if self._gate.closed is not None:
+                raise UnitClosed(self.unit_id, state=self._gate.closed)
 
     def _claim(self, key: str) -> ScratchPin | _Draw | None:
         """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw."""
         while True:
             with self._lock:
                 self._refuse_unless_open()
-                draw = self._inflight.get(key)
+                draw = self._gate.inflight.get(key)
                 if draw is not None:
-                    if (id(self), key) in _DRAWING.get():
+                    if (id(self._gate), key) in _DRAWING.get():
                         raise UsageError(
                             f"{key} was asked for inside its own effect; it would wait for itself forever."
                             " An effect must not resolve its own key"
                         )
                     return draw
-                releases = self._releases
+                releases = self._gate.releases
             # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
             # The store is not touched under `_lock`, so a ledger waiting on a busy store blocks no one else.
             pin = self._store.scratch_reuse(self.unit_id, key)
@@ -195,9 +225,9 @@ class PinLedger:
                 return pin
             with self._lock:
                 self._refuse_unless_open()
-                if key in self._inflight or self._releases != releases:
+                if key in self._gate.inflight or self._gate.releases != releases:
                     continue  # a draw started or landed meanwhile: look again
-                self._inflight[key] = _Draw()
+                self._gate.inflight[key] = _Draw()
                 return None
 
     def _turn(self, key: str) -> ScratchPin | None:
@@ -208,19 +238,33 @@ class PinLedger:
 
     async def _aturn(self, key: str) -> ScratchPin | None:
         """Like `_turn`, waiting without blocking the event loop."""
-        while isinstance(claimed := await asyncio.to_thread(self._claim, key), _Draw):
+        while True:
+            claim = asyncio.ensure_future(asyncio.to_thread(self._claim, key))
+            try:
+                claimed = await asyncio.shield(claim)
+            except asyncio.CancelledError:
+                # The claim goes on in its worker thread. If it took the draw, nobody would ever release it,
+                # and every later draw of the key, and the unit's close, would wait for it for ever.
+                claim.add_done_callback(partial(self._drop_claim, key))
+                raise
+            if not isinstance(claimed, _Draw):
+                return claimed
             await claimed.wait_async()
-        return claimed
+
+    def _drop_claim(self, key: str, claim: asyncio.Future[ScratchPin | _Draw | None]) -> None:
+        """Release a draw that a cancelled caller's claim took after the caller had gone."""
+        if not claim.cancelled() and claim.exception() is None and claim.result() is None:
+            self._release(key)
 
     def _release(self, key: str) -> None:
         with self._lock:
-            draw = self._inflight.pop(key)
-            self._releases += 1
+            draw = self._gate.inflight.pop(key)
+            self._gate.releases += 1
         draw.finish()
 
     @contextmanager
     def _drawing(self, key: str) -> Generator[None]:
-        drawing = (id(self), key)
+        drawing = (id(self._gate), key)
         token = _DRAWING.set(_DRAWING.get() | {drawing})
         try:
             yield
@@ -231,10 +275,12 @@ class PinLedger:
                 # A stream's context manager may be closed from another context than it was opened in.
                 _DRAWING.set(_DRAWING.get() - {drawing})
 
-    def _put(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> str:
+    def _put(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> ScratchPin:
+        """Pin a draw; the pin returned is the key's pin in the unit, which another store may have written first."""
         raw = raw_text_of(result, key=key, kind=kind)
-        self._store.scratch_put(self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=digests)
-        return raw
+        return self._store.scratch_put(
+            self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=digests
+        )
 
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records."""
@@ -264,10 +310,11 @@ class PinLedger:
                 if (failed := _failed_draw(e, failure)) is not None:
                     self._put_failure(key, kind, failed, digests)
                 raise
-            raw = self._put(key, kind, result, digests)
+            pin = self._put(key, kind, result, digests)
         finally:
             self._release(key)
-        return interpret(json.loads(raw))
+        # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
+        return _answered(pin, interpret, failure)
 
     async def aresolve(
         self,
@@ -292,10 +339,10 @@ class PinLedger:
                 if (failed := _failed_draw(e, failure)) is not None:
                     await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
                 raise
-            raw = await asyncio.to_thread(self._put, key, kind, result, digests)
+            pin = await asyncio.to_thread(self._put, key, kind, result, digests)
         finally:
             self._release(key)
-        return interpret(json.loads(raw))
+        return _answered(pin, interpret, failure)
 
     def resolve_stream(
         self,
@@ -397,19 +444,19 @@ class PinLedger:
         action = "commit" if outcome == "committed" else "abandon"
         with self._lock:
             self._refuse_unless_open()
-            if self._inflight:
+            if self._gate.inflight:
                 raise UsageError(
-                    f"cannot {action} unit {self.unit_id} while {len(self._inflight)} draw(s) are in flight"
+                    f"cannot {action} unit {self.unit_id} while {len(self._gate.inflight)} draw(s) are in flight"
                 )
             # From here until the store answers, a new draw is refused before its effect runs.
-            self._closing = "committing" if outcome == "committed" else "abandoning"
+            self._gate.closing = "committing" if outcome == "committed" else "abandoning"
         try:
             stored = self._store.settle_unit(self.unit_id, outcome=outcome, events=events)
         finally:
             with self._lock:
-                self._closing = None
+                self._gate.closing = None
         with self._lock:
-            self._closed = outcome
+            self._gate.closed = outcome
         return stored
 
     def commit(self) -> list[StoredEvent]:

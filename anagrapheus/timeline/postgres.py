@@ -317,7 +317,7 @@ class PostgresEventStore:
             return self._outcome(conn, unit_id)
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+        """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
@@ -332,13 +332,14 @@ class PostgresEventStore:
             with self.place.translated("writing scratch"):
                 row = conn.execute(
                     sql.SQL(
-                        "INSERT INTO {p} ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
-                        " FROM {p} WHERE unit_id = %s RETURNING draw_no"
+                        "INSERT INTO {p} AS s ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
+                        " FROM {p} WHERE unit_id = %s"
+                        " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c}"
                     ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
                     (unit_id, key, kind, raw, fingerprint, unit_id),
                 ).fetchone()
         assert row is not None
-        return ScratchPin(unit_id, key, kind, raw, 1, int(row[0]), fingerprint)
+        return ScratchPin(*row)
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""

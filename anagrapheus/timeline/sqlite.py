@@ -351,21 +351,21 @@ class SQLiteEventStore:
         return None if row is None else row[0]
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+        """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
         with self.transaction():
             self._refuse_closed(unit_id, raw=raw)
             with self._sql("writing scratch"):
-                (draw_no,) = self._conn.execute(
-                    "SELECT coalesce(max(draw_no), 0) + 1 FROM pin_scratch WHERE unit_id = ?", (unit_id,)
+                row = self._conn.execute(
+                    f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
+                    " SELECT ?, ?, ?, ?, 1, coalesce(max(draw_no), 0) + 1, ? FROM pin_scratch WHERE unit_id = ?"
+                    " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = attempts + 1"
+                    f" RETURNING {_SCRATCH_COLUMNS}",
+                    (unit_id, key, kind, raw, fingerprint, unit_id),
                 ).fetchone()
-                self._conn.execute(
-                    f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS}) VALUES (?,?,?,?,1,?,?)",
-                    (unit_id, key, kind, raw, draw_no, fingerprint),
-                )
-        return ScratchPin(unit_id, key, kind, raw, 1, int(draw_no), fingerprint)
+        return ScratchPin(*row)
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""

@@ -93,8 +93,10 @@ class PinScratchStore(Protocol):
         ...
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
-        """Write a first draw durably, with attempts 1 and the next draw number; the key must be new.
+        """Write a first draw durably, with attempts 1 and the next draw number, and return the key's pin.
 
+        If the key is pinned already (another store object or process drew it first), that pin is kept,
+        counts one more attempt and is returned: the first draw written is the unit's answer for the key.
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
         ...
