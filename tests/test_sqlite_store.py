@@ -190,3 +190,69 @@ def test_a_migration_failure_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="migrating") as caught:
         SQLiteEventStore(path)
     assert isinstance(caught.value.__cause__, sqlite3.Error)
+
+
+def test_read_only_store_reads_and_refuses_every_write_before_an_effect(tmp_path: Path) -> None:
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger, pin_key
+
+    path = tmp_path / "log.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+        store.scratch_put("open-unit", "k1", kind="model_call", raw='"r"', fingerprint=None)
+    before = path.read_bytes()
+    with SQLiteEventStore(path, read_only=True) as store:
+        assert store.read_only
+        assert [e.seq for e in store.read()] == [1]
+        assert [p.raw for p in store.scratch_list("open-unit")] == ['"r"']
+        with pytest.raises(StoreError, match="read_only"):
+            store.append([pending(2)])
+        effects: list[int] = []
+        ledger = PinLedger(store, EventTypeRegistry())
+        with pytest.raises(StoreError, match=str(path)):
+            ledger.resolve(
+                pin_key("model_call", {"p": 1}), kind="model_call", effect=lambda: effects.append(1), interpret=str
+            )
+        assert effects == []
+    assert path.read_bytes() == before
+
+
+def test_read_only_refuses_a_missing_or_unmigrated_file(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no database"):
+        SQLiteEventStore(tmp_path / "absent.db", read_only=True)
+    assert not (tmp_path / "absent.db").exists()
+    sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(StoreError, match="lacks migrations"):
+        SQLiteEventStore(tmp_path / "other.db", read_only=True)
+
+
+def test_a_log_in_a_directory_nobody_may_write_opens_read_only(tmp_path: Path) -> None:
+    # As root nothing is read-only, so the reader drops to an unprivileged user after its imports.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the reader as another user")
+    folder = Path(tempfile.mkdtemp(prefix="anagrapheus-ro-"))
+    try:
+        with SQLiteEventStore(folder / "log.db") as store:
+            store.append([pending(1), pending(2)])
+        folder.chmod(0o555)
+        (folder / "log.db").chmod(0o444)
+        reader = (
+            "import os, sys\n"
+            "from anagrapheus.timeline import SQLiteEventStore\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "assert not os.access(sys.argv[1], os.W_OK)\n"
+            "with SQLiteEventStore(sys.argv[1] + '/log.db', read_only=True) as store:\n"
+            "    print([e.seq for e in store.read()])\n"
+        )
+        done = subprocess.run([sys.executable, "-c", reader, str(folder)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[1, 2]"
+        assert sorted(p.name for p in folder.iterdir()) == ["log.db"]
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder)

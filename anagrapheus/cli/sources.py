@@ -109,7 +109,8 @@ def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
         if magic == _SQLITE_MAGIC:
             if not _is_log(path):
                 raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
-            with SQLiteEventStore(path) as store:
+            # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
+            with SQLiteEventStore(path, read_only=True) as store:
                 scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
                 source = Source(path, "database", None, tuple(store.read()), scratch)
         else:

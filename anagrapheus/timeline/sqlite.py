@@ -117,6 +117,7 @@ class SQLiteEventStore:
         new_event_id: Callable[[], str] = new_uuid7,
         busy_timeout: float = 30.0,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        read_only: bool = False,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
@@ -130,15 +131,55 @@ class SQLiteEventStore:
             raise UsageError(f"the database path {str(self.path)!r} holds a NUL character")
         self._clock = clock
         self._new_event_id = new_event_id
+        self.read_only = read_only
+        """Opened for reading only (replay, inspection): every write is refused with `StoreError`."""
         self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
         self._depth = 0
         with self._sql("opening the database"):
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+            if read_only:
+                self._conn = sqlite3.connect(
+                    self._read_only_uri(), uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                )
+            else:
+                self._conn = sqlite3.connect(
+                    self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                )
         try:
-            self._open(busy_timeout, synchronous)
+            if read_only:
+                self._open_read_only(busy_timeout)
+            else:
+                self._open(busy_timeout, synchronous)
         except BaseException:
             self._conn.close()
             raise
+
+    def _read_only_uri(self) -> str:
+        if not self.path.is_file():
+            raise StoreError(f"{self.path}: no database to open read-only")
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        # Reading a WAL database needs its -shm file, which SQLite creates beside it. Where this process
+        # cannot create files (a read-only checkout or mount), the file is opened as immutable: no locks,
+        # no -shm, which is right only while nothing writes to it, as is the case for a committed log.
+        if not os.access(self.path.parent, os.W_OK):
+            uri += "&immutable=1"
+        return uri
+
+    def _open_read_only(self, busy_timeout: float) -> None:
+        with self._sql("opening the database read-only"):
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
+            table = db.table(_MIGRATIONS_TABLE)
+            applied = {str(row["name"]) for row in table.rows} if table.exists() else set[str]()
+        known = [name for name, _ in _MIGRATIONS]
+        if unknown := sorted(applied - set(known)):
+            raise SchemaTooNew(
+                f"{self.path} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})"
+            )
+        if missing := [name for name in known if name not in applied]:
+            raise StoreError(
+                f"{self.path}: its schema lacks migrations {', '.join(missing)}; open it once without read_only"
+                " to migrate it (or it is not an anagrapheus database)"
+            )
 
     def _sql(self, action: str) -> AbstractContextManager[None]:
         return _translated(self.path, action)
@@ -199,6 +240,8 @@ class SQLiteEventStore:
         and the worker threads it hands work to. Another task or thread waits until it ends, and
         never becomes part of it.
         """
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read_only, so it takes no writes (open it without read_only)")
         with self._owner.held(exclusive=False) as outermost:
             if outermost:
                 # The block may span awaits; only its own statements need the connection to itself.
