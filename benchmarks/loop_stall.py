@@ -88,11 +88,16 @@ def main() -> None:
             figures = {variant: asyncio.run(measure(variant, store, types, draws)) for variant in order}
             for variant, (stall, _) in figures.items():
                 stalls[variant].append(stall)
-            stall_ratios.append(figures["aresolve"][0] / figures["on the loop"][0])
+            # A round whose baseline never stalled (a disk that syncs at once) has no ratio to give.
+            if figures["on the loop"][0] > 0:
+                stall_ratios.append(figures["aresolve"][0] / figures["on the loop"][0])
             time_ratios.append(figures["aresolve"][1] / figures["on the loop"][1])
     for variant, values in stalls.items():
         print(f"  loop stalled per draw, {variant:12}  median {statistics.median(values) * 1000:8.3f} ms")
-    print(f"  stall ratio   aresolve / on the loop   median {statistics.median(stall_ratios):.3f}")
+    if stall_ratios:
+        print(f"  stall ratio   aresolve / on the loop   median {statistics.median(stall_ratios):.3f}")
+    else:
+        print("  stall ratio   aresolve / on the loop   n/a: the baseline never stalled the loop")
     print(f"  time ratio    aresolve / on the loop   median {statistics.median(time_ratios):.3f}")
 
 
