@@ -18,7 +18,7 @@ from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, Us
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, event_row
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, check_outcome, event_row
 
 __all__ = ["PostgresEventStore"]
 
@@ -408,8 +408,7 @@ class PostgresEventStore:
         events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
     ) -> list[StoredEvent]:
         """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
-        if outcome not in ("committed", "abandoned"):
-            raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
+        check_outcome(outcome)
         self._claim(unit_id)
         with self.transaction(), self._connection() as conn:
             self._lock_unit(conn, unit_id)

@@ -12,8 +12,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from anagrapheus.errors import SchemaTooNew, StoreError, UsageError
+from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline.stamps import iso_timestamp, utc_now
+from anagrapheus.timeline.store import refuse_unknown_migrations
 
 __all__ = ["MIGRATION_NAMES", "PostgresPlace", "is_migrated", "migrate"]
 
@@ -161,11 +162,7 @@ def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:
             )
         )
         applied = {str(row[0]) for row in conn.execute(sql.SQL("SELECT name FROM {m}").format(m=migrations))}
-        unknown = sorted(applied - set(MIGRATION_NAMES))
-        if unknown:
-            raise SchemaTooNew(
-                f"{place} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})"
-            )
+        refuse_unknown_migrations(place, applied, MIGRATION_NAMES)
         for name, statements in _MIGRATIONS:
             if name in applied:
                 continue

@@ -14,11 +14,19 @@ from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, event_row
+from anagrapheus.timeline.store import (
+    OpenUnit,
+    ScratchPin,
+    UnitOutcome,
+    check_contiguous,
+    check_outcome,
+    event_row,
+    refuse_unknown_migrations,
+)
 
 __all__ = ["SQLiteEventStore"]
 
@@ -171,10 +179,7 @@ class SQLiteEventStore:
             table = db.table(_MIGRATIONS_TABLE)
             applied = {str(row["name"]) for row in table.rows} if table.exists() else set[str]()
         known = [name for name, _ in _MIGRATIONS]
-        if unknown := sorted(applied - set(known)):
-            raise SchemaTooNew(
-                f"{self.path} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})"
-            )
+        refuse_unknown_migrations(self.path, applied, known)
         if missing := [name for name in known if name not in applied]:
             raise StoreError(
                 f"{self.path}: its schema lacks migrations {', '.join(missing)}; open it once without read_only"
@@ -217,11 +222,7 @@ class SQLiteEventStore:
             if not table.exists():
                 table.create({"name": str, "applied_at": str}, pk="name", strict=True)
             applied = {str(row["name"]) for row in table.rows}
-            unknown = sorted(applied - set(known))
-            if unknown:
-                raise SchemaTooNew(
-                    f"{self.path} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})"
-                )
+            refuse_unknown_migrations(self.path, applied, known)
             for name, statements in _MIGRATIONS:
                 if name in applied:
                     continue
@@ -471,8 +472,7 @@ class SQLiteEventStore:
         events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
     ) -> list[StoredEvent]:
         """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
-        if outcome not in ("committed", "abandoned"):
-            raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
+        check_outcome(outcome)
         with self.transaction():
             self._refuse_closed(unit_id)
             stored = self.append(events(self._scratch_list(unit_id)))

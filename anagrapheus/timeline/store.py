@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
-from anagrapheus.errors import UsageError
+from anagrapheus.errors import SchemaTooNew, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
 __all__ = [
@@ -151,6 +151,18 @@ class LogImport(EventStore, Protocol):
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
         """Append stored events keeping their seq, ids and times; the first must follow `last_seq()`."""
         ...
+
+
+def check_outcome(outcome: str) -> None:
+    """Refuse an outcome other than the two a unit of work can close with."""
+    if outcome not in ("committed", "abandoned"):
+        raise UsageError(f"outcome must be 'committed' or 'abandoned', not {outcome!r}")
+
+
+def refuse_unknown_migrations(where: object, applied: Collection[str], known: Collection[str]) -> None:
+    """Raise `SchemaTooNew` if the database holds migrations this code does not know."""
+    if unknown := sorted(set(applied) - set(known)):
+        raise SchemaTooNew(f"{where} was migrated by a newer anagrapheus (unknown migrations: {', '.join(unknown)})")
 
 
 def check_contiguous(events: Sequence[StoredEvent]) -> None:
