@@ -256,3 +256,20 @@ def test_a_log_in_a_directory_nobody_may_write_opens_read_only(tmp_path: Path) -
     finally:
         folder.chmod(0o755)
         shutil.rmtree(folder)
+
+
+def test_a_database_with_garbage_in_a_page_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    assert len(data) >= 2 * page
+    data[page : 2 * page] = bytes(range(256)) * (page // 256)  # page 2 (the log's table) overwritten
+    path.write_bytes(bytes(data))
+    for leftover in ("log.db-wal", "log.db-shm"):
+        (tmp_path / leftover).unlink(missing_ok=True)
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match=str(path)):
+            with SQLiteEventStore(path, read_only=read_only) as store:
+                list(store.read())
