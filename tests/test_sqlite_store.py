@@ -270,6 +270,5 @@ def test_a_database_with_garbage_in_a_page_is_refused_naming_the_file(tmp_path: 
     for leftover in ("log.db-wal", "log.db-shm"):
         (tmp_path / leftover).unlink(missing_ok=True)
     for read_only in (False, True):
-        with pytest.raises(StoreError, match=str(path)):
-            with SQLiteEventStore(path, read_only=read_only) as store:
-                list(store.read())
+        with pytest.raises(StoreError, match=str(path)), SQLiteEventStore(path, read_only=read_only) as store:
+            list(store.read())
