@@ -13,8 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+from pydantic_ai.models import ModelRequestParameters
 
 from anagrapheus.errors import CanonicalError, PinResultError
+from anagrapheus.provider import SemanticCallPolicy, call_pin
 from anagrapheus.provider.tools import tool_pin, tool_result_raw
 from anagrapheus.timeline import pin_key
 
@@ -137,3 +140,11 @@ def test_integers_past_pythons_digit_limit_are_refused_with_their_path() -> None
     with pytest.raises(PinResultError, match="too long"):
         tool_result_raw("t", {"n": huge})
     assert pin_key("model_call", {"n": 10**4000}).startswith("p1:model_call:")  # under the limit: keyed
+
+
+def test_a_lone_surrogate_in_a_message_is_refused_with_its_path_not_a_unicode_error() -> None:
+    # The walk once wrote such a string into the key text, which then failed to encode as UTF-8 (UnicodeEncodeError).
+    messages = [ModelRequest(parts=[UserPromptPart("fine"), UserPromptPart("half \ud800 a pair")])]
+    with pytest.raises(CanonicalError, match="lone surrogate") as caught:
+        call_pin(SemanticCallPolicy(), messages, None, ModelRequestParameters(), model_id="m")
+    assert caught.value.path == "$.messages[0].parts[1].content"

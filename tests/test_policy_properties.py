@@ -114,7 +114,7 @@ def test_a_history_restamped_by_another_run_keeps_its_key(messages: list[ModelMe
 
 @settings(max_examples=150, deadline=None)
 @given(histories())
-def test_the_fast_key_is_the_generic_key_of_the_documented_material(messages: list[ModelMessage]) -> None:
+def test_the_key_is_that_of_the_documented_material(messages: list[ModelMessage]) -> None:
     settings_ = {"temperature": 0.5, "extra_body": {"reasoning": {"effort": "low"}, "user": "u"}}
     material = SemanticCallPolicy().material(messages, settings_, PARAMETERS, model_id="function:uk")  # pyright: ignore[reportArgumentType]
     assert canonical_value(material) == material
@@ -153,7 +153,7 @@ def test_changing_any_text_changes_the_key_and_names_its_message(
 
 
 # Names that collide once NFC-normalised ("café" twice) or once deduplicated ("quota", "quota#"): the by-name
-# index of the fast path must resolve them exactly as the generic one.
+# index must resolve them the same way for the key as for the fingerprint, and the material must be canonical.
 tool_names = st.sampled_from(["quota", "quota#", "Quota", "café", "cafe\u0301", "\u00e4", "a\u0308", ""])
 schemas = st.dictionaries(texts, json_values, max_size=3)
 
@@ -202,7 +202,7 @@ model_settings = st.fixed_dictionaries(
 
 @settings(max_examples=200, deadline=None)
 @given(histories(), request_parameters, model_settings, st.sampled_from(["function:uk", "openai:gpt-\u00e9"]))
-def test_the_fast_key_is_the_generic_key_whatever_the_request_parameters(
+def test_the_key_and_fingerprint_are_those_of_the_material_whatever_the_request_parameters(
     messages: list[ModelMessage], parameters: ModelRequestParameters, settings_: dict[str, Any], model_id: str
 ) -> None:
     policy = SemanticCallPolicy()

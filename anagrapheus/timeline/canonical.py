@@ -14,9 +14,12 @@ from anagrapheus.errors import CanonicalError, UsageError
 __all__ = [
     "KEY_SCHEME",
     "JSONValue",
+    "canonical_float",
+    "canonical_integer",
     "canonical_json",
     "canonical_json_of_parsed",
     "canonical_number",
+    "canonical_string",
     "canonical_value",
     "encode_normalised",
     "pin_key",
@@ -125,6 +128,32 @@ def _integer_text(number: int) -> str:
         raise _Refused(f"an integer of {number.bit_length()} bits is too long to write as JSON") from None
 
 
+def _refusing(normalise: Any, value: Any) -> Any:
+    try:
+        return normalise(value)
+    except _Refused as refused:
+        raise CanonicalError(refused.reason, path="$") from None
+
+
+def canonical_string(value: str) -> str:
+    """Return a string as canonical JSON holds it (NFC), or raise `CanonicalError` if UTF-8 cannot encode it."""
+    return value if type(value) is str and value.isascii() else _refusing(_text, value)
+
+
+def canonical_integer(value: int) -> int:
+    """Return an integer as canonical JSON holds it, or raise `CanonicalError` if it is too long to write."""
+    if value.bit_length() > _CHECKED_INT_BITS:
+        _refusing(_integer_text, value)
+    return int(value)
+
+
+def canonical_float(value: float) -> int | float:
+    """Return a float spelled as canonical JSON writes it (integral ones as integers), refusing NaN and infinities."""
+    if not math.isfinite(value):
+        raise CanonicalError(f"{value!r} is not a JSON number", path="$")
+    return _spelled(float(value))
+
+
 def canonical_value(value: object) -> JSONValue:
     """Return `value` normalised for canonical JSON, or raise `CanonicalError` naming where it is not JSON."""
     try:
@@ -171,9 +200,14 @@ def canonical_json_of_parsed(value: JSONValue) -> str:
     return text
 
 
-def pin_key(kind: str, material: object) -> str:
-    """Return `p1:<kind>:<sha256 of the canonical JSON of material>`."""
+def pin_key(kind: str, material: object, *, normalised: bool = False) -> str:
+    """Return `p1:<kind>:<sha256 of the canonical JSON of material>`.
+
+    With `normalised`, `material` is taken as already canonical (as `canonical_value` returns it) and is
+    written without being walked again.
+    """
     if not _KIND.match(kind):
         raise UsageError(f"pin kind {kind!r} must be lowercase letters, digits, '_', '.' or '-'")
-    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    text = _encode(material) if normalised else canonical_json(material)
+    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"{KEY_SCHEME}:{kind}:{digest}"

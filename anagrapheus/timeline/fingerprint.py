@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, encode_normalised
 from anagrapheus.timeline.divergence import ELLIPSIS, VALUE_PREFIX, moved_fields
 from anagrapheus.timeline.secrets import SecretPolicy
 
@@ -13,6 +13,7 @@ __all__ = [
     "DIGEST_CHARS",
     "FINGERPRINT_LIMIT",
     "VALUE_CHARS",
+    "DeferredFingerprint",
     "bounded_fingerprint",
     "digest_text",
     "fingerprint_of",
@@ -43,15 +44,24 @@ VALUE_CHARS = 240
 _REDACTION_MARGIN = 512
 
 
-def _texts(prefix: str, value: JSONValue, depth: int, out: dict[str, str]) -> None:
+def _texts(prefix: str, value: JSONValue, depth: int, out: dict[str, str], encode: Callable[[JSONValue], str]) -> None:
     if depth > 0 and isinstance(value, dict) and value:
         for name in sorted(value):
-            _texts(f"{prefix}.{name}" if prefix else name, value[name], depth - 1, out)
+            _texts(f"{prefix}.{name}" if prefix else name, value[name], depth - 1, out, encode)
     elif depth > 0 and isinstance(value, list) and value:
         for index, item in enumerate(value):
-            _texts(f"{prefix}[{index}]", item, depth - 1, out)
+            _texts(f"{prefix}[{index}]", item, depth - 1, out, encode)
     else:
-        out[prefix or "$"] = canonical_json(value)
+        out[prefix or "$"] = encode(value)
+
+
+def _fingerprint(material: JSONValue, depth: int, values: bool, encode: Callable[[JSONValue], str]) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    _texts("", material, depth, texts, encode)
+    fingerprint = bounded_fingerprint({name: digest_text(text) for name, text in texts.items()})
+    if values:
+        fingerprint.update(value_entries((name, texts[name]) for name in list(fingerprint) if name in texts))
+    return fingerprint
 
 
 def fingerprint_of(material: JSONValue, *, depth: int = 2, values: bool = False) -> dict[str, str]:
@@ -60,12 +70,40 @@ def fingerprint_of(material: JSONValue, *, depth: int = 2, values: bool = False)
     With `values`, each kept field also gets a `=<field>` entry holding the start of its value,
     redacted (`value_entries`), so a miss can show what moved and not only where.
     """
-    texts: dict[str, str] = {}
-    _texts("", material, depth, texts)
-    fingerprint = bounded_fingerprint({name: digest_text(text) for name, text in texts.items()})
-    if values:
-        fingerprint.update(value_entries((name, texts[name]) for name in list(fingerprint) if name in texts))
-    return fingerprint
+    return _fingerprint(material, depth, values, canonical_json)
+
+
+class DeferredFingerprint(Mapping[str, str]):
+    """`fingerprint_of(material, values=values)` of material already canonical, digested when first read.
+
+    A replay that hits never reads the fingerprint of the request it answers, so it never pays for one digest
+    a field. `material` must be canonical JSON values that nothing else holds (no caller can change them).
+    """
+
+    __slots__ = ("_fields", "_material", "_values")
+
+    def __init__(self, material: JSONValue, *, values: bool = False) -> None:
+        self._material: JSONValue = material
+        self._values = values
+        self._fields: dict[str, str] | None = None
+
+    def _digested(self) -> dict[str, str]:
+        if self._fields is None:
+            # Two threads may both digest; they compute the same dict and either may be kept.
+            self._fields = _fingerprint(self._material, 2, self._values, encode_normalised)
+        return self._fields
+
+    def __getitem__(self, name: str) -> str:
+        return self._digested()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._digested())
+
+    def __len__(self) -> int:
+        return len(self._digested())
+
+    def __repr__(self) -> str:
+        return repr(self._digested())
 
 
 def value_entries(fields: Iterable[tuple[str, str]], *, policy: SecretPolicy | None = None) -> dict[str, str]:
