@@ -90,7 +90,9 @@ def _is_log(path: Path) -> bool:
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            return set(sqlite_utils.Database(connection).table_names()) >= _LOG_TABLES
+            # Without side effects: no recursive_triggers switch, no installed plugin's connection hook.
+            database = sqlite_utils.Database(connection, recursive_triggers=False, execute_plugins=False)
+            return set(database.table_names()) >= _LOG_TABLES
         finally:
             connection.close()
     except sqlite3.Error as e:
