@@ -309,7 +309,8 @@ async def run_surface(surface: str, mode: str, db: Path) -> dict[str, Any]:
         outcome: dict[str, Any] = {}
         try:
             messages, output = await SURFACES[surface](Pinning(resolver))
-            outcome["messages"] = json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+            # The JSON text itself: byte-equal messages are equal texts.
+            outcome["messages"] = ModelMessagesTypeAdapter.dump_json(messages).decode()
             outcome["output"] = output
         except Exception as e:
             outcome["error"] = _error(e)

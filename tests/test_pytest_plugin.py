@@ -147,7 +147,7 @@ def test_a_reworded_prompt_fails_saying_what_moved_and_how_to_record_again(proje
         [
             "test_app.py::test_advice left its recording",
             "  recording: recordings/test_app/test_advice.jsonl",
-            "  missed:    a model_call after 0 hit(s)",
+            "  missed:    a model_call after 2 hit(s)",  # the run's id and its first request's times
             "  moved:     messages[[]0[]]",
             "  re-record: pytest test_app.py::test_advice --anagrapheus=record",
         ]
@@ -211,8 +211,8 @@ def test_an_unused_pin_fails_unless_allowed(project: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "test_app.py::test_advice: 3 pin(s) in *test_advice.jsonl were never asked for"
-            " (model_call, tool_call): the recording is stale",
+            "test_app.py::test_advice: 6 pin(s) in *test_advice.jsonl were never asked for"
+            " (model_call, run_clock, run_id, tool_call): the recording is stale",
             "  re-record: pytest test_app.py::test_advice --anagrapheus=record",
         ]
     )

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic_ai import RunContext
+from pydantic_ai import AgentRunResult, RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.durable_exec import conversation_id_from_run_id
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
@@ -22,8 +23,10 @@ from anagrapheus.provider.compat import fallback_with_models, tool_function
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.policy import CallPolicy
+from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
 from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
@@ -34,14 +37,14 @@ ATTEMPT_TIMES = "model_attempt_times"
 
 @dataclass(init=False)
 class Pinning(AbstractCapability[Any]):
-    """Pins every model request and every tool call of an agent run through one resolver.
+    """Pins every model request, every tool call, and the run's ids and timestamps through one resolver.
 
     `Agent(model, capabilities=[Pinning(ledger)])` records a run; the same agent with
-    `Pinning(ReplayPins(...))` replays it without reaching the model or any tool. Each model is
-    wrapped in a `PinnedModel` (its keys, its `policy`) and every toolset's calls are keyed as
-    `pinned_tool` keys them: name and arguments, never the `RunContext` or the run's deps, unless
-    `tool_deps` names the part of the deps a tool's answer depends on. A model or tool that already
-    pins its own calls is passed through.
+    `Pinning(ReplayPins(...))` replays it without reaching the model or any tool, and its
+    `all_messages()` are the recorded run's, byte for byte. Each model is wrapped in a `PinnedModel`
+    (its keys, its `policy`) and every toolset's calls are keyed as `pinned_tool` keys them: name and
+    arguments, never the `RunContext` or the run's deps, unless `tool_deps` names the part of the
+    deps a tool's answer depends on. A model or tool that already pins its own calls is passed through.
     """
 
     resolver: PinResolver
@@ -50,6 +53,10 @@ class Pinning(AbstractCapability[Any]):
     """Decides what goes into a model request's key; `SemanticCallPolicy` when None."""
     tool_deps: Mapping[str, Callable[[Any], object]]
     """Tool name to the part of the run's deps that decides what the tool reads; that part joins its key."""
+    clock: Callable[[], datetime] | None
+    """Where a live run's pinned timestamps come from; None keeps the ones pydantic-ai stamped."""
+    new_id: Callable[[], str]
+    """Where a live run's pinned `run_id` comes from: a fresh UUIDv7 unless a test seeds it."""
 
     def __init__(
         self,
@@ -57,10 +64,14 @@ class Pinning(AbstractCapability[Any]):
         *,
         policy: CallPolicy | None = None,
         tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        new_id: Callable[[], str] = new_uuid7,
     ) -> None:
         self.resolver = resolver
         self.policy = policy
         self.tool_deps = dict(tool_deps or {})
+        self.clock = clock
+        self.new_id = new_id
         # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
         # knows across attempts (responses answered from a pin, failures drawn so far) for the capability's life.
         self._wrappers: dict[int, tuple[Model, Model]] = {}
@@ -69,6 +80,35 @@ class Pinning(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         """None: a resolver is a live object, so the capability cannot be written into an agent spec."""
         return None
+
+    def get_default_run_id(self) -> str | None:
+        """The run's id, pinned at its position among the runs through the resolver."""
+        return RunClocks.of(self.resolver).draw_run_id(self.new_id)
+
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
+        return conversation_id_from_run_id(run_id)
+
+    async def for_run(self, ctx: RunContext[Any]) -> Pinning:
+        """Number the run among the runs through the resolver; the same capability serves it."""
+        RunClocks.of(self.resolver).start(ctx.run_id)
+        return self
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Pin the timestamps of the request about to be sent (and of any request before it not yet pinned)."""
+        await RunClocks.of(self.resolver).stamp(ctx.run_id, ctx.messages, clock=self.clock)
+        return request_context
+
+    async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
+        """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
+        clocks = RunClocks.of(self.resolver)
+        try:
+            await clocks.stamp(result.run_id, result.all_messages(), clock=self.clock)
+        finally:
+            clocks.end(result.run_id)
+        return result
 
     def get_wrapper_model(self, model: Model) -> Model | None:
         """Wrap the model serving a request in a `PinnedModel`; each member of a `FallbackModel` in its own."""

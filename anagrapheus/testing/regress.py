@@ -16,6 +16,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 
 from anagrapheus.errors import UsageError
+from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.testing.verdict import Conversation, Exchange, Invariant, InvariantResult, Verdict
 from anagrapheus.timeline import (
     EventTypeRegistry,
@@ -124,7 +125,8 @@ async def aregress(
                 ledger.abandon(reason="the regression run raised before it finished")
             raise
         if ledger is not None:
-            drawn = sum(1 for pin in ledger.pins() if pin.key not in replay)
+            # Calls drawn anew; the runs' ids and times drawn with them are positions, not calls.
+            drawn = sum(1 for pin in ledger.pins() if pin.key not in replay and pin.kind not in RUN_POSITIONS)
             ledger.commit()
             verdict = dataclasses.replace(verdict, drawn=drawn)
         return verdict

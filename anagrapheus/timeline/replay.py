@@ -73,6 +73,7 @@ class ReplayPins:
         self._used: set[str] = set()
         self._divergence: Divergence | None = None
         self._fingerprints: dict[str, Mapping[str, str]] = {}
+        self._units: tuple[str, ...] | None = None
 
     @classmethod
     def from_events(
@@ -184,6 +185,18 @@ class ReplayPins:
     def unused(self) -> dict[str, str]:
         """The recorded keys no resolve has asked for, each with its kind, in recorded order: a stale recording."""
         return {key: pin.kind for key, pin in self._pins.items() if key not in self._used}
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        """The ids of the units of work whose pins this replay answers from, in recorded order."""
+        if self._units is None:
+            self._units = tuple(dict.fromkeys(pin.unit_id for pin in self._pins.values()))
+        return self._units
+
+    @property
+    def into(self) -> PinLedger | None:
+        """The ledger fresh draws go to under `on_miss="record"`; None under strict replay."""
+        return self._into
 
     @property
     def ambiguous(self) -> Mapping[str, tuple[str, ...]]:

@@ -139,13 +139,13 @@ async def record_negotiation(
             models: dict[str, Model] = {code: n.model() for code, n in scripted_pair(run.now).items()}
             world = World(random.Random(f"anagrapheus-negotiation-world:{seed}"))
             store = SQLiteEventStore(log, clock=run.now, new_event_id=run.new_id)
-            new_id = run.new_id
+            new_id, clock = run.new_id, run.now
             header = _scripted_header(seed)
         else:
             models = _provider_models(provider, eu_model, uk_model)
             world = World()
             store = SQLiteEventStore(log)
-            new_id = None  # ids and clock as a live run reads them
+            new_id, clock = None, None  # ids and clock as a live run reads them
             rerecord = f"python -m examples.negotiation --record --provider {provider}"
             rerecord += f" --eu-model {models[EU.code].model_name} --uk-model {models[UK.code].model_name}"
             header = RecordingHeader(
@@ -163,7 +163,7 @@ async def record_negotiation(
             if new_id is None:
                 rounds = await negotiate(sitting, models, world, on_round=on_round)
             else:
-                rounds = await negotiate(sitting, models, world, new_id=new_id, on_round=on_round)
+                rounds = await negotiate(sitting, models, world, new_id=new_id, clock=clock, on_round=on_round)
             write_recording(path, pin_events(store.read()), header=header)
     return rounds
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import ClassVar, Protocol
 
 import uuid_utils
@@ -211,13 +212,13 @@ class Diverged(Exception):
         self.concluded = concluded
 
 
-def _agent(party: Party, model: Model, resolver: PinResolver, world: World) -> Agent[None, str]:
+def _agent(party: Party, model: Model, world: World, pinning: Pinning) -> Agent[None, str]:
     return Agent(
         model,
         instructions=party.instructions,
         tools=[world.stock_survey, world.market_price],
         name=f"{party.code} negotiator",
-        capabilities=[Pinning(resolver)],  # every model request and tool call of the agent, pinned
+        capabilities=[pinning],  # every model request and tool call of the agent, and its ids and times, pinned
     )
 
 
@@ -227,10 +228,14 @@ async def negotiate(
     world: World,
     *,
     new_id: Callable[[], str] = lambda: str(uuid_utils.uuid7()),
+    clock: Callable[[], datetime] | None = None,
     diverge: bool = False,
     on_round: Callable[[RoundConcluded], None] | None = None,
 ) -> list[RoundConcluded]:
-    """Hold the four rounds and return their outcomes; under replay a miss raises `Diverged`."""
+    """Hold the four rounds and return their outcomes; under replay a miss raises `Diverged`.
+
+    `new_id` and `clock` are where a live run's ids and message times come from (seeded for a scripted recording).
+    """
     concluded: list[RoundConcluded] = []
     treaty_id: str | None = None
     for round_no, topic in enumerate(ROUNDS, start=1):
@@ -246,10 +251,11 @@ async def negotiate(
                 )
                 for party in (EU, UK)
             }
-            eu = await _agent(EU, models[EU.code], resolver, world).run(eu_prompt(round_no, topic, concluded))
+            pinning = Pinning(resolver, clock=clock, new_id=new_id)
+            eu = await _agent(EU, models[EU.code], world, pinning).run(eu_prompt(round_no, topic, concluded))
             speaking = UK
             uk_asked = uk_prompt(round_no, topic, concluded, eu.output, variant=diverge)
-            uk = await _agent(UK, models[UK.code], resolver, world).run(uk_asked)
+            uk = await _agent(UK, models[UK.code], world, pinning).run(uk_asked)
         except PinMiss as miss:
             raise Diverged(round_no, speaking, miss.divergence, concluded) from miss
         except BaseException as error:

@@ -1,0 +1,192 @@
+"""A run's ids and clock as pins: its `run_id`, and the timestamps pydantic-ai stamps on the run's requests.
+
+pydantic-ai asks capabilities for a run's default id before the run starts, and stamps message
+and part timestamps from the wall clock at some sixty places no hook covers. So the id is drawn
+through the resolver, and the timestamps are pinned after the fact: at each stamp point (before a
+model request, at the end of the run) every timestamp the run's requests gained since the last
+point is pinned, and written back into those messages, which are the run's own history objects.
+
+Nothing in a run says which run it is before it starts, so runs are numbered in the order they
+start through one resolver, and a stamp point by its order within its run: these keys are
+positions in a unit of work, as a durable engine's step ids are positions in a workflow. A
+position the recording does not answer (it predates pinned clocks, or the replay spans several
+units and cannot tell whose position it is) is drawn fresh instead of missing: ids and times never
+make a replay leave its recording. Under `on_miss="record"` such a draw goes to the new unit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from pydantic_ai.messages import ModelMessage, ModelRequest
+
+from anagrapheus.errors import PinResultError
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.replay import ReplayPins
+from anagrapheus.timeline.resolver import PinResolver
+
+__all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks"]
+
+
+RUN_ID = "run_id"
+"""The pin kind of a run's `run_id`, keyed on the run's position among the runs through its resolver."""
+RUN_CLOCK = "run_clock"
+"""The pin kind of the timestamps a run's requests were stamped with between two stamp points."""
+RUN_POSITIONS = frozenset({RUN_ID, RUN_CLOCK})
+"""The pin kinds keyed on a position in the unit of work rather than on what was asked."""
+
+
+@dataclass
+class _Run:
+    """One run through the resolver: its position, and how far its messages are stamped."""
+
+    position: int
+    started: bool = False
+    stamps: int = 0
+    upto: int | None = None
+
+
+@dataclass
+class RunClocks:
+    """The runs drawn through one resolver, shared by every `Pinning` over it: their positions and stamp points."""
+
+    resolver: PinResolver
+    """The resolver the runs' ids and times are pinned through."""
+    unit: str | None
+    """The unit of work the runs are positions in: the ledger's, or the one unit a strict replay answers from."""
+    runs: int = 0
+    by_id: dict[str, _Run] = field(default_factory=dict[str, _Run])
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(cls, resolver: PinResolver) -> RunClocks:
+        """The clocks of `resolver`'s runs: one per resolver, whichever `Pinning` asks."""
+        with _guard:
+            clocks = _by_resolver.get(resolver)
+            if clocks is None:
+                clocks = _by_resolver[resolver] = cls(resolver, _unit_of(resolver))
+            return clocks
+
+    def draw_run_id(self, new_id: Callable[[], str]) -> str:
+        """The id of the run about to start, pinned at its position."""
+        with self.lock:
+            position = self.runs
+            self.runs += 1
+        key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
+        resolver = _answering(self.resolver, self.unit, key)
+        if resolver is None:
+            run_id = _run_id(new_id())
+        else:
+            run_id = resolver.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
+        with self.lock:
+            self.by_id[run_id] = _Run(position)
+        return run_id
+
+    def start(self, run_id: str | None) -> None:
+        """Number a run that starts: one whose id was drawn keeps its position; one given its id gets the next."""
+        if run_id is None:
+            return
+        with self.lock:
+            run = self.by_id.get(run_id)
+            if run is None or run.started:
+                # The caller named the run (or named it again): it is numbered here, where it starts.
+                run = self.by_id[run_id] = _Run(self.runs)
+                self.runs += 1
+            run.started = True
+
+    def end(self, run_id: str) -> None:
+        """Forget a run that ended."""
+        with self.lock:
+            self.by_id.pop(run_id, None)
+
+    async def stamp(
+        self, run_id: str | None, messages: Sequence[ModelMessage], *, clock: Callable[[], datetime] | None
+    ) -> None:
+        """Pin the timestamps the run's requests gained since its last stamp point, and write the pinned ones back."""
+        run = None if run_id is None else self.by_id.get(run_id)
+        if run is None:
+            return
+        start = run.upto
+        if start is None:
+            # The run's own messages are the ones at the end that carry its id; the history before is another run's.
+            start = len(messages)
+            while start > 0 and messages[start - 1].run_id == run_id:
+                start -= 1
+        run.upto = len(messages)
+        # The request itself and each of its parts that carries a timestamp (prompts, tool returns, retries).
+        slots: list[Any] = []
+        for message in messages[start:]:
+            if isinstance(message, ModelRequest) and message.run_id == run_id:
+                slots.append(message)
+                slots.extend(part for part in message.parts if isinstance(getattr(part, "timestamp", None), datetime))
+        if not slots:
+            return
+        # The count is keyed: a run whose requests gained other stamps than the recorded one's has moved.
+        key = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.position, "stamp": run.stamps, "slots": len(slots)})
+        run.stamps += 1
+
+        async def stamped() -> JSONValue:
+            return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
+
+        resolver = _answering(self.resolver, self.unit, key)
+        if resolver is None:
+            times = _times(canonical_value(await stamped()))
+        else:
+            times = await resolver.aresolve(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
+        if len(times) != len(slots):
+            raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
+        for slot, at in zip(slots, times, strict=True):
+            slot.timestamp = at
+
+
+_guard = threading.Lock()
+# Keyed by the resolver object itself: a resolver is one unit of work (a ledger) or one replay, and its runs are
+# numbered for as long as it lives, across every Pinning over it (one per agent, say).
+_by_resolver: WeakKeyDictionary[PinResolver, RunClocks] = WeakKeyDictionary()
+
+
+def _unit_of(resolver: PinResolver) -> str | None:
+    """The unit a resolver's runs are positions in; None for a strict replay of several units (left unanswered)."""
+    if isinstance(resolver, PinLedger):
+        return resolver.unit_id
+    if isinstance(resolver, ReplayPins):
+        if resolver.into is not None:
+            # Recording anew: the runs are the new unit's, which a later strict replay of it will ask for.
+            return resolver.into.unit_id
+        units = resolver.units
+        return units[0] if len(units) == 1 else None
+    return None
+
+
+def _answering(resolver: PinResolver, unit: str | None, key: str) -> PinResolver | None:
+    """Who answers a position's pin: the resolver; under replay the recording where it holds the pin.
+
+    Where it does not, the replay draws it fresh: into its ledger under `on_miss="record"`, unpinned under
+    strict replay or when the replay spans several units and cannot tell whose position it is (None).
+    """
+    if not isinstance(resolver, ReplayPins):
+        return resolver
+    if unit is None:
+        return None
+    return resolver if key in resolver else resolver.into
+
+
+def _run_id(raw: object) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise PinResultError(f"a {RUN_ID} pin holds {raw!r}, not a run id")
+    return raw
+
+
+def _times(raw: JSONValue) -> list[datetime]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise PinResultError(f"a {RUN_CLOCK} pin holds {type(raw).__name__}, not a list of timestamps")
+    try:
+        return [datetime.fromisoformat(item) for item in raw]  # pyright: ignore[reportArgumentType]
+    except ValueError as e:
+        raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e

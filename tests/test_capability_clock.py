@@ -1,0 +1,134 @@
+"""The run's ids and clock: `Pinning` pins `run_id`, `conversation_id` and message timestamps, by position."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+
+from pydantic_ai import Agent
+
+from anagrapheus import Pinning
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.seeded import EPOCH, SeededRun
+from tests.conftest import Scripted
+
+PROMPT = "Where do the fleets land?"
+
+
+def fleet(city: str) -> str:
+    """Name the fleet of a city."""
+    return f"the fleet of {city}"
+
+
+def agent(pinning: Pinning, name: str = "scripted-uk") -> Agent[None, str]:
+    return Agent(Scripted(name).model, tools=[fleet], capabilities=[pinning])
+
+
+def test_a_replay_gives_the_run_its_recorded_id_conversation_and_times(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = agent(Pinning(ledger)).run_sync(PROMPT)
+    ledger.commit()
+
+    replayed = agent(Pinning(ReplayPins.from_events(store.read(), types))).run_sync(PROMPT)
+
+    assert (replayed.run_id, replayed.conversation_id) == (live.run_id, live.conversation_id)
+    assert replayed.all_messages_json() == live.all_messages_json()
+
+
+def test_several_pinnings_over_one_ledger_number_their_runs_together(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # One Pinning per agent, as an application writes it: the runs are counted per ledger, not per capability.
+    ledger = PinLedger(store, types)
+    first, second = agent(Pinning(ledger)).run_sync(PROMPT), agent(Pinning(ledger), "scripted-eu").run_sync(PROMPT)
+    ledger.commit()
+    assert first.run_id != second.run_id
+
+    replay = ReplayPins.from_events(store.read(), types)
+    again = agent(Pinning(replay)).run_sync(PROMPT), agent(Pinning(replay), "scripted-eu").run_sync(PROMPT)
+
+    assert [r.all_messages_json() for r in again] == [first.all_messages_json(), second.all_messages_json()]
+    assert replay.unused() == {}
+
+
+def test_a_recording_made_before_clocks_were_pinned_replays_with_fresh_ids_and_never_misses(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = agent(Pinning(ledger)).run_sync(PROMPT)
+    ledger.commit()
+    calls_only = [e for e in store.read() if e.payload_json().get("kind") not in (RUN_ID, RUN_CLOCK)]
+    model = Scripted("scripted-uk")
+
+    replayed = Agent(model.model, tools=[fleet], capabilities=[Pinning(ReplayPins.from_events(calls_only, types))])
+    result = replayed.run_sync(PROMPT)
+
+    assert (result.output, model.calls) == (live.output, 0)
+    assert result.run_id != live.run_id
+
+
+def test_a_replay_of_several_units_at_once_draws_positions_fresh_without_ambiguity(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    for unit in ("round-1", "round-2"):
+        ledger = PinLedger(store, types, unit_id=unit)
+        agent(Pinning(ledger)).run_sync(f"{PROMPT} ({unit})")
+        ledger.commit()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # positions are keyed per unit: no key is pinned twice
+        replay = ReplayPins.from_events(store.read(), types)
+    result = agent(Pinning(replay)).run_sync(f"{PROMPT} (round-2)")
+
+    assert "the fleet of Paris" in result.output
+    assert replay.divergence is None
+
+
+def test_record_mode_over_an_old_recording_gains_the_clock_pins_without_a_divergence(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    old = PinLedger(store, types, unit_id="round-1")
+    agent(Pinning(old)).run_sync(PROMPT)
+    old.commit()
+    calls_only = [e for e in store.read() if e.payload_json().get("kind") not in (RUN_ID, RUN_CLOCK)]
+
+    renewed = PinLedger(store, types, unit_id="round-1-again")
+    replay = ReplayPins.from_events(calls_only, types, on_miss="record", into=renewed)
+    recorded = agent(Pinning(replay)).run_sync(PROMPT)
+
+    assert replay.divergence is None
+    assert {pin.kind for pin in renewed.pins()} >= {RUN_ID, RUN_CLOCK}
+    renewed.commit()
+    strict = ReplayPins.from_events(store.read(), types, unit_id="round-1-again")
+    assert agent(Pinning(strict)).run_sync(PROMPT).all_messages_json() == recorded.all_messages_json()
+
+
+def test_a_seeded_clock_and_id_source_record_the_same_pins_every_time(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def record(unit: str) -> list[tuple[str, str]]:
+        seeded = SeededRun("talks")
+        ledger = PinLedger(store, types, unit_id=unit)
+        result = agent(Pinning(ledger, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT)
+        assert result.all_messages()[0].timestamp == EPOCH + timedelta(seconds=1)  # the clock's first reading
+        pins = [(pin.kind, pin.raw) for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+        ledger.abandon(reason=f"{unit}: compared, not kept")
+        return pins
+
+    assert record("first") == record("second")
+
+
+def test_a_caller_given_run_id_gets_a_derived_conversation_and_pinned_times(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = agent(Pinning(ledger)).run_sync(PROMPT, run_id="chat-7")
+    ledger.commit()
+
+    replayed = agent(Pinning(ReplayPins.from_events(store.read(), types))).run_sync(PROMPT, run_id="chat-7")
+
+    assert live.conversation_id == replayed.conversation_id != "chat-7"
+    assert replayed.all_messages_json() == live.all_messages_json()
