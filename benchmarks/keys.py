@@ -172,8 +172,9 @@ def write_pins(path: Path, count: int) -> None:
                     seq,
                     f"event-{seq:08d}",
                     BUILTIN_NAMESPACE,
-                    "pin_promoted",
-                    1,
+                    PinPromoted.event_type,
+                    # The current version: a recording made today is read without an upcast.
+                    PinPromoted.schema_version,
                     None,
                     None,
                     "2026-01-01T00:00Z",

@@ -179,13 +179,13 @@ class MaterialWalk:
         kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]
         if kind is str:
             return value if value.isascii() else self._leaf(canonical_string, value)
-        layout = _layout(kind)
-        if layout is not None:
-            return self._dataclass(value, layout)
         if kind is list or kind is tuple:
             return self._items(value)
         if kind is dict:
             return self._mapping(value)
+        layout = _layout(kind)
+        if layout is not None:
+            return self._dataclass(value, layout)
         if kind is int:
             return value if -(2**63) < value < 2**63 else self._leaf(canonical_integer, value)
         if value is None or kind is bool:
@@ -245,11 +245,19 @@ class MaterialWalk:
         for name, attr, default, how in layout.fields:
             try:
                 if how is _PLAIN:
-                    raw = getattr(obj, attr)
+                    raw: Any = getattr(obj, attr)
                     # Left out at its default, so a field a later pydantic-ai adds leaves existing keys as they are.
                     if raw is default or (type(raw) is type(default) and raw == default):
                         continue
-                    out[name] = raw if type(raw) is str and raw.isascii() else self._value(raw)
+                    value: Any = raw  # (not narrowed by the comparison with the default)
+                    kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]
+                    # The commonest values inline: an ASCII string, and a list of parts or contents.
+                    if kind is str and value.isascii():
+                        out[name] = value
+                    elif kind is list:
+                        out[name] = self._items(value)
+                    else:
+                        out[name] = self._value(value)
                 else:
                     self._special(obj, name, attr, default, how, out)
             except _Refused as refused:
