@@ -7,12 +7,10 @@ import sys
 from pathlib import Path
 
 # Floors on the package (anagrapheus/), measured with subprocess coverage on; raise them as coverage rises.
-# The aim is 95% of lines and 90% of branches (docs/testing.md). These floors are provisional: the last full
-# measurement predates the Postgres store, CLI and capability work joining main, so they sit safely below it
-# (lowered once more at the end of the session that merged that work, before any measurement on merged main:
-# a floor above the real figure would fail CI for no defect; measure, then raise).
-LINE_FLOOR = 85.0
-BRANCH_FLOOR = 75.0
+# The aim, 95% of lines and 90% of branches (docs/testing.md), was met on merged main (96.08% / 90.46%,
+# .ci/run on 2026-12-01), so the floors are the aim itself: new code comes with its tests.
+LINE_FLOOR = 95.0
+BRANCH_FLOOR = 90.0
 
 
 def main(path: str) -> int:
