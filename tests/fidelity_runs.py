@@ -271,6 +271,21 @@ async def failed_stream(pinning: Pinning) -> Outcome:
     raise AssertionError("the stream did not fail")
 
 
+async def _slow_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    COUNTS.model += 1
+    for word in ("The ", "UK ", "holds ", "firm."):
+        yield word
+        await anyio.sleep(0.3)  # slower than the debounce groups deltas: the first delta is the first word
+
+
+async def early_stop(pinning: Pinning) -> Outcome:
+    slow = FunctionModel(scripted, stream_function=_slow_stream, model_name="scripted-uk")
+    async with agent(pinning, model=slow, tools=[]).run_stream(PROMPT, deps="Breton") as stream:
+        deltas = stream.stream_text(delta=True)  # pydantic-ai's default debounce
+        first = await anext(deltas)
+    return stream.all_messages(), first
+
+
 SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
     f.__name__: f
     for f in (
@@ -291,6 +306,7 @@ SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
         delegation,
         message_history,
         failed_stream,
+        early_stop,
     )
 }
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
 
+import anyio
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -35,6 +36,8 @@ TOKEN_COUNT = "model_token_count"
 """The pin kind of a token count asked of the provider ahead of a request."""
 COMPACTION = "model_compaction"
 """The pin kind of a provider-side compaction of the message history."""
+
+T = TypeVar("T")
 
 _responses: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
@@ -95,6 +98,27 @@ def response_from_raw(raw: JSONValue) -> ModelResponse:
 
 def _usage_from_raw(raw: JSONValue) -> RequestUsage:
     return _usages.validate_python(raw)
+
+
+@asynccontextmanager
+async def _exit_shielded(context: AbstractAsyncContextManager[T]) -> AsyncGenerator[T]:
+    """Enter `context`, and exit it shielded from cancellation.
+
+    A run whose consumer stops reading is cancelled; the stream it stopped is pinned as far as it got
+    on the way out, and that write must not be cancelled with the run, or the pin is lost.
+    """
+    value = await context.__aenter__()
+    try:
+        yield value
+    except BaseException as e:
+        suppressed = False
+        with anyio.CancelScope(shield=True):
+            suppressed = await context.__aexit__(type(e), e, e.__traceback__)
+        if not suppressed:
+            raise
+    else:
+        with anyio.CancelScope(shield=True):
+            await context.__aexit__(None, None, None)
 
 
 def _captured(stream: StreamedResponse) -> JSONValue:
@@ -198,14 +222,16 @@ class PinnedModel(WrapperModel):
             return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
 
         try:
-            async with self.resolver.resolve_stream(
-                self._draws.key(call.key, kind=MODEL_CALL),
-                kind=MODEL_CALL,
-                effect=open_stream,
-                capture=_captured,
-                interpret=response_from_raw,
-                fingerprint=call.fingerprint,
-                failure=FAILURES,
+            async with _exit_shielded(
+                self.resolver.resolve_stream(
+                    self._draws.key(call.key, kind=MODEL_CALL),
+                    kind=MODEL_CALL,
+                    effect=open_stream,
+                    capture=_captured,
+                    interpret=response_from_raw,
+                    fingerprint=call.fingerprint,
+                    failure=FAILURES,
+                )
             ) as draw:
                 if draw.live is not None:
                     yield draw.live
@@ -214,9 +240,14 @@ class PinnedModel(WrapperModel):
                 if pinned is None:  # pragma: no cover - a resolver yields one or the other
                     raise UsageError("the resolver yielded neither a live stream nor a pinned response")
                 self._mark_answered(pinned)
-                yield PinnedStreamedResponse(
+                replayed = PinnedStreamedResponse(
                     pinned, key=call.key, model_request_parameters=model_request_parameters, failure=draw.failure
                 )
+                try:
+                    yield replayed
+                finally:
+                    # A read waiting past where the recorded stream stopped need wait no longer: the request is over.
+                    await replayed.close_stream()
         except Exception as e:
             self._draws.note(call.key, e)
             raise
