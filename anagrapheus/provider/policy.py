@@ -134,13 +134,13 @@ class SemanticCallPolicy:
             "settings": settings_material(settings, walk),
             "tools": _by_name(rest.pop("function_tools", [])),
             "output": output,
-            "messages": history,
         }
         for name, top in (("instruction_parts", "instructions"), ("native_tools", "native_tools")):
             if name in rest:
                 material[top] = rest.pop(name)
         if rest:
             material["parameters"] = rest
+        material["messages"] = history
         return material
 
 

@@ -225,7 +225,8 @@ class MaterialWalk:
             except _Refused as refused:
                 refused.path.append(f".{key}")
                 raise
-        return out
+        # In the order canonical JSON writes it, so the material reads as its key's text does.
+        return out if len(out) < 2 else {name: out[name] for name in sorted(out)}
 
     def _key(self, key: object) -> str:
         if isinstance(key, Enum):
