@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from fastmcp.client.transports import StdioTransport
 from pydantic import BaseModel
-from pydantic_ai import Agent, AgentRunResultEvent, ModelRetry, RunContext, ToolOutput
+from pydantic_ai import Agent, AgentRunResultEvent, ModelRetry, NativeOutput, PromptedOutput, RunContext, ToolOutput
 from pydantic_ai.exceptions import ModelHTTPError, ModelUnavailableError
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -38,6 +40,7 @@ from anagrapheus import EventTypeRegistry, PinLedger, Pinning, ReplayPins, SQLit
 from anagrapheus.timeline.resolver import PinResolver
 
 PROMPT = "Round 1: state the UK position on cod."
+HARBOUR = Path(__file__).with_name("mcp_harbour.py")
 
 
 class Verdict(BaseModel):
@@ -49,10 +52,15 @@ class Verdict(BaseModel):
 
 @dataclass
 class Counts:
-    """How often the model and the tool bodies were reached in this process."""
+    """How often the model and the tool bodies were reached in this process, and where MCP servers log starts."""
 
     model: int = 0
     tools: int = 0
+    mcp_starts: Path = Path("mcp-starts.log")
+
+    def servers_started(self) -> int:
+        """How many MCP server processes have started so far (each logs a line)."""
+        return len(self.mcp_starts.read_text().splitlines()) if self.mcp_starts.exists() else 0
 
 
 COUNTS = Counts()
@@ -72,6 +80,8 @@ def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     seen = "; ".join(str(r.content) for r in returns)
     if info.output_tools:
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"species": "cod", "tonnes": 12})])
+    if info.model_request_parameters.output_mode in ("native", "prompted"):
+        return ModelResponse(parts=[TextPart(json.dumps({"species": "cod", "tonnes": 12}))])
     return ModelResponse(parts=[ThinkingPart("weigh the quota"), TextPart(f"The UK holds firm. {seen}".strip())])
 
 
@@ -198,6 +208,16 @@ async def tool_output(pinning: Pinning) -> Outcome:
     return result.all_messages(), result.output.model_dump()
 
 
+async def native_output(pinning: Pinning) -> Outcome:
+    result = await agent(pinning, output_type=NativeOutput(Verdict)).run(PROMPT, deps="Breton")
+    return result.all_messages(), result.output.model_dump()
+
+
+async def prompted_output(pinning: Pinning) -> Outcome:
+    result = await agent(pinning, output_type=PromptedOutput(Verdict)).run(PROMPT, deps="Breton")
+    return result.all_messages(), result.output.model_dump()
+
+
 async def multimodal_input(pinning: Pinning) -> Outcome:
     chart = BinaryContent(data=b"\x89PNG\r\n\x1a\n-catch-chart", media_type="image/png")
     result = await agent(pinning).run([PROMPT, chart], deps="Breton")
@@ -286,6 +306,25 @@ async def early_stop(pinning: Pinning) -> Outcome:
     return stream.all_messages(), first
 
 
+def _berths_first(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    COUNTS.model += 1
+    returns = _returns(messages)
+    if not returns:
+        return ModelResponse(parts=[ToolCallPart("berths", {"port": "Brest"})])
+    return ModelResponse(parts=[TextPart(f"{returns[0].content}; told: {info.instructions}")])
+
+
+async def mcp_stdio(pinning: Pinning) -> Outcome:
+    # A stdio MCP server (tests/mcp_harbour.py): its tool list, its instructions and its tool's answer are pinned.
+    harbour = MCPToolset(
+        StdioTransport(sys.executable, [str(HARBOUR)], env={"ANAGRAPHEUS_MCP_STARTS": str(COUNTS.mcp_starts)}),
+        include_instructions=True,
+    )
+    berthing = Agent(FunctionModel(_berths_first, model_name="scripted-uk"), toolsets=[harbour], capabilities=[pinning])
+    result = await berthing.run("Where can the fleet berth?")
+    return result.all_messages(), result.output
+
+
 SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
     f.__name__: f
     for f in (
@@ -298,6 +337,8 @@ SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
         iterate,
         event_stream_handler,
         tool_output,
+        native_output,
+        prompted_output,
         multimodal_input,
         tool_model_retry,
         output_validator_retry,
@@ -307,6 +348,7 @@ SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
         message_history,
         failed_stream,
         early_stop,
+        mcp_stdio,
     )
 }
 
@@ -318,6 +360,7 @@ def _error(e: BaseException) -> dict[str, Any]:
 async def run_surface(surface: str, mode: str, db: Path) -> dict[str, Any]:
     """Run one surface against its own log, recording (then committing) or replaying strictly."""
     COUNTS.model = COUNTS.tools = 0
+    servers_before = COUNTS.servers_started()
     types = EventTypeRegistry()
     with SQLiteEventStore(db) as store:
         ledger = PinLedger(store, types) if mode == "record" else None
@@ -333,11 +376,13 @@ async def run_surface(surface: str, mode: str, db: Path) -> dict[str, Any]:
         if ledger is not None:
             ledger.commit()
     outcome["model_calls"], outcome["tool_calls"] = COUNTS.model, COUNTS.tools
+    outcome["mcp_servers_started"] = COUNTS.servers_started() - servers_before
     return outcome
 
 
 async def main(mode: str, directory: Path) -> None:
     """Run every surface, each against `directory/SURFACE.db`, and write `directory/MODE.json`."""
+    COUNTS.mcp_starts = directory / f"mcp-starts-{mode}.log"
     outcomes = {surface: await run_surface(surface, mode, directory / f"{surface}.db") for surface in SURFACES}
     (directory / f"{mode}.json").write_text(json.dumps(outcomes, sort_keys=True, default=str))
 

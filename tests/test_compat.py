@@ -43,3 +43,13 @@ def test_a_function_tool_still_names_its_function_through_a_combined_toolset() -
         "pydantic-ai changed how a toolset's tool keeps its function (FunctionSchema.function, a combined tool's"
         " source_tool); update anagrapheus/provider/compat.py"
     )
+
+
+def test_an_mcp_toolset_is_recognised_where_the_compat_module_looks() -> None:
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    assert compat.is_mcp_toolset(MCPToolset(StdioTransport("python", ["server.py"]))), (
+        "pydantic-ai moved MCPToolset out of pydantic_ai.mcp; update anagrapheus/provider/compat.py"
+    )
+    assert not compat.is_mcp_toolset(FunctionToolset([harbours]))

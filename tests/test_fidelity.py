@@ -3,7 +3,8 @@
 Every surface is recorded in one process and replayed in another (one process per mode, not per
 surface, to keep the suite's time). For every surface: the replay reaches no model and no tool body,
 produces the same output (or the same exception class and status), and the same messages, byte for
-byte as JSON: timestamps, `run_id` and `conversation_id` included. One gap is named and held to its
+byte as JSON: timestamps, `run_id` and `conversation_id` included. The MCP surface's stdio server
+logs each start: the live run starts it once, the replay never. One gap is named and held to its
 size: `run_stream` with an output tool ends with a request it builds after the run's last hook.
 """
 
@@ -52,7 +53,10 @@ def test_a_surface_replays_strictly_in_a_fresh_process(
     live, replayed = runs[0][surface], runs[1][surface]
 
     assert live["model_calls"] > 0
-    assert (replayed["model_calls"], replayed["tool_calls"]) == (0, 0)
+    assert (replayed["model_calls"], replayed["tool_calls"], replayed["mcp_servers_started"]) == (0, 0, 0)
+    assert live["mcp_servers_started"] == (1 if surface == "mcp_stdio" else 0)
+    if surface == "mcp_stdio":
+        assert "Ask the harbour master" in live["output"]  # the server's instructions reached the model
     if surface in FAILING:
         assert "error" in live
         assert replayed["error"] == live["error"]

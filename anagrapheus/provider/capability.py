@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from itertools import count
 from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
@@ -19,7 +20,8 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.compat import fallback_with_models, tool_function
+from anagrapheus.provider.compat import fallback_with_models, is_mcp_toolset, tool_function
+from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.policy import CallPolicy
@@ -151,8 +153,17 @@ class Pinning(AbstractCapability[Any]):
         return replace(response, failed_attempts=timed)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        """Wrap the run's assembled toolset so that each tool call is pinned."""
-        return PinnedToolset(toolset, resolver=self.resolver, tool_deps=self.tool_deps)
+        """Wrap the run's assembled toolset so that each tool call is pinned, and each MCP server's discovery."""
+        unnamed = count()
+
+        def pin_discovery(leaf: AbstractToolset[Any]) -> AbstractToolset[Any]:
+            if not is_mcp_toolset(leaf):
+                return leaf
+            # An MCP toolset's label names an object address; its `id` (given, or its URL's host) is stable.
+            name = leaf.id if leaf.id is not None else f"#{next(unnamed)}"
+            return PinnedDiscovery(leaf, resolver=self.resolver, name=name)
+
+        return PinnedToolset(toolset.visit_and_replace(pin_discovery), resolver=self.resolver, tool_deps=self.tool_deps)
 
 
 @dataclass

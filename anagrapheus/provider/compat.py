@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -10,10 +11,10 @@ from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.models import Model
 from pydantic_ai.models.fallback import FallbackModel
-from pydantic_ai.toolsets import ToolsetTool
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-__all__ = ["CATEGORIZED_HTTP_ERROR", "fallback_with_models", "fill_response_cost", "tool_function"]
+__all__ = ["CATEGORIZED_HTTP_ERROR", "fallback_with_models", "fill_response_cost", "is_mcp_toolset", "tool_function"]
 
 CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
 """What an HTTP error of a category (`ModelUnavailableError` with a status, say) pickles to: its rebuild recipe."""
@@ -28,6 +29,13 @@ def fallback_with_models(fallback: FallbackModel, models: list[Model]) -> Fallba
     copied._entered_count = 0  # pyright: ignore[reportPrivateUsage]
     copied.models = models
     return copied
+
+
+def is_mcp_toolset(toolset: AbstractToolset[Any]) -> bool:
+    """Whether `toolset` is pydantic-ai's `MCPToolset`, without importing its optional MCP client."""
+    # No MCPToolset exists unless its module (which needs the `mcp` extra) was imported by whoever built one.
+    module = sys.modules.get("pydantic_ai.mcp")
+    return module is not None and isinstance(toolset, module.MCPToolset)
 
 
 def tool_function(tool: ToolsetTool[Any]) -> Callable[..., Any] | None:
