@@ -1,35 +1,62 @@
 """Score the mutants whose names start with the given prefixes (from `mutmut results --all true`); fail below a floor.
 
 Usage: python .ci/mutation_score.py FLOOR PREFIX... < results. Prints every surviving mutant, so the
-CI log names what the tests missed (`mutmut show NAME` prints its diff).
+log names what the tests missed (`mutmut show NAME` prints its diff). `.ci/mutation_slice.py` scores
+its runs with `score` below.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Collection
+
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    "anagrapheus.timeline.canonical.x__normalise__mutmut_7": (
+        "if integer.bit_length() >= _CHECKED_INT_BITS:",
+        "the bit count only spares short integers a check they pass: one of exactly 14,000 bits passes it too",
+    ),
+    "anagrapheus.timeline.canonical.x__text__mutmut_4": (
+        'value.encode("UTF-8")',
+        "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
+    ),
+    "anagrapheus.timeline.canonical.x_canonical_json_of_parsed__mutmut_14": (
+        'text.encode("UTF-8")',
+        "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
+    ),
+}
+"""Mutants no test can kill: name -> (the mutated line, why it changes nothing). Left out of the score, and
+listed in docs/testing.md. `.ci/mutation_slice.py` fails when a name no longer holds its line (the code moved
+and mutmut renumbered), so an exclusion never silently covers another mutant."""
+
+_NOT_RUN = ("not checked", "skipped")
+_KILLED = ("killed", "timeout")
 
 
-def main(floor: float, prefixes: list[str], lines: list[str]) -> int:
+def score(floor: float, prefixes: list[str], lines: list[str], equivalent: Collection[str]) -> int:
     """Print the score and the survivors of the mutants under `prefixes`; return 1 below `floor` percent."""
     status: dict[str, str] = {}
     for line in lines:
         name, sep, outcome = line.strip().rpartition(": ")
-        if sep and name.startswith(tuple(prefixes)):
+        if sep and name.startswith(tuple(prefixes)) and name not in equivalent:
             status[name] = outcome
     counts = Counter(status.values())
-    checked = sum(n for outcome, n in counts.items() if outcome not in ("not checked", "skipped"))
-    killed = counts["killed"] + counts["timeout"]
+    checked = sum(n for outcome, n in counts.items() if outcome not in _NOT_RUN)
+    killed = sum(counts[outcome] for outcome in _KILLED)
     if not checked:
         print(f"no mutant under {prefixes} was checked", file=sys.stderr)
         return 1
-    score = 100.0 * killed / checked
-    print(f"mutation score: {killed}/{checked} killed = {score:.1f}% (floor {floor}%); {dict(sorted(counts.items()))}")
+    percent = 100.0 * killed / checked
+    excluded = sum(1 for name in equivalent if name.startswith(tuple(prefixes)))
+    print(
+        f"mutation score: {killed}/{checked} killed = {percent:.1f}% (floor {floor}%); "
+        f"{dict(sorted(counts.items()))}; {excluded} equivalent left out"
+    )
     for name, outcome in sorted(status.items()):
-        if outcome not in ("killed", "timeout", "not checked", "skipped"):
+        if outcome not in (*_KILLED, *_NOT_RUN):
             print(f"  {outcome}: {name}")
-    return 0 if score >= floor else 1
+    return 0 if percent >= floor else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(float(sys.argv[1]), sys.argv[2:], sys.stdin.read().splitlines()))
+    sys.exit(score(float(sys.argv[1]), sys.argv[2:], sys.stdin.read().splitlines(), EQUIVALENT))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import unicodedata
@@ -139,3 +140,62 @@ def test_the_fast_writer_refuses_a_value_nested_too_deeply_as_canonical_json_doe
         deep = [deep]
     with pytest.raises(CanonicalError, match="nested too deeply"):
         canonical_json_of_parsed(deep)
+
+
+def test_a_self_containing_value_is_refused_at_the_root_saying_why() -> None:
+    loop: dict[str, Any] = {}
+    loop["again"] = loop
+    with pytest.raises(CanonicalError) as caught:
+        canonical_json(loop)
+    assert (caught.value.reason, caught.value.path) == ("value is nested too deeply (or contains itself)", "$")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"t": math.nan}, "nan is not a JSON number"),
+        ({"t": -math.inf}, "-inf is not a JSON number"),
+        ({3: "x"}, "object key 3 is not a string"),
+        ({"café": 1, unicodedata.normalize("NFD", "café"): 2}, "two object keys are equal once NFC-normalised"),
+        (["é\ud800"], "string holds a lone surrogate, which UTF-8 cannot encode"),
+        ([b"x"], "bytes is not a JSON type (convert it deliberately before pinning)"),
+        ([10**5000], "an integer of 16610 bits is too long to write as JSON"),
+    ],
+    ids=["nan", "-inf", "int key", "NFC twins", "surrogate", "bytes", "long int"],
+)
+def test_each_refusal_says_what_is_wrong(value: Any, reason: str) -> None:
+    with pytest.raises(CanonicalError) as caught:
+        canonical_json(value)
+    assert caught.value.reason == reason
+
+
+def test_an_integer_near_the_digit_limit_is_written_exactly() -> None:
+    # Long enough to be checked against Python's 4,300-digit limit, short enough to pass it.
+    number = 2**14_100
+    assert canonical_json([number]) == f"[{number}]"
+
+
+def test_integral_floats_are_integers_only_below_two_to_the_53() -> None:
+    # Past 2**53 a float no longer stands for one integer, so it keeps its float spelling.
+    below, at = 2.0**53 - 1, 2.0**53
+    assert canonical_json([below, at, -at]) == "[9007199254740991,9007199254740992.0,-9007199254740992.0]"
+
+
+def test_subclasses_of_json_types_are_written_as_their_base_value() -> None:
+    class Colour(enum.StrEnum):
+        RED = "red"
+
+    class Size(enum.IntEnum):
+        LARGE = 3
+
+    class Grams(float):
+        pass
+
+    value = {"colour": Colour.RED, "size": Size.LARGE, "weight": Grams(2.5), "whole": Grams(4.0)}
+    assert canonical_json(value) == '{"colour":"red","size":3,"weight":2.5,"whole":4}'
+    assert canonical_json(value) == canonical_json({"colour": "red", "size": 3, "weight": 2.5, "whole": 4})
+
+
+def test_a_bad_kind_is_named_in_the_refusal() -> None:
+    with pytest.raises(UsageError, match=r"pin kind 'Model Call:' must be lowercase"):
+        pin_key("Model Call:", {})

@@ -7,6 +7,7 @@ let a file that is not a recording replay as one; every case here edits one fiel
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,9 @@ def edit(path: Path, line: int, change: dict[str, Any]) -> None:
 
 
 def refused(path: Path, line: int, message: str) -> None:
-    with pytest.raises(RecordingError, match=message) as raised:
+    # Matched literally: a regex escape in a parameter would put a backslash in the test's id, and pytest
+    # escapes such an id once more on every run in one process, so mutmut's second run could not find it.
+    with pytest.raises(RecordingError, match=re.escape(message)) as raised:
         read_recording(path)
     assert (raised.value.path, raised.value.line) == (str(path), line)
 
@@ -135,8 +138,8 @@ def test_each_header_field_is_type_checked(recording: Path, change: dict[str, An
         ({"payload": "{}"}, "payload must be a JSON object"),
         ({"payload": None}, "payload must be a JSON object"),
         ({"payload": [1]}, "payload must be a JSON object"),
-        ({"created_at": ...}, "missing \\['created_at'\\]"),
-        ({"extra": 1}, "unexpected \\['extra'\\]"),
+        ({"created_at": ...}, "missing ['created_at']"),
+        ({"extra": 1}, "unexpected ['extra']"),
     ],
     ids=str,
 )

@@ -59,7 +59,7 @@ def _text(value: str) -> str:
             raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
         if not unicodedata.is_normalized("NFC", value):
             return unicodedata.normalize("NFC", value)
-    return value if type(value) is str else str(value)
+    return value
 
 
 def _spelled(number: float) -> int | float:
@@ -111,8 +111,6 @@ def _normalise(value: object) -> Any:
         return items
     if isinstance(value, str):
         return _text(str(value))
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):
         return _normalise(int(value))
     if isinstance(value, float):

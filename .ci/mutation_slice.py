@@ -1,0 +1,132 @@
+"""Run mutmut over a fixed list of modules, each against its own test files, and score the result.
+
+Usage (from the project root, with the `mutation` extra installed):
+
+    python .ci/mutation_slice.py                  # the CI slice (SLICE below), fails below FLOOR
+    python .ci/mutation_slice.py MODULE...        # any modules of TESTS_OF, e.g. anagrapheus/timeline/replay.py
+
+mutmut reads `[tool.mutmut]` of pyproject.toml; this script narrows two of its fields in the running process
+(the files mutated, and the tests run), so a module's mutants run only against the test files written for it:
+seconds per mutant instead of the hundreds of tests that merely pass through it. Those are the tests that
+ought to kill them; the whole suite could only kill more. Nothing else changes, so the verdicts are mutmut's.
+
+Determinism: the list is fixed, hypothesis runs derandomized without its example database
+(`--hypothesis-profile=anagrapheus-fixed`), and no test run here may open a network connection (refused in
+this process, which every mutmut worker is forked from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / ".ci"))
+
+from mutation_score import EQUIVALENT, score  # noqa: E402
+
+FLOOR = 90.0
+"""Percent of the slice's mutants that must be killed (equivalent mutants excluded)."""
+
+TIMEOUT_MULTIPLIER = 4.0
+"""mutmut's CPU-time allowance per mutant: (the tests' time + 1 s) x this x 2."""
+
+TESTS_OF: dict[str, list[str]] = {
+    "anagrapheus/timeline/canonical.py": ["tests/test_canonical.py"],
+    "anagrapheus/timeline/divergence.py": ["tests/test_divergence_values.py", "tests/test_divergence_nearest.py"],
+    "anagrapheus/timeline/fingerprint.py": ["tests/test_divergence_values.py", "tests/test_divergence_nearest.py"],
+    "anagrapheus/timeline/upcast.py": ["tests/test_events.py", "tests/test_replay.py"],
+    "anagrapheus/timeline/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
+    "anagrapheus/provider/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
+}
+"""Each module, and the test files written for it."""
+
+SLICE = [
+    "anagrapheus/timeline/canonical.py",
+    "anagrapheus/timeline/divergence.py",
+]
+"""The modules CI mutates: stable, at the core (keys and the diagnosis of a miss), with fast tests."""
+
+
+def _refuse_network() -> None:
+    """Make every internet socket connection and name lookup in this process (and its forks) fail."""
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"the mutation run never reaches the network (connect to {address!r})")
+        return original_connect(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(f"the mutation run never reaches the network (name lookup of {host!r})")
+
+    original_connect = socket.socket.connect
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect  # type: ignore[method-assign,assignment]
+    socket.getaddrinfo = getaddrinfo
+
+
+def main(modules: list[str]) -> int:
+    """Mutate `modules` against their tests; print the score and the survivors; 1 below FLOOR (CI slice only)."""
+    unknown = [m for m in modules if m not in TESTS_OF]
+    if unknown:
+        print(f"no test files are listed for {unknown} in TESTS_OF", file=sys.stderr)
+        return 2
+    os.chdir(ROOT)
+    # From scratch: mutmut keeps verdicts in mutants/ across runs, and a verdict reached against other tests
+    # (another selection, an older tree) would stand.
+    shutil.rmtree("mutants", ignore_errors=True)
+    _refuse_network()
+    from mutmut.__main__ import cli
+    from mutmut.configuration import config
+
+    tests = sorted({t for m in modules for t in TESTS_OF[m]})
+    cfg = config()
+    cfg.only_mutate = modules
+    cfg.pytest_add_cli_args_test_selection = tests
+    cfg.pytest_add_cli_args = [*cfg.pytest_add_cli_args, "--hypothesis-profile=anagrapheus-fixed"]
+    # A mutant that loops forever (`start += 1` made `start = 1`) burns its whole CPU allowance: mutmut's default
+    # (15x the tests' time, doubled) is 40 s for these second-long suites; 4x still leaves a margin of several times.
+    cfg.timeout_multiplier = TIMEOUT_MULTIPLIER
+    print(f"mutating {modules}\nagainst {tests}", flush=True)
+    started = time.monotonic()
+    try:
+        cli.main(["run"], standalone_mode=False)
+    except SystemExit as stop:
+        if stop.code:
+            return 1
+    print(f"mutmut ran for {time.monotonic() - started:.0f} s")
+    prefixes = [m.removesuffix(".py").replace("/", ".") + "." for m in modules]
+    equivalent = [name for name in EQUIVALENT if name.startswith(tuple(prefixes))]
+    stale = [name for name in equivalent if _mutated_line(cli, name) != EQUIVALENT[name][0]]
+    if stale:
+        print(f"equivalent mutants no longer holding their line (update EQUIVALENT in .ci/mutation_score.py): {stale}")
+        return 1
+    return score(FLOOR, prefixes, _output(cli, ["results", "--all", "true"]).splitlines(), equivalent)
+
+
+def _output(cli: Any, arguments: list[str]) -> str:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        cli.main(arguments, standalone_mode=False)
+    return printed.getvalue()
+
+
+def _mutated_line(cli: Any, name: str) -> str | None:
+    """The line a mutant puts in place of the original (the `+` line of `mutmut show`), or None."""
+    try:
+        diff = _output(cli, ["show", name])
+    except Exception:  # a name mutmut no longer generates
+        return None
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0] if len(added) == 1 else None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or SLICE))
