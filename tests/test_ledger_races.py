@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anagrapheus.errors import UsageError
+from anagrapheus.errors import UnitBusy, UsageError
 from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger, SQLiteEventStore, pin_key
 
 
@@ -320,28 +320,73 @@ def test_two_ledgers_on_one_unit_draw_a_key_once(store: SQLiteEventStore, types:
     assert effects == ["first"]
 
 
-def test_two_stores_drawing_one_key_answer_with_the_first_pin(
+def test_a_second_store_on_an_open_unit_is_refused_before_its_effect_until_the_first_lets_go(
     store: SQLiteEventStore, types: EventTypeRegistry, db_path: Any
 ) -> None:
-    # Another store object on the same file (as another process would be): the ledgers do not see each
-    # other's draws in flight, so both effects run; the pin written first answers both callers.
-    other_store = SQLiteEventStore(db_path)
-    try:
-        mine = PinLedger(store, types, unit_id="shared")
+    # Another store object on the same file stands for another process: it cannot see this one's draws in
+    # flight, so it may not draw in the unit at all while this store holds it.
+    mine = PinLedger(store, types, unit_id="shared")
+    effects: list[str] = []
+    with SQLiteEventStore(db_path, unit_wait=0.2) as other_store:
         theirs = PinLedger(other_store, types, unit_id="shared")
 
         def racing() -> str:
-            # The other store draws and pins the same key while this effect runs.
-            assert theirs.resolve(K1, kind="model_call", effect=lambda: "theirs", interpret=identity) == "theirs"
+            with pytest.raises(UnitBusy, match="shared is held by another worker"):
+                theirs.resolve(K1, kind="model_call", effect=lambda: effects.append("theirs"), interpret=identity)
+            with pytest.raises(UnitBusy):
+                theirs.commit()
             return "mine"
 
-        assert mine.resolve(K1, kind="model_call", effect=racing, interpret=identity) == "theirs"
-        (pin,) = mine.pins()
-        assert (pin.raw, pin.attempts) == ('"theirs"', 2)
-        mine.commit()
-        assert promoted_raws(store, "shared") == ["theirs"]
+        assert mine.resolve(K1, kind="model_call", effect=racing, interpret=identity) == "mine"
+        assert effects == []
+    # Once this store closes, its lease goes: a new store (a resumed worker) takes the unit over.
+    store.close()
+    with SQLiteEventStore(db_path, unit_wait=0.2) as resumed:
+        ledger = PinLedger(resumed, types, unit_id="shared")
+        assert ledger.resolve(K1, kind="model_call", effect=lambda: "again", interpret=identity) == "mine"
+        ledger.commit()
+        assert promoted_raws(resumed, "shared") == ["mine"]
+
+
+HOLDER = """
+import sys, time
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+store = SQLiteEventStore(sys.argv[1])
+ledger = PinLedger(store, EventTypeRegistry(), unit_id="shared")
+ledger.resolve("p1:model_call:k0", kind="model_call", effect=lambda: "held", interpret=str)
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_unit_held_by_a_live_process_is_refused_and_taken_over_once_it_dies(
+    types: EventTypeRegistry, db_path: Any
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(db_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "holding"
+        effects: list[str] = []
+        with SQLiteEventStore(db_path, unit_wait=0.3) as store:
+            ledger = PinLedger(store, types, unit_id="shared")
+            with pytest.raises(UnitBusy):
+                ledger.resolve(K1, kind="model_call", effect=lambda: effects.append("ran"), interpret=identity)
+            assert effects == []
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            # The holder died: its lease is stale, and the unit resumes here with what it drew.
+            assert (
+                ledger.resolve("p1:model_call:k0", kind="model_call", effect=lambda: "redrawn", interpret=str) == "held"
+            )
+            ledger.commit()
     finally:
-        other_store.close()
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 def test_a_task_cancelled_while_claiming_a_draw_leaves_nothing_in_flight(

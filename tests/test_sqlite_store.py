@@ -40,7 +40,13 @@ def test_file_is_wal_with_strict_tables(tmp_path: Path) -> None:
     assert {"events", "pin_scratch", "anagrapheus_migrations"} <= set(tables)
     assert all(tables[name].rstrip().endswith("STRICT") for name in ("events", "pin_scratch"))
     names = [row[0] for row in conn.execute("SELECT name FROM anagrapheus_migrations ORDER BY name")]
-    assert names == ["0001_events", "0002_pin_scratch", "0003_pin_scratch_draw_order", "0004_closed_units"]
+    assert names == [
+        "0001_events",
+        "0002_pin_scratch",
+        "0003_pin_scratch_draw_order",
+        "0004_closed_units",
+        "0005_unit_leases",
+    ]
 
 
 def test_reopening_keeps_the_log_and_applies_nothing_twice(tmp_path: Path) -> None:
@@ -272,3 +278,27 @@ def test_a_database_with_garbage_in_a_page_is_refused_naming_the_file(tmp_path: 
     for read_only in (False, True):
         with pytest.raises(StoreError, match=str(path)), SQLiteEventStore(path, read_only=read_only) as store:
             list(store.read())
+
+
+def test_a_log_from_before_unit_leases_reads_read_only_and_migrates_when_opened_to_write(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with SQLiteEventStore(path) as store:
+        store.append([pending(1)])
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE unit_leases")
+    conn.execute("DELETE FROM anagrapheus_migrations WHERE name = '0005_unit_leases'")
+    conn.commit()
+    conn.close()
+    with SQLiteEventStore(path, read_only=True) as store:
+        assert [e.seq for e in store.read()] == [1]
+    with SQLiteEventStore(path) as store:
+        store.scratch_put("u", "k", kind="model_call", raw='"r"', fingerprint=None)
+    assert "unit_leases" in sqlite_tables(path)
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
@@ -93,7 +96,26 @@ _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 ORDER BY seq""",
         ),
     ),
+    (
+        # One store at a time draws in an open unit (see `SQLiteEventStore`): the holder, and the process
+        # that holds it, so that a lease left by a process that died can be taken over.
+        "0005_unit_leases",
+        (
+            """CREATE TABLE unit_leases (
+                unit_id TEXT PRIMARY KEY,
+                holder TEXT NOT NULL,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL
+            ) STRICT""",
+        ),
+    ),
 )
+# Needed only to write: a database from before it can still be read with read_only=True.
+_WRITE_ONLY_MIGRATIONS = frozenset({"0005_unit_leases"})
+_HOST = socket.gethostname()
+# The stores of this process by holder id, while open: a lease whose holder is this process but not an
+# open store here (closed, or dropped without close) is stale.
+_OPEN_HOLDERS: weakref.WeakValueDictionary[str, SQLiteEventStore] = weakref.WeakValueDictionary()
 _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
 _SCRATCH_COLUMNS = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
@@ -126,6 +148,7 @@ class SQLiteEventStore:
         busy_timeout: float = 30.0,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         read_only: bool = False,
+        unit_wait: float = 2.0,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
@@ -139,6 +162,14 @@ class SQLiteEventStore:
             raise UsageError(f"the database path {str(self.path)!r} holds a NUL character")
         self._clock = clock
         self._new_event_id = new_event_id
+        number = cast("object", unit_wait)
+        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
+            raise UsageError(f"unit_wait must be a finite number of seconds >= 0, not {unit_wait!r}")
+        self._unit_wait = float(unit_wait)
+        # Its own id, not one from `new_event_id`: a seeded id source would give two processes one holder.
+        self._holder = new_uuid7()
+        self._leases: set[str] = set()
+        self._lease_lock = threading.Lock()
         self.read_only = read_only
         """Opened for reading only (replay, inspection): every write is refused with `StoreError`."""
         self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
@@ -160,6 +191,7 @@ class SQLiteEventStore:
         except BaseException:
             self._conn.close()
             raise
+        _OPEN_HOLDERS[self._holder] = self
 
     def _read_only_uri(self) -> str:
         if not self.path.is_file():
@@ -180,7 +212,7 @@ class SQLiteEventStore:
             applied = {str(row["name"]) for row in table.rows} if table.exists() else set[str]()
         known = [name for name, _ in _MIGRATIONS]
         refuse_unknown_migrations(self.path, applied, known)
-        if missing := [name for name in known if name not in applied]:
+        if missing := [name for name in known if name not in applied and name not in _WRITE_ONLY_MIGRATIONS]:
             raise StoreError(
                 f"{self.path}: its schema lacks migrations {', '.join(missing)}; open it once without read_only"
                 " to migrate it (or it is not an anagrapheus database)"
@@ -394,11 +426,47 @@ class SQLiteEventStore:
             row = self._conn.execute("SELECT outcome FROM closed_units WHERE unit_id = ?", (unit_id,)).fetchone()
         return None if row is None else row[0]
 
+    # Unit leases: one store at a time draws in an open unit, as in the PostgreSQL store. Within a store, the
+    # ledgers on a unit share its draws in flight; across stores (processes) nothing would tell one process
+    # that another is drawing, so the second could run an effect just before the first closes the unit.
+
+    def _lease(self, unit_id: str) -> None:
+        """Hold the unit's lease for this store, waiting up to `unit_wait` s; raise `UnitBusy` if another holds it."""
+        if unit_id in self._leases:
+            return
+        with self._lease_lock:
+            if unit_id in self._leases:
+                return
+            deadline = time.monotonic() + self._unit_wait
+            delay = 0.005
+            while not self._try_lease(unit_id):
+                if time.monotonic() >= deadline:
+                    raise UnitBusy(unit_id, waited=self._unit_wait)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+            self._leases.add(unit_id)
+
+    def _try_lease(self, unit_id: str) -> bool:
+        with self.transaction(), self._sql(f"taking the lease of unit {unit_id}"):
+            if self._outcome(unit_id) is not None:
+                return True  # a closed unit needs no lease: the caller refuses it
+            row = self._conn.execute(
+                "SELECT holder, host, pid FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            ).fetchone()
+            if row is not None and row[0] != self._holder and _holder_alive(*row):
+                return False
+            self._conn.execute(
+                "INSERT OR REPLACE INTO unit_leases (unit_id, holder, host, pid) VALUES (?, ?, ?, ?)",
+                (unit_id, self._holder, _HOST, os.getpid()),
+            )
+        return True
+
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
+        self._lease(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id, raw=raw)
             with self._sql("writing scratch"):
@@ -413,6 +481,7 @@ class SQLiteEventStore:
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""
+        self._lease(unit_id)
         with self.transaction(), self._sql("counting an attempt"):
             row = self._conn.execute(
                 "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ? RETURNING attempts",
@@ -428,6 +497,7 @@ class SQLiteEventStore:
         Raises `UnitClosed` if the unit is committed or abandoned. Being a write, it also proves
         the store writable before an effect runs.
         """
+        self._lease(unit_id)
         with self.transaction():
             with self._sql("reusing a pin"):
                 row = self._conn.execute(
@@ -473,16 +543,25 @@ class SQLiteEventStore:
     ) -> list[StoredEvent]:
         """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
         check_outcome(outcome)
+        self._lease(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id)
             stored = self.append(events(self._scratch_list(unit_id)))
             with self._sql("closing the unit"):
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))
                 self._conn.execute("INSERT INTO closed_units (unit_id, outcome) VALUES (?, ?)", (unit_id, outcome))
+                self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
+        self._leases.discard(unit_id)
         return stored
 
     def close(self) -> None:
-        """Close the connection; the store cannot be used afterwards."""
+        """Release this store's unit leases and close the connection; the store cannot be used afterwards."""
+        _OPEN_HOLDERS.pop(self._holder, None)
+        if self._leases:
+            # Best effort: a lease left behind is taken over anyway, its holder being no open store.
+            with suppress(StoreError), self.transaction(), self._sql("releasing unit leases"):
+                self._conn.execute("DELETE FROM unit_leases WHERE holder = ?", (self._holder,))
+            self._leases.clear()
         with self._owner.held(), self._sql("closing the store"):
             self._conn.close()
 
@@ -491,3 +570,18 @@ class SQLiteEventStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _holder_alive(holder: str, host: str, pid: int) -> bool:
+    """Whether a lease's holder may still draw: an open store of this process, or a live process elsewhere."""
+    if host != _HOST:
+        return True  # another machine's process cannot be checked: its lease stands
+    if pid == os.getpid():
+        return holder in _OPEN_HOLDERS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, run by another user
+    return True
