@@ -18,6 +18,7 @@ from anagrapheus.provider import compat
 PRIVATE_NAMES = [
     ("pydantic_ai._genai_prices", "fill_response_cost"),
     ("pydantic_ai.exceptions", "_categorized_http_error"),
+    ("pydantic_ai._durable_replay", "snapshot"),
 ]
 
 

@@ -10,8 +10,8 @@ from itertools import count
 from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.durable_exec import conversation_id_from_run_id
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.durable_exec import conversation_id_from_run_id, replay_scope
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
@@ -20,7 +20,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.compat import fallback_with_models, is_mcp_toolset, tool_function
+from anagrapheus.provider.compat import fallback_with_models, in_replay_scope, is_mcp_toolset, tool_function
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
@@ -82,6 +82,14 @@ class Pinning(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         """None: a resolver is a live object, so the capability cannot be written into an agent spec."""
         return None
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
+        if in_replay_scope():
+            # A durable engine's scope is open already: its tally counts the pinned answers too.
+            return await handler()
+        with replay_scope():
+            return await handler()
 
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver."""

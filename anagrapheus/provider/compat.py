@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, cast
 
+from pydantic_ai import _durable_replay  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.models import Model
@@ -14,7 +15,14 @@ from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-__all__ = ["CATEGORIZED_HTTP_ERROR", "fallback_with_models", "fill_response_cost", "is_mcp_toolset", "tool_function"]
+__all__ = [
+    "CATEGORIZED_HTTP_ERROR",
+    "fallback_with_models",
+    "fill_response_cost",
+    "in_replay_scope",
+    "is_mcp_toolset",
+    "tool_function",
+]
 
 CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
 """What an HTTP error of a category (`ModelUnavailableError` with a status, say) pickles to: its rebuild recipe."""
@@ -29,6 +37,11 @@ def fallback_with_models(fallback: FallbackModel, models: list[Model]) -> Fallba
     copied._entered_count = 0  # pyright: ignore[reportPrivateUsage]
     copied.models = models
     return copied
+
+
+def in_replay_scope() -> bool:
+    """Whether a `replay_scope()` is already open here (a durable engine's): one scope per run keeps one tally."""
+    return _durable_replay.snapshot() is not None
 
 
 def is_mcp_toolset(toolset: AbstractToolset[Any]) -> bool:

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
+from pydantic_ai.durable_exec import record_durable_unit
 from pydantic_core import to_jsonable_python
 
 from anagrapheus.errors import AnagrapheusError, PinnedFailure
@@ -141,12 +142,23 @@ class DrawSequence:
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None,
     ) -> T:
-        """Resolve the next draw of the call keyed `key`, failures pinned and counted."""
+        """Resolve the next draw of the call keyed `key`, failures pinned and counted.
+
+        The draw is reported to pydantic-ai as a durable unit, run or answered from a pin, so that under a
+        `replay_scope()` (which `Pinning` opens per run) a span covering only pinned answers is not exported.
+        """
+        drawn = False
+
+        async def draw() -> object:
+            nonlocal drawn
+            drawn = True
+            return await effect()
+
         try:
             return await resolver.aresolve(
                 self.key(key, kind=kind),
                 kind=kind,
-                effect=effect,
+                effect=draw,
                 interpret=interpret,
                 fingerprint=fingerprint,
                 failure=FAILURES,
@@ -154,3 +166,5 @@ class DrawSequence:
         except Exception as e:
             self.note(key, e)
             raise
+        finally:
+            record_durable_unit(executed=drawn)

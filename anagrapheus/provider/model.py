@@ -12,6 +12,7 @@ from weakref import WeakValueDictionary
 import anyio
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
+from pydantic_ai.durable_exec import record_durable_unit
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -233,6 +234,8 @@ class PinnedModel(WrapperModel):
                     failure=FAILURES,
                 )
             ) as draw:
+                # A durable unit to pydantic-ai's telemetry: drawn live, or answered from a pin (see DrawSequence).
+                record_durable_unit(executed=draw.live is not None)
                 if draw.live is not None:
                     yield draw.live
                     return

@@ -1,0 +1,44 @@
+"""Telemetry under `Pinning`: a span that covered only answers from pins is not exported; drawn work is."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.models.instrumented import InstrumentationSettings
+
+from anagrapheus import Pinning
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from tests.conftest import Scripted
+
+
+def fleet(city: str) -> str:
+    """Name the fleet of a city."""
+    return f"the fleet of {city}"
+
+
+def spans_of(pinning: Pinning | None) -> list[str]:
+    """The names of the spans one instrumented run exports, pinned through `pinning` or not pinned."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+    capabilities = [traced] if pinning is None else [traced, pinning]
+    Agent(Scripted("scripted-uk").model, tools=[fleet], capabilities=capabilities).run_sync("Where?")
+    return sorted(span.name for span in exporter.get_finished_spans())
+
+
+def test_a_replay_exports_the_run_but_not_the_calls_it_answered_from_pins(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = spans_of(None)
+    ledger = PinLedger(store, types)
+    recorded = spans_of(Pinning(ledger))
+    ledger.commit()
+
+    replayed = spans_of(Pinning(ReplayPins.from_events(store.read(), types)))
+
+    assert recorded == unpinned == ["chat scripted-uk", "chat scripted-uk", "execute_tool fleet", "invoke_agent agent"]
+    assert replayed == ["invoke_agent agent"]
