@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -14,11 +13,19 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome, check_contiguous, check_outcome, event_row
+from anagrapheus.timeline.store import (
+    OpenUnit,
+    ScratchPin,
+    UnitLeases,
+    UnitOutcome,
+    check_contiguous,
+    check_outcome,
+    event_row,
+)
 
 __all__ = ["PostgresEventStore"]
 
@@ -75,9 +82,8 @@ class PostgresEventStore:
         self._unit_wait = unit_wait
         self._held: dict[tuple[int, int], Conn] = {}
         self._held_lock = threading.Lock()
-        self._leases: set[str] = set()
+        self._leases = UnitLeases(self._try_lease, wait=unit_wait)
         self._lease_conn: Conn | None = None
-        self._lease_lock = threading.Lock()
         self._put_lock = threading.Lock()
         self._events = self.place.table("events")
         self._head = self.place.table("log_head")
@@ -236,19 +242,7 @@ class PostgresEventStore:
 
     def _claim(self, unit_id: str) -> None:
         """Hold the unit's lease for this store, waiting up to `unit_wait` s; raise `UnitBusy` if another holds it."""
-        if unit_id in self._leases:
-            return
-        with self._lease_lock:
-            if unit_id in self._leases:
-                return
-            deadline = time.monotonic() + self._unit_wait
-            delay = 0.01
-            while not self._try_lease(unit_id):
-                if time.monotonic() >= deadline:
-                    raise UnitBusy(unit_id, waited=self._unit_wait)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.2)
-            self._leases.add(unit_id)
+        self._leases.hold(unit_id)
 
     def _try_lease(self, unit_id: str) -> bool:
         conn = self._lease_conn
@@ -270,17 +264,17 @@ class PostgresEventStore:
         return f"anagrapheus unit {self.place.schema} {unit_id}"
 
     def _release(self, unit_id: str) -> None:
-        with self._lease_lock:
-            if unit_id not in self._leases or self._lease_conn is None:
+        with self._leases.lock:
+            if unit_id not in self._leases.held or self._lease_conn is None:
                 return
-            self._leases.discard(unit_id)
+            self._leases.held.discard(unit_id)
             with self.place.translated(f"releasing the lease of unit {unit_id}"):
                 self._lease_conn.execute(
                     "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._lease_name(unit_id),)
                 )
 
     def _drop_leases(self) -> None:
-        self._leases.clear()
+        self._leases.held.clear()
         if self._lease_conn is not None:
             self._lease_conn.close()
             self._lease_conn = None
@@ -428,7 +422,7 @@ class PostgresEventStore:
 
     def close(self) -> None:
         """Close the pool and the lease connection (freeing every unit this store holds)."""
-        with self._lease_lock:
+        with self._leases.lock:
             self._drop_leases()
         with self.place.translated("closing the store"):
             self._pool.close()

@@ -6,7 +6,6 @@ import math
 import os
 import socket
 import sqlite3
-import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -17,13 +16,14 @@ from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
 from anagrapheus.timeline.store import (
     OpenUnit,
     ScratchPin,
+    UnitLeases,
     UnitOutcome,
     check_contiguous,
     check_outcome,
@@ -168,8 +168,7 @@ class SQLiteEventStore:
         self._unit_wait = float(unit_wait)
         # Its own id, not one from `new_event_id`: a seeded id source would give two processes one holder.
         self._holder = new_uuid7()
-        self._leases: set[str] = set()
-        self._lease_lock = threading.Lock()
+        self._leases = UnitLeases(self._try_lease, wait=self._unit_wait)
         self.read_only = read_only
         """Opened for reading only (replay, inspection): every write is refused with `StoreError`."""
         self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
@@ -430,22 +429,6 @@ class SQLiteEventStore:
     # ledgers on a unit share its draws in flight; across stores (processes) nothing would tell one process
     # that another is drawing, so the second could run an effect just before the first closes the unit.
 
-    def _lease(self, unit_id: str) -> None:
-        """Hold the unit's lease for this store, waiting up to `unit_wait` s; raise `UnitBusy` if another holds it."""
-        if unit_id in self._leases:
-            return
-        with self._lease_lock:
-            if unit_id in self._leases:
-                return
-            deadline = time.monotonic() + self._unit_wait
-            delay = 0.005
-            while not self._try_lease(unit_id):
-                if time.monotonic() >= deadline:
-                    raise UnitBusy(unit_id, waited=self._unit_wait)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-            self._leases.add(unit_id)
-
     def _try_lease(self, unit_id: str) -> bool:
         with self.transaction(), self._sql(f"taking the lease of unit {unit_id}"):
             if self._outcome(unit_id) is not None:
@@ -466,7 +449,7 @@ class SQLiteEventStore:
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
-        self._lease(unit_id)
+        self._leases.hold(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id, raw=raw)
             with self._sql("writing scratch"):
@@ -481,7 +464,7 @@ class SQLiteEventStore:
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""
-        self._lease(unit_id)
+        self._leases.hold(unit_id)
         with self.transaction(), self._sql("counting an attempt"):
             row = self._conn.execute(
                 "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ? RETURNING attempts",
@@ -497,7 +480,7 @@ class SQLiteEventStore:
         Raises `UnitClosed` if the unit is committed or abandoned. Being a write, it also proves
         the store writable before an effect runs.
         """
-        self._lease(unit_id)
+        self._leases.hold(unit_id)
         with self.transaction():
             with self._sql("reusing a pin"):
                 row = self._conn.execute(
@@ -543,7 +526,7 @@ class SQLiteEventStore:
     ) -> list[StoredEvent]:
         """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
         check_outcome(outcome)
-        self._lease(unit_id)
+        self._leases.hold(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id)
             stored = self.append(events(self._scratch_list(unit_id)))
@@ -551,17 +534,17 @@ class SQLiteEventStore:
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))
                 self._conn.execute("INSERT INTO closed_units (unit_id, outcome) VALUES (?, ?)", (unit_id, outcome))
                 self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
-        self._leases.discard(unit_id)
+        self._leases.held.discard(unit_id)
         return stored
 
     def close(self) -> None:
         """Release this store's unit leases and close the connection; the store cannot be used afterwards."""
         _OPEN_HOLDERS.pop(self._holder, None)
-        if self._leases:
+        if self._leases.held:
             # Best effort: a lease left behind is taken over anyway, its holder being no open store.
             with suppress(StoreError), self.transaction(), self._sql("releasing unit leases"):
                 self._conn.execute("DELETE FROM unit_leases WHERE holder = ?", (self._holder,))
-            self._leases.clear()
+            self._leases.held.clear()
         with self._owner.held(), self._sql("closing the store"):
             self._conn.close()
 

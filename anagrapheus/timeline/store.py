@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
-from anagrapheus.errors import SchemaTooNew, UsageError
+from anagrapheus.errors import SchemaTooNew, UnitBusy, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
 __all__ = [
@@ -151,6 +153,33 @@ class LogImport(EventStore, Protocol):
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
         """Append stored events keeping their seq, ids and times; the first must follow `last_seq()`."""
         ...
+
+
+class UnitLeases:
+    """The units a store holds, each taken once by `attempt` (retried with backoff up to `wait` s, then `UnitBusy`)."""
+
+    def __init__(self, attempt: Callable[[str], bool], *, wait: float) -> None:
+        self.held: set[str] = set()
+        self._attempt = attempt
+        self._wait = wait
+        self.lock = threading.Lock()
+        """Held while a unit is taken; a store holds it too while it lets units go."""
+
+    def hold(self, unit_id: str) -> None:
+        """Hold the unit for this store, waiting for another holder to let go; raise `UnitBusy` if it does not."""
+        if unit_id in self.held:
+            return
+        with self.lock:
+            if unit_id in self.held:
+                return
+            deadline = time.monotonic() + self._wait
+            delay = 0.005
+            while not self._attempt(unit_id):
+                if time.monotonic() >= deadline:
+                    raise UnitBusy(unit_id, waited=self._wait)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+            self.held.add(unit_id)
 
 
 def check_outcome(outcome: str) -> None:
