@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from anagrapheus.errors import CanonicalError, UsageError
 from anagrapheus.timeline import canonical_json, pin_key
+from anagrapheus.timeline.canonical import canonical_float, canonical_integer, canonical_string, canonical_value
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -199,3 +200,53 @@ def test_subclasses_of_json_types_are_written_as_their_base_value() -> None:
 def test_a_bad_kind_is_named_in_the_refusal() -> None:
     with pytest.raises(UsageError, match=r"pin kind 'Model Call:' must be lowercase"):
         pin_key("Model Call:", {})
+
+
+class Mode(str, enum.Enum):  # noqa: UP042 (a str mixin, deliberately not a StrEnum)
+    """A str-mixin enum: its str() is `Mode.FAST`, not its value, so the two must never be confused."""
+
+    FAST = "fast"
+
+
+def test_a_string_subclass_is_written_as_its_str_on_every_path() -> None:
+    for written in (canonical_string(Mode.FAST), canonical_value(Mode.FAST)):
+        assert type(written) is str and written == str(Mode.FAST)
+
+
+def test_canonical_string_normalises_and_refuses_as_canonical_json_does() -> None:
+    plain = "already canonical"
+    assert canonical_string(plain) is plain
+    assert canonical_string(unicodedata.normalize("NFD", "café")) == "café"
+    with pytest.raises(CanonicalError) as caught:
+        canonical_string("bad \ud800")
+    assert (caught.value.reason, caught.value.path) == ("string holds a lone surrogate, which UTF-8 cannot encode", "$")
+
+
+def test_canonical_integer_is_a_plain_int_and_refuses_one_too_long() -> None:
+    class Size(enum.IntEnum):
+        LARGE = 3
+
+    assert type(canonical_integer(Size.LARGE)) is int and canonical_integer(Size.LARGE) == 3
+    assert canonical_integer(2**14_100) == 2**14_100
+    with pytest.raises(CanonicalError) as caught:
+        canonical_integer(10**5000)
+    assert (caught.value.reason, caught.value.path) == ("an integer of 16610 bits is too long to write as JSON", "$")
+
+
+def test_canonical_float_spells_integral_floats_as_integers_and_refuses_non_finite_ones() -> None:
+    class Grams(float):
+        pass
+
+    assert type(canonical_float(Grams(2.5))) is float and canonical_float(Grams(2.5)) == 2.5
+    assert type(canonical_float(4.0)) is int and canonical_float(4.0) == 4
+    for bad, reason in ((math.nan, "nan is not a JSON number"), (-math.inf, "-inf is not a JSON number")):
+        with pytest.raises(CanonicalError) as caught:
+            canonical_float(bad)
+        assert (caught.value.reason, caught.value.path) == (reason, "$")
+
+
+def test_a_normalised_pin_key_writes_the_value_as_given_without_walking_it() -> None:
+    value = {"b": [1.0, "é"], "a": 2}
+    assert pin_key("k", canonical_value(value), normalised=True) == pin_key("k", value)
+    # Trusted, not checked: that is the walk the option saves. A value that is not canonical keys as written.
+    assert pin_key("k", {"a": 1.0}, normalised=True) != pin_key("k", {"a": 1})

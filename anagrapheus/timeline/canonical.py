@@ -59,7 +59,7 @@ def _text(value: str) -> str:
             raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
         if not unicodedata.is_normalized("NFC", value):
             return unicodedata.normalize("NFC", value)
-    return value
+    return value if type(value) is str else str(value)
 
 
 def _spelled(number: float) -> int | float:
