@@ -2,11 +2,12 @@
 
 Part "runs": one agent run (a tool call, then an answer: two model requests) on a bare async
 `FunctionModel`, under strict replay (`PinnedModel` + `ReplayPins`, and the `Pinning` capability,
-which pins the tool call too) and under live recording (`PinnedModel` + a fresh `PinLedger` per
-run), with no history and continuing a 200-message history. Part "cassette": the same three-turn
-conversation replayed through pins and through a vcrpy cassette of an OpenAI-compatible model
-(`OpenAIChatModel`), both recorded in this run against a scripted server on 127.0.0.1 that is
-stopped before anything is replayed.
+which pins the tool call and the run's id and times too; its recording holds as many runs as are
+replayed, since a run's id and times are pinned at its position in the unit) and under live
+recording (`PinnedModel` + a fresh `PinLedger` per run), with no history and continuing a
+200-message history. Part "cassette": the same three-turn conversation replayed through pins and
+through a vcrpy cassette of an OpenAI-compatible model (`OpenAIChatModel`), both recorded in this
+run against a scripted server on 127.0.0.1 that is stopped before anything is replayed.
 
 Variants run interleaved in rounds; each figure is the median over rounds of the variant's time
 divided by the baseline's time in the same round. Setup (agents, ledgers, opening the cassette,
@@ -46,6 +47,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import register_builtin_events
 from anagrapheus.provider import PinnedModel, Pinning
+from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 HISTORY_TURNS = 50  # four messages a turn: 200 messages
@@ -161,18 +163,25 @@ def one_run(
     replay = agent_on(PinnedModel(FunctionModel(replay_fn, model_name="scripted"), recorded.replay()))
     assert loop.run_until_complete(replay.run(prompt, message_history=past)).output == expected.output
 
-    # The capability pins the tool call too, so its recording is made through the capability.
+    # The capability pins the tool call too, so its recording is made through the capability. A run's id and
+    # times are pinned at its position in the unit, so the unit holds as many runs as the timing will replay:
+    # the identical calls are drawn once and answered thereafter, each run adds its own id and times.
     whole = Pins.open(root / f"capability-{name}.db")
     whole_ledger = whole.ledger()
-    loop.run_until_complete(
-        Agent(bare_model, tools=[lookup], capabilities=[Pinning(whole_ledger)]).run(prompt, message_history=past)
-    )
+    recording_agent = Agent(bare_model, tools=[lookup], capabilities=[Pinning(whole_ledger)])
+    recorded_runs = 1 + max(1, n // 4) + rounds * n + max(n, 10)
+    first = loop.run_until_complete(recording_agent.run(prompt, message_history=past))
+    for _ in range(recorded_runs - 1):
+        loop.run_until_complete(recording_agent.run(prompt, message_history=past))
     whole_ledger.commit()
     capability_fn = Scripted()
+    whole_replay = whole.replay()
     capability = Agent(
-        FunctionModel(capability_fn, model_name="scripted"), tools=[lookup], capabilities=[Pinning(whole.replay())]
+        FunctionModel(capability_fn, model_name="scripted"), tools=[lookup], capabilities=[Pinning(whole_replay)]
     )
-    assert loop.run_until_complete(capability.run(prompt, message_history=past)).output == expected.output
+    replayed = loop.run_until_complete(capability.run(prompt, message_history=past))
+    assert replayed.output == expected.output
+    assert replayed.all_messages_json() == first.all_messages_json(), "the capability's replay is not exact"
 
     live_pins = Pins.open(root / f"live-{name}.db")
     live_model = FunctionModel(live_fn, model_name="scripted")
@@ -218,6 +227,8 @@ def one_run(
         rounds=rounds,
     )
     assert replay_fn.calls == capability_fn.calls == 0, "strict replay reached the model"
+    assert not whole_replay.unused() or all(kind in RUN_POSITIONS for kind in whole_replay.unused().values())
+    assert whole_replay.divergence is None
     print_table(f"One agent run, two model requests, {label} (per run)", "bare async FunctionModel", rows)
     recorded.store.close()
     whole.store.close()
