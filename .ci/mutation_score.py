@@ -20,6 +20,22 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "if value.bit_length() >= _CHECKED_INT_BITS:",
         "the same check, in canonical_integer",
     ),
+    "anagrapheus.timeline.canonical.x__text__mutmut_22": (
+        "return value if (type(value) is str) and False else str(value)",
+        "str() of an exact str is that very str: the test only spares a call",
+    ),
+    "anagrapheus.timeline.canonical.x__text__mutmut_24": (
+        "return value if type(None) is str else str(value)",
+        "the same",
+    ),
+    "anagrapheus.timeline.canonical.x_canonical_string__mutmut_1": (
+        "return value if (type(value) is str and value.isascii()) and False else _refusing(_text, value)",
+        "an ASCII str taken the long way comes back as itself: the short way is speed only",
+    ),
+    "anagrapheus.timeline.canonical.x_canonical_string__mutmut_4": (
+        "return value if type(None) is str and value.isascii() else _refusing(_text, value)",
+        "the same",
+    ),
     "anagrapheus.timeline.canonical.x__text__mutmut_4": (
         'value.encode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
