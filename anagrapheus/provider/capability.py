@@ -1,4 +1,4 @@
-"""Pinning: the pydantic-ai capability that pins every model request and tool call of an agent run."""
+"""Pinning: the pydantic-ai capability that pins everything an agent run reads from outside, and its clock."""
 
 from __future__ import annotations
 
@@ -42,11 +42,12 @@ class Pinning(AbstractCapability[Any]):
     """Pins every model request, every tool call, and the run's ids and timestamps through one resolver.
 
     `Agent(model, capabilities=[Pinning(ledger)])` records a run; the same agent with
-    `Pinning(ReplayPins(...))` replays it without reaching the model or any tool, and its
-    `all_messages()` are the recorded run's, byte for byte. Each model is wrapped in a `PinnedModel`
+    `Pinning(ReplayPins(...))` replays it without reaching the model, any tool or any MCP server, and
+    its `all_messages()` are the recorded run's, byte for byte. Each model is wrapped in a `PinnedModel`
     (its keys, its `policy`) and every toolset's calls are keyed as `pinned_tool` keys them: name and
     arguments, never the `RunContext` or the run's deps, unless `tool_deps` names the part of the
-    deps a tool's answer depends on. A model or tool that already pins its own calls is passed through.
+    deps a tool's answer depends on. An MCP server's tool list and instructions are pinned too. A model
+    or tool that already pins its own calls is passed through.
     """
 
     resolver: PinResolver
