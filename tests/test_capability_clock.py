@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, cast
 
+import pytest
 from pydantic_ai import Agent
 
 from anagrapheus import Pinning
+from anagrapheus.errors import PinResultError
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
 from tests.conftest import Scripted
 
@@ -132,3 +137,42 @@ def test_a_caller_given_run_id_gets_a_derived_conversation_and_pinned_times(
 
     assert live.conversation_id == replayed.conversation_id != "chat-7"
     assert replayed.all_messages_json() == live.all_messages_json()
+
+
+@dataclass
+class Damaged:
+    """A resolver over a ledger that answers every pin of one kind with `raw`, as a damaged log would."""
+
+    ledger: PinLedger
+    kind: str
+    raw: JSONValue
+
+    def resolve(self, key: str, *, kind: str, effect: Any, interpret: Any, **options: Any) -> Any:
+        if kind == self.kind:
+            return interpret(self.raw)
+        return self.ledger.resolve(key, kind=kind, effect=effect, interpret=interpret, **options)
+
+    async def aresolve(self, key: str, *, kind: str, effect: Any, interpret: Any, **options: Any) -> Any:
+        if kind == self.kind:
+            return interpret(self.raw)
+        return await self.ledger.aresolve(key, kind=kind, effect=effect, interpret=interpret, **options)
+
+    def resolve_stream(self, key: str, **options: Any) -> Any:
+        return self.ledger.resolve_stream(key, **options)
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw", "says"),
+    [
+        (RUN_ID, 7, "not a run id"),
+        (RUN_CLOCK, {"at": "noon"}, "not a list of timestamps"),
+        (RUN_CLOCK, ["noon", "midnight"], "not a list of timestamps"),
+        (RUN_CLOCK, ["2026-01-05T09:00:00+00:00"], "1 timestamps for 2 stamps"),
+    ],
+)
+def test_a_damaged_clock_pin_is_refused_saying_what_it_holds(
+    kind: str, raw: JSONValue, says: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    damaged = Damaged(PinLedger(store, types), kind, raw)
+    with pytest.raises(PinResultError, match=says):
+        agent(Pinning(cast(PinResolver, damaged))).run_sync(PROMPT)

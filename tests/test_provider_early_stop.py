@@ -63,7 +63,7 @@ async def test_an_early_stop_replays_to_the_same_point_whatever_the_debounce(
     ledger = PinLedger(store, types)
     live = await first_delta(Agent(Slow().model, capabilities=[Pinning(ledger)]), recorded_with)
     ledger.commit()
-    assert live[0] == "The "
+    assert live[0].startswith("The ")
 
     for debounce in (DEFAULT, None, 0.3):
         slow = Slow()

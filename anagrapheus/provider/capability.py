@@ -94,7 +94,7 @@ class Pinning(AbstractCapability[Any]):
 
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver."""
-        return RunClocks.of(self.resolver).draw_run_id(self.new_id)
+        return RunClocks.of(self.resolver).draw_run_id(self.resolver, self.new_id)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
@@ -109,14 +109,14 @@ class Pinning(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Pin the timestamps of the request about to be sent (and of any request before it not yet pinned)."""
-        await RunClocks.of(self.resolver).stamp(ctx.run_id, ctx.messages, clock=self.clock)
+        await RunClocks.of(self.resolver).stamp(self.resolver, ctx.run_id, ctx.messages, clock=self.clock)
         return request_context
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
         clocks = RunClocks.of(self.resolver)
         try:
-            await clocks.stamp(result.run_id, result.all_messages(), clock=self.clock)
+            await clocks.stamp(self.resolver, result.run_id, result.all_messages(), clock=self.clock)
         finally:
             clocks.end(result.run_id)
         return result

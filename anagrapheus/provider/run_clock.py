@@ -17,11 +17,11 @@ make a replay leave its recording. Under `on_miss="record"` such a draw goes to 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
@@ -56,8 +56,6 @@ class _Run:
 class RunClocks:
     """The runs drawn through one resolver, shared by every `Pinning` over it: their positions and stamp points."""
 
-    resolver: PinResolver
-    """The resolver the runs' ids and times are pinned through."""
     unit: str | None
     """The unit of work the runs are positions in: the ledger's, or the one unit a strict replay answers from."""
     runs: int = 0
@@ -66,24 +64,32 @@ class RunClocks:
 
     @classmethod
     def of(cls, resolver: PinResolver) -> RunClocks:
-        """The clocks of `resolver`'s runs: one per resolver, whichever `Pinning` asks."""
+        """The clocks of `resolver`'s runs: one per resolver, whichever `Pinning` asks, forgotten with it."""
         with _guard:
-            clocks = _by_resolver.get(resolver)
-            if clocks is None:
-                clocks = _by_resolver[resolver] = cls(resolver, _unit_of(resolver))
+            found = _by_resolver.get(id(resolver))
+            if found is not None and found[0]() is resolver:
+                return found[1]
+            clocks = cls(_unit_of(resolver))
+            try:
+                reference = weakref.ref(resolver)
+                weakref.finalize(resolver, _forget, id(resolver), reference)
+            except TypeError:
+                # A resolver that cannot be referenced weakly is kept for the life of the process.
+                reference = _Strong(resolver)
+            _by_resolver[id(resolver)] = (reference, clocks)
             return clocks
 
-    def draw_run_id(self, new_id: Callable[[], str]) -> str:
+    def draw_run_id(self, resolver: PinResolver, new_id: Callable[[], str]) -> str:
         """The id of the run about to start, pinned at its position."""
         with self.lock:
             position = self.runs
             self.runs += 1
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
-        resolver = _answering(self.resolver, self.unit, key)
-        if resolver is None:
+        answering = _answering(resolver, self.unit, key)
+        if answering is None:
             run_id = _run_id(new_id())
         else:
-            run_id = resolver.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
+            run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
             self.by_id[run_id] = _Run(position)
         return run_id
@@ -106,7 +112,12 @@ class RunClocks:
             self.by_id.pop(run_id, None)
 
     async def stamp(
-        self, run_id: str | None, messages: Sequence[ModelMessage], *, clock: Callable[[], datetime] | None
+        self,
+        resolver: PinResolver,
+        run_id: str | None,
+        messages: Sequence[ModelMessage],
+        *,
+        clock: Callable[[], datetime] | None,
     ) -> None:
         """Pin the timestamps the run's requests gained since its last stamp point, and write the pinned ones back."""
         run = None if run_id is None else self.by_id.get(run_id)
@@ -134,11 +145,11 @@ class RunClocks:
         async def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
-        resolver = _answering(self.resolver, self.unit, key)
-        if resolver is None:
+        answering = _answering(resolver, self.unit, key)
+        if answering is None:
             times = _times(canonical_value(await stamped()))
         else:
-            times = await resolver.aresolve(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
+            times = await answering.aresolve(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         if len(times) != len(slots):
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
@@ -146,9 +157,24 @@ class RunClocks:
 
 
 _guard = threading.Lock()
-# Keyed by the resolver object itself: a resolver is one unit of work (a ledger) or one replay, and its runs are
-# numbered for as long as it lives, across every Pinning over it (one per agent, say).
-_by_resolver: WeakKeyDictionary[PinResolver, RunClocks] = WeakKeyDictionary()
+# By the resolver's identity (a resolver need not be hashable): a resolver is one unit of work (a ledger) or one
+# replay, and its runs are numbered for as long as it lives, across every Pinning over it (one per agent, say).
+_by_resolver: dict[int, tuple[Callable[[], object], RunClocks]] = {}
+
+
+@dataclass(frozen=True)
+class _Strong:
+    resolver: object
+
+    def __call__(self) -> object:
+        return self.resolver
+
+
+def _forget(key: int, reference: Callable[[], object]) -> None:
+    with _guard:
+        found = _by_resolver.get(key)
+        if found is not None and found[0] is reference:
+            del _by_resolver[key]
 
 
 def _unit_of(resolver: PinResolver) -> str | None:
