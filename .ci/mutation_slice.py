@@ -71,7 +71,7 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py"],
     "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
-    "anagrapheus/timeline/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
+    "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
     "anagrapheus/timeline/pins.py": ["tests/test_ledger.py", "tests/test_ledger_failures.py"],
     "anagrapheus/timeline/sqlite.py": ["tests/test_sqlite_store.py", "tests/test_sqlite_ownership.py"],
     "anagrapheus/provider/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
