@@ -139,9 +139,12 @@ def test_a_caller_given_run_id_gets_a_derived_conversation_and_pinned_times(
     assert replayed.all_messages_json() == live.all_messages_json()
 
 
-@dataclass
+@dataclass(slots=True)
 class Damaged:
-    """A resolver over a ledger that answers every pin of one kind with `raw`, as a damaged log would."""
+    """A resolver over a ledger that answers every pin of one kind with `raw`, as a damaged log would.
+
+    Like any user's resolver it may be unhashable (an eq dataclass) and not weakly referable (slots).
+    """
 
     ledger: PinLedger
     kind: str
