@@ -423,3 +423,40 @@ def test_a_task_cancelled_while_claiming_a_draw_leaves_nothing_in_flight(
     status, outcome = run_with_deadline(ledger.commit)
     assert status == "ok", outcome
     assert ledger.state == "committed"
+
+
+def test_a_stream_cancelled_while_its_pin_waits_to_be_written_keeps_the_pin(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import asynccontextmanager
+
+    ledger = PinLedger(store, types)
+    worker_free = threading.Event()
+
+    @asynccontextmanager
+    async def effect() -> Any:
+        yield ["the", "streamed", "answer"]
+
+    async def consume(loop: asyncio.AbstractEventLoop) -> None:
+        async with ledger.resolve_stream(
+            K1, kind="model_call", effect=effect, capture=lambda live: live, interpret=identity
+        ) as draw:
+            assert draw.live is not None
+            # The only worker is kept busy, so the pin's write waits in the queue when the task is cancelled.
+            loop.run_in_executor(None, worker_free.wait, 10)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        task = asyncio.create_task(consume(loop))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        worker_free.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [json.loads(pin.raw) for pin in ledger.pins()] == [["the", "streamed", "answer"]]
+    ledger.commit()

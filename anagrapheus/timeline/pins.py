@@ -36,6 +36,7 @@ LedgerState = Literal["open", "committed", "abandoned"]
 """Where a unit of work stands: drawing (`open`), or closed for good by `commit()` or `abandon()`."""
 
 T = TypeVar("T")
+R = TypeVar("R")
 S = TypeVar("S")
 
 
@@ -337,9 +338,9 @@ class PinLedger:
                     result = await effect()
             except Exception as e:
                 if (failed := _failed_draw(e, failure)) is not None:
-                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                    await _written(self._put_failure, key, kind, failed, digests)
                 raise
-            pin = await asyncio.to_thread(self._put, key, kind, result, digests)
+            pin = await _written(self._put, key, kind, result, digests)
         finally:
             self._release(key)
         return _answered(pin, interpret, failure)
@@ -399,16 +400,16 @@ class PinLedger:
                             )
                             try:
                                 if failed is not None:
-                                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                                    await _written(self._put_failure, key, kind, failed, digests)
                                 else:
-                                    await asyncio.to_thread(self._put, key, kind, capture(live), digests)
+                                    await _written(self._put, key, kind, capture(live), digests)
                             except Exception:
                                 if error is None:
                                     raise
             except Exception as e:
                 if not opened and (failed := _failed_draw(e, failure)) is not None:
                     # The stream never opened: the failure is the whole draw.
-                    await asyncio.to_thread(self._put_failure, key, kind, failed, digests)
+                    await _written(self._put_failure, key, kind, failed, digests)
                 raise
         finally:
             self._release(key)
@@ -523,6 +524,25 @@ class PinLedger:
     async def aabandon(self, *, reason: str) -> StoredEvent:
         """Like `abandon`, with the store work in a worker thread, so it waits off the event loop."""
         return await asyncio.to_thread(self.abandon, reason=reason)
+
+
+async def _written(write: Callable[..., R], *args: object) -> R:
+    """Run a pin's write in a worker thread to its end, even if the awaiting task is cancelled meanwhile.
+
+    A draw was paid for by the time it is written. Cancelled while the write still waited for a worker,
+    a plain `to_thread` would drop the write, and the draw with it (a consumer that stops a stream
+    early cancels the run that is writing it). The cancellation is passed on once the pin is written.
+    """
+    write_task = asyncio.ensure_future(asyncio.to_thread(write, *args))
+    try:
+        return await asyncio.shield(write_task)
+    except asyncio.CancelledError:
+        while not write_task.done():
+            with suppress(asyncio.CancelledError):
+                await asyncio.wait({write_task})
+        if not write_task.cancelled():
+            write_task.exception()  # retrieved: the cancellation is what the caller hears of
+        raise
 
 
 def _failed_draw(
