@@ -67,7 +67,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_replay_corrupt_pins.py",
         "tests/test_divergence_nearest.py",
     ],
-    "anagrapheus/timeline/copying.py": ["tests/test_copy.py"],
+    "anagrapheus/timeline/copying.py": ["tests/test_copy_rules.py", "tests/test_copy.py"],
     "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py"],
     "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
