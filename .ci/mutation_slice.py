@@ -60,7 +60,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording_provenance.py",
         "tests/test_recording_secrets.py",
     ],
-    "anagrapheus/timeline/secrets.py": ["tests/test_recording_secrets.py"],
+    "anagrapheus/timeline/secrets.py": ["tests/test_secret_card_numbers.py", "tests/test_recording_secrets.py"],
     "anagrapheus/timeline/provenance.py": ["tests/test_recording_provenance.py", "tests/test_recording.py"],
     "anagrapheus/timeline/replay.py": [
         "tests/test_replay.py",
