@@ -64,6 +64,8 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/provenance.py": ["tests/test_recording_provenance.py", "tests/test_recording.py"],
     "anagrapheus/timeline/replay.py": [
         "tests/test_replay.py",
+        "tests/test_replay_record_async.py",
+        "tests/test_recording.py",
         "tests/test_replay_corrupt_pins.py",
         "tests/test_divergence_nearest.py",
     ],
