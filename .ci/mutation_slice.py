@@ -52,7 +52,6 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_events.py",
         "tests/test_recording.py",
         "tests/test_recording_checks.py",
-        "tests/test_sqlite_store.py",
     ],
     "anagrapheus/timeline/recording.py": [
         "tests/test_recording.py",
@@ -61,7 +60,11 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording_secrets.py",
     ],
     "anagrapheus/timeline/secrets.py": ["tests/test_secret_card_numbers.py", "tests/test_recording_secrets.py"],
-    "anagrapheus/timeline/provenance.py": ["tests/test_recording_provenance.py", "tests/test_recording.py"],
+    "anagrapheus/timeline/provenance.py": [
+        "tests/test_provenance_rules.py",
+        "tests/test_recording_provenance.py",
+        "tests/test_recording.py",
+    ],
     "anagrapheus/timeline/replay.py": [
         "tests/test_replay.py",
         "tests/test_replay_record_async.py",
@@ -75,7 +78,6 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
     "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
     "anagrapheus/timeline/pins.py": ["tests/test_ledger.py", "tests/test_ledger_failures.py"],
-    "anagrapheus/timeline/sqlite.py": ["tests/test_sqlite_store.py", "tests/test_sqlite_ownership.py"],
     "anagrapheus/provider/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
     "anagrapheus/provider/compat.py": ["tests/test_compat.py"],
     "anagrapheus/provider/policy_settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
@@ -90,7 +92,9 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py"],
     "anagrapheus/provider/capability.py": ["tests/test_capability.py", "tests/test_capability_failures.py"],
 }
-"""Each module, and the test files written for it."""
+"""Each module, and the test files written for it. A file whose tests start Python processes that import the package
+cannot be listed for a module those processes reach: the child inherits mutmut's environment and fails in its
+trampoline (so `tests/test_sqlite_store.py` is left out, and `timeline/sqlite.py` has no entry yet)."""
 
 SLICE = [
     "anagrapheus/timeline/canonical.py",
