@@ -52,6 +52,8 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_events.py",
         "tests/test_recording.py",
         "tests/test_recording_checks.py",
+        "tests/test_ledger.py",
+        "tests/test_replay_corrupt_pins.py",
     ],
     "anagrapheus/timeline/recording.py": [
         "tests/test_recording.py",
