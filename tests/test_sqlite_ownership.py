@@ -69,10 +69,12 @@ async def test_work_a_holder_hands_to_a_thread_joins_its_transaction(store: SQLi
     assert store.last_seq() == 0
 
 
-@pytest.mark.parametrize("timeout", [float("nan"), -1, float("inf"), "5"])
-def test_a_busy_timeout_that_is_not_a_finite_duration_is_refused(tmp_path: Path, timeout: object) -> None:
-    with pytest.raises(UsageError, match="busy_timeout"):
-        SQLiteEventStore(tmp_path / "log.db", busy_timeout=timeout)  # type: ignore[arg-type]
+@pytest.mark.parametrize("option", ["busy_timeout", "unit_wait"])
+@pytest.mark.parametrize("timeout", [float("nan"), -1, float("inf"), "5", True])
+def test_a_wait_that_is_not_a_finite_duration_is_refused(tmp_path: Path, option: str, timeout: object) -> None:
+    with pytest.raises(UsageError, match=f"{option} must be a finite number of seconds"):
+        SQLiteEventStore(tmp_path / "log.db", **{option: timeout})  # type: ignore[arg-type]
+    assert not (tmp_path / "log.db").exists()
 
 
 def test_a_path_with_a_nul_byte_is_refused(tmp_path: Path) -> None:

@@ -110,6 +110,7 @@ _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
 )
+_MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
 # Needed only to write: a database from before it can still be read with read_only=True.
 _WRITE_ONLY_MIGRATIONS = frozenset({"0005_unit_leases"})
 _HOST = socket.gethostname()
@@ -152,36 +153,29 @@ class SQLiteEventStore:
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise UsageError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
-        # A caller's value may be anything at run time; nan and negatives make SQLite wait forever or not at all.
-        number = cast("object", busy_timeout)
-        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
-            raise UsageError(f"busy_timeout must be a finite number of seconds >= 0, not {busy_timeout!r}")
+        _check_seconds("busy_timeout", busy_timeout)
+        _check_seconds("unit_wait", unit_wait)
         self.path = Path(path)
         """The database file."""
         if "\0" in str(self.path):
             raise UsageError(f"the database path {str(self.path)!r} holds a NUL character")
         self._clock = clock
         self._new_event_id = new_event_id
-        number = cast("object", unit_wait)
-        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
-            raise UsageError(f"unit_wait must be a finite number of seconds >= 0, not {unit_wait!r}")
-        self._unit_wait = float(unit_wait)
         # Its own id, not one from `new_event_id`: a seeded id source would give two processes one holder.
         self._holder = new_uuid7()
-        self._leases = UnitLeases(self._try_lease, wait=self._unit_wait)
+        self._leases = UnitLeases(self._try_lease, wait=float(unit_wait))
         self.read_only = read_only
         """Opened for reading only (replay, inspection): every write is refused with `StoreError`."""
         self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
         self._depth = 0
         with self._sql("opening the database"):
-            if read_only:
-                self._conn = sqlite3.connect(
-                    self._read_only_uri(), uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-                )
-            else:
-                self._conn = sqlite3.connect(
-                    self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-                )
+            self._conn = sqlite3.connect(
+                self._read_only_uri() if read_only else self.path,
+                uri=read_only,
+                timeout=busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         try:
             if read_only:
                 self._open_read_only(busy_timeout)
@@ -209,9 +203,8 @@ class SQLiteEventStore:
             db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
             table = db.table(_MIGRATIONS_TABLE)
             applied = {str(row["name"]) for row in table.rows} if table.exists() else set[str]()
-        known = [name for name, _ in _MIGRATIONS]
-        refuse_unknown_migrations(self.path, applied, known)
-        if missing := [name for name in known if name not in applied and name not in _WRITE_ONLY_MIGRATIONS]:
+        refuse_unknown_migrations(self.path, applied, _MIGRATION_NAMES)
+        if missing := [name for name in _MIGRATION_NAMES if name not in applied and name not in _WRITE_ONLY_MIGRATIONS]:
             raise StoreError(
                 f"{self.path}: its schema lacks migrations {', '.join(missing)}; open it once without read_only"
                 " to migrate it (or it is not an anagrapheus database)"
@@ -243,7 +236,6 @@ class SQLiteEventStore:
         self._migrate()
 
     def _migrate(self) -> None:
-        known = [name for name, _ in _MIGRATIONS]
         # Inside the one choke point: a migration's sqlite3 error (or sqlite-utils') surfaces as StoreError.
         with self.transaction(), self._sql("migrating the schema"):
             # Over our own connection, without side effects: sqlite-utils would otherwise switch on
@@ -253,7 +245,7 @@ class SQLiteEventStore:
             if not table.exists():
                 table.create({"name": str, "applied_at": str}, pk="name", strict=True)
             applied = {str(row["name"]) for row in table.rows}
-            refuse_unknown_migrations(self.path, applied, known)
+            refuse_unknown_migrations(self.path, applied, _MIGRATION_NAMES)
             for name, statements in _MIGRATIONS:
                 if name in applied:
                     continue
@@ -568,3 +560,11 @@ def _holder_alive(holder: str, host: str, pid: int) -> bool:
     except PermissionError:
         return True  # alive, run by another user
     return True
+
+
+def _check_seconds(name: str, value: float) -> None:
+    """Refuse a wait that is not a finite number of seconds >= 0 (nan or a negative waits forever or not at all)."""
+    # A caller's value may be anything at run time, whatever its annotation says.
+    number = cast("object", value)
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
+        raise UsageError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
