@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 
+from anagrapheus.provider.policy_history import KeyedHistory, split_material
 from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.provider.policy_settings import settings_material
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import DeferredFingerprint
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
 
@@ -76,8 +77,14 @@ def call_pin(
     any other policy's is normalised here first. The fingerprint is digested when first read: a replay that
     hits never reads it.
     """
+    semantic = isinstance(policy, SemanticCallPolicy) and type(policy).material is SemanticCallPolicy.material
+    if semantic:
+        default = cast(SemanticCallPolicy, policy)
+        pinned = default._history_pin(messages, settings, parameters, model_id=model_id)  # pyright: ignore[reportPrivateUsage]
+        if pinned is not None:
+            return pinned
     material = policy.material(messages, settings, parameters, model_id=model_id)
-    if not (isinstance(policy, SemanticCallPolicy) and type(policy).material is SemanticCallPolicy.material):
+    if not semantic:
         material = canonical_value(material)
     values = getattr(policy, "keep_values", False) is True
     return CallPin(
@@ -98,7 +105,7 @@ class SemanticCallPolicy:
     the log and in recordings, which is why it is off by default.
     """
 
-    __slots__ = ("keep_values",)
+    __slots__ = ("_history", "keep_values")
 
     name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
     """The policy's name in a recording's provenance."""
@@ -108,6 +115,8 @@ class SemanticCallPolicy:
     def __init__(self, *, keep_values: bool = False) -> None:
         self.keep_values = keep_values
         """Keep the start of each field's value in the fingerprint, for divergence reports (opt-in)."""
+        # What earlier requests of each conversation walked, so a request walks only what is new or changed.
+        self._history = KeyedHistory()
 
     def material(
         self,
@@ -121,6 +130,14 @@ class SemanticCallPolicy:
         walk = MaterialWalk()
         # Messages first, so tool-call ids are numbered in the order the conversation shows them.
         history = walk.value(list(messages), at="$.messages")
+        material = self._rest(walk, settings, parameters, model_id=model_id)
+        material["messages"] = history
+        return material
+
+    def _rest(
+        self, walk: MaterialWalk, settings: ModelSettings | None, parameters: ModelRequestParameters, *, model_id: str
+    ) -> dict[str, Any]:
+        """The material of a request but its messages."""
         rest: dict[str, Any] = walk.value(parameters, at="$.parameters")
         rest.pop("$type", None)
         output: dict[str, Any] = {}
@@ -140,8 +157,29 @@ class SemanticCallPolicy:
                 material[top] = rest.pop(name)
         if rest:
             material["parameters"] = rest
-        material["messages"] = history
         return material
+
+    def _history_pin(
+        self,
+        messages: Sequence[ModelMessage],
+        settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+        *,
+        model_id: str,
+    ) -> CallPin | None:
+        """`call_pin` under this policy, walking only the messages earlier requests did not; None if it cannot."""
+        probe = MaterialWalk()
+        rest = self._rest(probe, settings, parameters, model_id=model_id)
+        if probe.call_ids:
+            # The rest numbered tool-call ids of its own, which would follow the messages': key it whole.
+            return None
+        head, tail = split_material(rest)
+        digest, history = self._history.digest(messages, head, tail)
+        rest["messages"] = history
+        return CallPin(
+            key=f"{KEY_SCHEME}:{MODEL_CALL}:{digest}",
+            fingerprint=DeferredFingerprint(rest, values=self.keep_values is True),
+        )
 
 
 def _by_name(definitions: list[dict[str, Any]]) -> dict[str, Any]:

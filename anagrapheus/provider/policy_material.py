@@ -29,6 +29,7 @@ __all__ = [
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
     "MaterialWalk",
+    "layout_reads",
 ]
 
 VOLATILE_FIELDS: Final = frozenset(
@@ -156,6 +157,26 @@ def _layout(cls: type[Any]) -> _Layout | None:
         fields.append(_Field("encrypted_content", "provider_details", None, _How.ENCRYPTED))
     tag = None if names & _TAG_FIELDS else cls.__name__
     return _Layout(tag, tuple(sorted(fields, key=lambda field: field.name)))
+
+
+@cache
+def layout_reads(cls: type[Any]) -> tuple[str, ...] | None:
+    """The attributes the walk reads of a pydantic-ai dataclass (None for any other type).
+
+    A field keyed by a property is computed from the others, so a class with one has every field read.
+    """
+    layout = _layout(cls)
+    if layout is None:
+        return None
+    reads: dict[str, None] = {}
+    for field in layout.fields:
+        if field.how is _How.PROPERTY:
+            reads.update(dict.fromkeys(f.name for f in dataclasses.fields(cls)))
+        elif field.how is _How.ENCRYPTED:
+            reads["provider_details"] = None
+        else:
+            reads[field.attr] = None
+    return tuple(reads)
 
 
 class MaterialWalk:

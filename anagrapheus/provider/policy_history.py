@@ -1,0 +1,325 @@
+"""Keys of a growing conversation at the cost of its new messages: each message's material and text are kept.
+
+pydantic-ai re-sends the same message objects on every request of a run, with new ones appended. The walk of a
+message is kept beside a *watch*: every object the walk read, with the getter that reads what the walk read of
+it. A later request whose messages are the same objects, each watch reading the very same values, reuses the
+material, the text and the hash state after that message; a message changed in place is walked again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from itertools import chain, islice
+from operator import attrgetter, call, is_
+from typing import Any, Final, cast
+
+from pydantic_ai.messages import ModelMessage
+
+from anagrapheus.provider.policy_material import MaterialWalk, layout_reads
+from anagrapheus.timeline.canonical import JSONValue, encode_normalised
+
+__all__ = ["KeyedHistory", "split_material"]
+
+# Immutable, so reading the same object is reading the same value.
+_LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes})
+_Getter = Callable[[Any], Iterable[object]]
+_KEYS: Final[_Getter] = dict[Any, Any].keys
+_VALUES: Final[_Getter] = dict[Any, Any].values
+# `getter(object)` for a getter and an object, at C speed in `map`.
+_CALL: Final[Callable[[_Getter, object], Iterable[object]]] = cast(Any, call)
+_MESSAGES: Final = '"messages":['
+
+CHAINS: Final = 16
+"""Conversations kept at once (by their first message): one a run in flight is plenty; the oldest is dropped."""
+
+_Watch = tuple[list[_Getter], list[object], list[object]]
+
+
+class _Unwatched(Exception):
+    """Internal: the message holds an object whose change no getter can see (it is walked on every request)."""
+
+
+@cache
+def _getter(cls: type[Any]) -> _Getter | None:
+    reads = layout_reads(cls)
+    if reads is None:
+        return None
+    # The class too: an object whose class was swapped is read by another layout.
+    return attrgetter("__class__", *reads)
+
+
+def _watch(value: object, getters: list[_Getter], objects: list[object]) -> None:
+    """Add a getter and its object for every mutable object under `value` that the walk reads."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return
+    if kind is list:
+        getters.append(tuple)
+        objects.append(value)
+        for item in cast(list[object], value):
+            _watch(item, getters, objects)
+    elif kind is tuple:
+        for item in cast(tuple[object, ...], value):
+            _watch(item, getters, objects)
+    elif kind is dict:
+        mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
+        getters += (_KEYS, _VALUES)
+        objects += (mapping, mapping)
+        for key, item in mapping.items():
+            if type(key) not in _LEAVES:
+                raise _Unwatched
+            _watch(item, getters, objects)
+    else:
+        getter = _getter(kind)
+        if getter is None:
+            raise _Unwatched
+        getters.append(getter)
+        objects.append(value)
+        # The values a getter returns (after the class) are the fields the walk reads.
+        for item in islice(getter(value), 1, None):
+            _watch(item, getters, objects)
+
+
+def _watched(message: ModelMessage) -> _Watch | None:
+    getters: list[_Getter] = []
+    objects: list[object] = []
+    try:
+        _watch(message, getters, objects)
+    except (_Unwatched, RecursionError):
+        return None
+    return getters, objects, list(_reading(getters, objects))
+
+
+def _reading(getters: Sequence[_Getter], objects: Sequence[object]) -> Iterable[object]:
+    return chain.from_iterable(map(_CALL, getters, objects))
+
+
+def _same(watch: _Watch | None) -> bool:
+    if watch is None:
+        return False
+    getters, objects, values = watch
+    now = list(_reading(getters, objects))
+    # By identity: an equal value of another type (1 for True) or an equal copy of a list can key otherwise.
+    return len(now) == len(values) and all(map(is_, now, values))
+
+
+class _Node:
+    """One message of a conversation: its material, its canonical text, and what it read."""
+
+    __slots__ = ("added", "material", "message", "text", "watch")
+
+    def __init__(self, message: ModelMessage, material: JSONValue, text: str, added: tuple[str, ...]) -> None:
+        self.message = message  # held, so its id names no other object while the node lives
+        self.material = material
+        self.text = text
+        self.added = added
+        """The tool-call ids this message numbered first, in order."""
+        self.watch = _watched(message)
+
+
+class _Chain:
+    """The messages of one conversation as last keyed, with the hash state after each.
+
+    The watches of the watched nodes are also kept end to end, so one pass of C-level maps checks them all.
+    """
+
+    __slots__ = (
+        "call_ids",
+        "ends",
+        "getters",
+        "head",
+        "known",
+        "materials",
+        "messages",
+        "nodes",
+        "objects",
+        "states",
+        "unwatched",
+        "values",
+    )
+
+    def __init__(self) -> None:
+        self.nodes: list[_Node] = []
+        self.messages: list[ModelMessage] = []
+        self.materials: list[JSONValue] = []
+        self.states: list[Any] = []  # sha256 of the head and the texts up to and including each node
+        self.head = ""
+        self.call_ids: dict[str, int] = {}
+        self.known: list[int] = []  # after each node: how many tool-call ids are numbered
+        self.getters: list[_Getter] = []
+        self.objects: list[object] = []
+        self.values: list[object] = []
+        self.ends: list[tuple[int, int]] = []  # after each node: how many getters, and values, come before
+        self.unwatched: list[int] = []  # nodes that are walked again on every request
+
+    def append(self, node: _Node) -> None:
+        """Add a node after the last."""
+        if node.watch is None:
+            self.unwatched.append(len(self.nodes))
+        else:
+            getters, objects, values = node.watch
+            self.getters += getters
+            self.objects += objects
+            self.values += values
+        self.nodes.append(node)
+        self.messages.append(node.message)
+        self.materials.append(node.material)
+        self.known.append((self.known[-1] if self.known else 0) + len(node.added))
+        self.ends.append((len(self.getters), len(self.values)))
+
+    def _start(self, index: int) -> tuple[int, int]:
+        return self.ends[index - 1] if index else (0, 0)
+
+    def truncate(self, keep: int) -> None:
+        """Forget the nodes from `keep` on."""
+        if keep >= len(self.nodes):
+            return
+        getters, values = self._start(keep)
+        del self.getters[getters:], self.objects[getters:], self.values[values:]
+        for kept in (self.nodes, self.messages, self.materials, self.known, self.ends, self.states):
+            del kept[keep:]
+        self.unwatched = [index for index in self.unwatched if index < keep]
+        known = self.known[-1] if keep else 0
+        if known != len(self.call_ids):
+            self.call_ids = dict(islice(self.call_ids.items(), known))
+
+    def replace(self, index: int, node: _Node) -> None:
+        """Put `node` (which numbers the same tool-call ids) in place of the node at `index`."""
+        first_getter, first_value = self._start(index)
+        last_getter, last_value = self.ends[index]
+        getters, objects, values = node.watch if node.watch is not None else ([], [], [])
+        self.getters[first_getter:last_getter] = getters
+        self.objects[first_getter:last_getter] = objects
+        self.values[first_value:last_value] = values
+        moved = (len(getters) - (last_getter - first_getter), len(values) - (last_value - first_value))
+        if moved != (0, 0):
+            self.ends[index:] = [(g + moved[0], v + moved[1]) for g, v in self.ends[index:]]
+        self.nodes[index] = node
+        self.materials[index] = node.material
+        if (node.watch is None) != (index in self.unwatched):
+            self.unwatched = sorted(set(self.unwatched) ^ {index})
+
+    def unchanged(self) -> bool:
+        """Whether every watched node reads what it read when walked."""
+        now = list(_reading(self.getters, self.objects))
+        return len(now) == len(self.values) and all(map(is_, now, self.values))
+
+    def rehash(self, start: int) -> None:
+        """Recompute the hash states from node `start` on."""
+        del self.states[start:]
+        state = self.states[start - 1].copy() if start else hashlib.sha256(self.head.encode())
+        for index in range(start, len(self.nodes)):
+            if index:
+                state.update(b",")
+            state.update(self.nodes[index].text.encode())
+            self.states.append(state.copy())
+
+
+class KeyedHistory:
+    """Keys the messages of requests, reusing what an earlier request of the same conversation walked."""
+
+    __slots__ = ("_chains", "_lock")
+
+    def __init__(self) -> None:
+        self._chains: dict[int, _Chain] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, messages: Sequence[ModelMessage], head: str, tail: str) -> tuple[str, list[JSONValue]]:
+        """The sha256 of `head`, the messages' canonical texts and `tail`, and the messages' material."""
+        with self._lock:
+            found = self._chain(messages)
+            try:
+                if found.head != head:
+                    found.head = head
+                    found.rehash(0)
+                _extend(found, messages)
+            except BaseException:
+                # A message the walk refused (or an interrupt) may leave the chain half updated: forget it.
+                self._chains.pop(id(messages[0]) if messages else 0, None)
+                raise
+            state = found.states[-1].copy() if found.states else hashlib.sha256(head.encode())
+            state.update(tail.encode())
+            return state.hexdigest(), found.materials.copy()
+
+    def _chain(self, messages: Sequence[ModelMessage]) -> _Chain:
+        chains = self._chains
+        first = id(messages[0]) if messages else 0
+        found = chains.pop(first, None)
+        if found is None or not found.nodes or found.nodes[0].message is not messages[0]:
+            found = _Chain()
+        chains[first] = found  # last: the most recently used
+        while len(chains) > CHAINS:
+            del chains[next(iter(chains))]
+        return found
+
+
+def _extend(found: _Chain, messages: Sequence[ModelMessage]) -> None:
+    """Bring `found` to `messages`: keep the nodes that stand, walk the changed and the new ones."""
+    found.truncate(_shared(found.messages, messages))
+    if found.unchanged():
+        if found.unwatched:
+            _rewalk(found, list(found.unwatched))
+    else:
+        _rewalk(found, range(len(found.nodes)))
+    walk = MaterialWalk()
+    walk.call_ids = found.call_ids
+    start = len(found.nodes)
+    for index in range(start, len(messages)):
+        found.append(_walked(messages[index], index, walk))
+    found.rehash(start)
+
+
+def _shared(held: list[ModelMessage], messages: Sequence[ModelMessage]) -> int:
+    """How many leading messages are the very objects held, found by halving (each half checked at C speed)."""
+    low, high = 0, min(len(held), len(messages))
+    if all(map(is_, held[:high], messages[:high])):
+        return high
+    # The first `low` are the same; the first `high` are not.
+    while high - low > 1:
+        middle = (low + high) // 2
+        if all(map(is_, held[low:middle], messages[low:middle])):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _rewalk(found: _Chain, suspects: Iterable[int]) -> None:
+    """Walk the suspect messages that changed again; keep what follows while its tool-call numbering stands."""
+    rehash = len(found.nodes)
+    for index in suspects:
+        node = found.nodes[index]
+        if _same(node.watch):
+            continue
+        walk = MaterialWalk()
+        walk.call_ids = dict(islice(found.call_ids.items(), found.known[index - 1] if index else 0))
+        fresh = _walked(node.message, index, walk)
+        if fresh.text != node.text:
+            rehash = min(rehash, index)
+        if fresh.added != node.added:
+            # Every later tool-call id may be numbered otherwise: the rest is walked as new.
+            found.truncate(index)
+            found.call_ids = walk.call_ids
+            found.append(fresh)
+            break
+        found.replace(index, fresh)
+    found.rehash(min(rehash, len(found.states)))
+
+
+def _walked(message: ModelMessage, index: int, walk: MaterialWalk) -> _Node:
+    before = len(walk.call_ids)
+    material = walk.value(message, at=f"$.messages[{index}]")
+    added = tuple(islice(walk.call_ids, before, None))
+    return _Node(message, material, encode_normalised(material), added)
+
+
+def split_material(rest: dict[str, Any]) -> tuple[str, str]:
+    """The canonical text of a request's material before its messages, and after them (`rest` holds the others)."""
+    before = {name: rest[name] for name in rest if name < "messages"}
+    after = {name: rest[name] for name in rest if name > "messages"}
+    head = (encode_normalised(before)[:-1] + "," if before else "{") + _MESSAGES
+    tail = "]" + ("," + encode_normalised(after)[1:] if after else "}")
+    return head, tail

@@ -1,0 +1,278 @@
+"""Keying a growing conversation walks only what is new or changed, and always keys as from scratch.
+
+`SemanticCallPolicy` keeps each message's material between requests (`provider/policy_history.py`). These tests
+drive one policy through conversations that grow, shrink, fork and are changed in place in every way a hook
+could, and compare each key and fingerprint with those of the material computed from scratch.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.tools import ToolDefinition
+
+from anagrapheus.errors import CanonicalError
+from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
+from anagrapheus.provider.policy import MODEL_CALL
+from anagrapheus.provider.policy_history import CHAINS
+from anagrapheus.timeline.canonical import pin_key
+from anagrapheus.timeline.fingerprint import fingerprint_of
+from tests.test_policy_properties import json_values, texts
+
+TOOL = ToolDefinition(name="quota", parameters_json_schema={"type": "object"}, description="Quota.")
+PLAIN = ModelRequestParameters(function_tools=[TOOL])
+
+
+def instructed(text: str) -> ModelRequestParameters:
+    """Parameters whose instructions come before the messages in the material's text."""
+    from pydantic_ai.messages import InstructionPart
+
+    return ModelRequestParameters(function_tools=[TOOL], instruction_parts=[InstructionPart(content=text)])
+
+
+def pin_of(policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters) -> CallPin:
+    return call_pin(policy, messages, {"temperature": 0.5}, parameters, model_id="function:uk")
+
+
+def from_scratch(messages: list[ModelMessage], parameters: ModelRequestParameters) -> tuple[str, dict[str, str]]:
+    """The key and fingerprint of the material as `SemanticCallPolicy.material` writes it, over a deep copy."""
+    material = SemanticCallPolicy().material(
+        copy.deepcopy(messages), {"temperature": 0.5}, parameters, model_id="function:uk"
+    )
+    return pin_key(MODEL_CALL, material), fingerprint_of(material)
+
+
+def assert_keyed_as_from_scratch(
+    policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters
+) -> None:
+    pinned = pin_of(policy, messages, parameters)
+    assert (pinned.key, dict(pinned.fingerprint)) == from_scratch(messages, parameters)
+
+
+class Quota(BaseModel):
+    """A tool's return value that is not plain JSON: its messages are walked on every request."""
+
+    tonnes: int
+    zones: list[str]
+
+
+def request(text: str) -> ModelRequest:
+    return ModelRequest(parts=[UserPromptPart(text)])
+
+
+def turn(index: int, args: Any) -> list[ModelMessage]:
+    call_id = f"call_{index}"
+    return [
+        ModelResponse(parts=[ToolCallPart("quota", args, tool_call_id=call_id)]),
+        ModelRequest(parts=[ToolReturnPart("quota", {"tonnes": index, "zones": ["north"]}, tool_call_id=call_id)]),
+        ModelResponse(parts=[TextPart(f"answer {index}")]),
+        request(f"question {index + 1}"),
+    ]
+
+
+def mutate(messages: list[ModelMessage], data: st.DataObject) -> None:
+    """Change one message in place, as a hook or a history processor could."""
+    message: Any = data.draw(st.sampled_from(messages))
+    part: Any = data.draw(st.sampled_from(message.parts)) if message.parts else None
+    how = data.draw(
+        st.sampled_from(
+            [
+                "text",
+                "parts_append",
+                "parts_pop",
+                "parts_reverse",
+                "parts_copy_then_append",
+                "instructions",
+                "call_id",
+                "args_set",
+                "args_delete",
+                "args_bool_for_int",
+                "args_copy_then_set",
+                "args_as_text",
+                "content_inner",
+                "content_model",
+                "class_swap",
+                "dict_swap",
+            ]
+        )
+    )
+    if how == "parts_append":
+        message.parts.append(UserPromptPart("added") if isinstance(message, ModelRequest) else TextPart("added"))
+    elif how == "parts_pop" and len(message.parts) > 1:
+        message.parts.pop(0)
+    elif how == "parts_reverse":
+        message.parts.reverse()
+    elif how == "parts_copy_then_append":
+        # An equal copy put in place first: the watch must follow the new list, not the old one.
+        message.parts = list(message.parts)
+        message.parts.append(UserPromptPart("late") if isinstance(message, ModelRequest) else TextPart("late"))
+    elif how == "instructions" and isinstance(message, ModelRequest):
+        message.instructions = data.draw(texts)
+    elif how == "call_id" and isinstance(part, ToolCallPart | ToolReturnPart):
+        part.tool_call_id = data.draw(st.sampled_from(["call_0", "call_1", "fresh"]))
+    elif how == "args_set" and isinstance(part, ToolCallPart) and isinstance(part.args, dict):
+        part.args[data.draw(texts)] = data.draw(json_values)
+    elif how == "args_delete" and isinstance(part, ToolCallPart) and isinstance(part.args, dict) and part.args:
+        del part.args[next(iter(part.args))]
+    elif how == "args_bool_for_int" and isinstance(part, ToolCallPart) and isinstance(part.args, dict):
+        # Equal under ==, another value in JSON: only a check by identity tells them apart.
+        part.args["n"] = True if part.args.get("n") == 1 and part.args.get("n") is not True else 1
+    elif how == "args_copy_then_set" and isinstance(part, ToolCallPart) and isinstance(part.args, dict):
+        part.args = dict(part.args)
+        part.args["late"] = data.draw(json_values)
+    elif how == "args_as_text" and isinstance(part, ToolCallPart):
+        part.args = '{"zone": "south"}'
+    elif how == "content_inner" and isinstance(part, ToolReturnPart) and isinstance(part.content, dict):
+        inner: Any = part.content
+        inner["zones"].append(data.draw(texts))
+    elif how == "content_model" and isinstance(part, ToolReturnPart):
+        if isinstance(part.content, Quota):
+            part.content.zones.append("east")  # changed inside a pydantic model, which no watch reads
+        else:
+            part.content = Quota(tonnes=3, zones=["west"])
+    elif how == "class_swap" and type(part) is UserPromptPart:
+        part.__class__ = SystemPromptPart
+    elif how == "dict_swap" and part is not None:
+        # A new attribute dict, then a change through it: the watch reads attributes, not one dict.
+        part.__dict__ = dict(part.__dict__)
+        if hasattr(part, "content") and isinstance(part.content, str):
+            part.content = part.content + "!"
+    elif isinstance(part, UserPromptPart | TextPart | ToolReturnPart):
+        part.content = data.draw(texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_conversation_grown_shrunk_forked_and_changed_in_place_is_keyed_as_from_scratch(
+    data: st.DataObject,
+) -> None:
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0")]
+    parameters = PLAIN
+    for step in range(data.draw(st.integers(min_value=1, max_value=8))):
+        action = data.draw(st.sampled_from(["grow", "grow", "mutate", "shrink", "fork", "instructions", "again"]))
+        if action == "grow":
+            messages += turn(step, data.draw(st.sampled_from([{"zone": "north", "n": 1}, '{"zone": "north"}', None])))
+        elif action == "mutate":
+            mutate(messages, data)
+        elif action == "shrink" and len(messages) > 1:
+            # A history processor may drop messages: a shorter list of the same objects.
+            messages = messages[: data.draw(st.integers(min_value=1, max_value=len(messages) - 1))]
+        elif action == "fork":
+            # The same opening, then another branch: the objects after it are new.
+            keep = data.draw(st.integers(min_value=1, max_value=len(messages)))
+            messages = messages[:keep] + copy.deepcopy(messages[keep:])
+        elif action == "instructions":
+            parameters = instructed(data.draw(texts))
+        assert_keyed_as_from_scratch(policy, messages, parameters)
+
+
+class CountedCall(ToolCallPart):
+    """A tool call that counts how often its arguments are read (once a walk), in no field the walk reads."""
+
+    def args_as_dict(self, *, raise_if_invalid: bool = False) -> dict[str, Any]:
+        self.__dict__["reads"] = self.reads + 1
+        return super().args_as_dict(raise_if_invalid=raise_if_invalid)
+
+    @property
+    def reads(self) -> int:
+        return self.__dict__.get("reads", 0)
+
+
+def test_each_message_is_walked_once_while_the_conversation_grows_and_again_once_changed() -> None:
+    policy = SemanticCallPolicy()
+    counted = CountedCall("quota", {"zone": "north"}, tool_call_id="call_a")
+    messages: list[ModelMessage] = [request("question 0"), ModelResponse(parts=[counted])]
+    messages.append(ModelRequest(parts=[ToolReturnPart("quota", "12 tonnes", tool_call_id="call_a")]))
+    for index in range(30):
+        messages += turn(index, {"zone": "south"})
+        assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    # from_scratch walks a deep copy, whose reads are its own: this one was walked once, by the first request.
+    assert counted.reads == 1
+
+    messages[0].parts[0].content = "question 0, reworded"  # pyright: ignore[reportAttributeAccessIssue]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    assert counted.reads == 1  # a change before it, of the same tool-call numbering, leaves it be
+
+    assert isinstance(counted.args, dict)
+    counted.args["zone"] = "west"
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    assert counted.reads == 2
+
+
+def test_a_message_holding_an_object_no_watch_reads_is_walked_on_every_request() -> None:
+    policy = SemanticCallPolicy()
+    quota = Quota(tonnes=5, zones=["north"])
+    messages: list[ModelMessage] = [
+        request("question 0"),
+        ModelResponse(parts=[ToolCallPart("quota", {}, tool_call_id="c")]),
+        ModelRequest(parts=[ToolReturnPart("quota", quota, tool_call_id="c")]),
+    ]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    before = pin_of(policy, messages, PLAIN).key
+    quota.zones.append("east")
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    assert pin_of(policy, messages, PLAIN).key != before
+
+
+def test_a_refused_message_leaves_nothing_half_kept() -> None:
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0"), *turn(0, {"n": 1})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call = messages[1].parts[0]
+    assert isinstance(call, ToolCallPart) and isinstance(call.args, dict)
+    call.args["n"] = float("nan")
+    messages += turn(1, {"n": 2})
+    with pytest.raises(CanonicalError) as refused:
+        pin_of(policy, messages, PLAIN)
+    assert refused.value.path == "$.messages[1].parts[0].args.n"
+    call.args["n"] = 2
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+
+
+def test_more_conversations_than_are_kept_still_key_as_from_scratch() -> None:
+    policy = SemanticCallPolicy()
+    conversations = [[request(f"opening {index}"), *turn(index, {"n": index})] for index in range(CHAINS + 3)]
+    for _ in range(2):
+        for messages in conversations:
+            messages += turn(len(messages), {"n": len(messages)})
+            assert_keyed_as_from_scratch(policy, messages, PLAIN)
+
+
+def test_one_policy_keys_conversations_growing_on_several_threads_as_from_scratch() -> None:
+    policy = SemanticCallPolicy()
+    failures: list[BaseException] = []
+
+    def converse(name: str) -> None:
+        try:
+            messages: list[ModelMessage] = [request(f"opening of {name}")]
+            for index in range(15):
+                messages += turn(index, {"thread": name, "n": index})
+                assert_keyed_as_from_scratch(policy, messages, PLAIN)
+        except BaseException as failure:  # reported on the main thread
+            failures.append(failure)
+
+    threads = [threading.Thread(target=converse, args=(f"t{index}",)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures
+    assert not any(thread.is_alive() for thread in threads)
