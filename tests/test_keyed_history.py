@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -236,15 +237,62 @@ def test_a_refused_message_leaves_nothing_half_kept() -> None:
     policy = SemanticCallPolicy()
     messages: list[ModelMessage] = [request("question 0"), *turn(0, {"n": 1})]
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
-    call = messages[1].parts[0]
-    assert isinstance(call, ToolCallPart) and isinstance(call.args, dict)
-    call.args["n"] = float("nan")
-    messages += turn(1, {"n": 2})
+    # Refused among the new messages, after others were walked: none of them may be kept without its hash.
+    messages += [request("an aside"), *turn(1, {"n": float("nan")})]
     with pytest.raises(CanonicalError) as refused:
         pin_of(policy, messages, PLAIN)
-    assert refused.value.path == "$.messages[1].parts[0].args.n"
+    assert refused.value.path == "$.messages[6].parts[0].args.n"
+    call = messages[6].parts[0]
+    assert isinstance(call, ToolCallPart) and isinstance(call.args, dict)
     call.args["n"] = 2
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    # Refused among the messages already kept.
+    call.args["n"] = float("inf")
+    with pytest.raises(CanonicalError):
+        pin_of(policy, messages, PLAIN)
+    call.args["n"] = 3
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+
+
+def test_an_equal_value_of_another_type_put_in_place_changes_the_key() -> None:
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0"), *turn(0, {"n": 1, "tonnes": 10**20})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call = messages[1].parts[0]
+    assert isinstance(call, ToolCallPart) and isinstance(call.args, dict)
+    # Each equal under == to what it replaces, and written otherwise in JSON.
+    call.args["n"] = True
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call.args["tonnes"] = 1e20
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    # An equal dict in place of the arguments, and a list in place of the parts, holding such a value.
+    call.args = {"n": 1, "tonnes": 1e20}
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    returned = messages[2].parts[0]
+    assert isinstance(returned, ToolReturnPart)
+    returned.content = {"tonnes": 0, "zones": ["north"]}
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    returned.content = {"tonnes": False, "zones": ["north"]}
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+
+
+@dataclass
+class Stamped(UserPromptPart):
+    """A user prompt keyed with one more field."""
+
+    stamp: str = "plain"
+
+
+def test_an_object_whose_class_is_swapped_is_read_by_its_new_class() -> None:
+    policy = SemanticCallPolicy()
+    prompt = UserPromptPart("question 0")
+    prompt.__dict__["stamp"] = "red"  # no field of a UserPromptPart: not keyed
+    messages: list[ModelMessage] = [ModelRequest(parts=[prompt]), *turn(0, {"n": 1})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    before = pin_of(policy, messages, PLAIN).key
+    prompt.__class__ = Stamped
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    assert pin_of(policy, messages, PLAIN).key != before
 
 
 def test_more_conversations_than_are_kept_still_key_as_from_scratch() -> None:
