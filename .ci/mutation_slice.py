@@ -84,7 +84,13 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/provider/compat.py": ["tests/test_compat.py"],
     "anagrapheus/provider/policy_settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
     "anagrapheus/provider/policy_material.py": ["tests/test_policy.py", "tests/test_key_rules.py"],
-    "anagrapheus/provider/policy.py": ["tests/test_policy.py", "tests/test_policy_agent.py", "tests/test_key_rules.py"],
+    "anagrapheus/provider/policy.py": [
+        "tests/test_policy.py",
+        "tests/test_policy_agent.py",
+        "tests/test_key_rules.py",
+        "tests/test_keyed_history.py",
+    ],
+    "anagrapheus/provider/policy_history.py": ["tests/test_keyed_history.py", "tests/test_key_mutation.py"],
     "anagrapheus/provider/model.py": [
         "tests/test_provider_model.py",
         "tests/test_provider_suspended.py",

@@ -32,7 +32,7 @@ from pydantic_ai.tools import ToolDefinition
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
 from anagrapheus.provider.policy import MODEL_CALL
-from anagrapheus.provider.policy_history import CHAINS
+from anagrapheus.provider.policy_history import CHAINS, SEEN_BEFORE_KEPT
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from tests.test_policy_properties import json_values, texts
@@ -63,8 +63,11 @@ def from_scratch(messages: list[ModelMessage], parameters: ModelRequestParameter
 def assert_keyed_as_from_scratch(
     policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters
 ) -> None:
-    pinned = pin_of(policy, messages, parameters)
-    assert (pinned.key, dict(pinned.fingerprint)) == from_scratch(messages, parameters)
+    expected = from_scratch(messages, parameters)
+    # Enough times that the conversation is kept, and the last is keyed through what was kept.
+    for _ in range(SEEN_BEFORE_KEPT + 1):
+        pinned = pin_of(policy, messages, parameters)
+        assert (pinned.key, dict(pinned.fingerprint)) == expected
 
 
 class Quota(BaseModel):
@@ -205,17 +208,30 @@ def test_each_message_is_walked_once_while_the_conversation_grows_and_again_once
     for index in range(30):
         messages += turn(index, {"zone": "south"})
         assert_keyed_as_from_scratch(policy, messages, PLAIN)
-    # from_scratch walks a deep copy, whose reads are its own: this one was walked once, by the first request.
-    assert counted.reads == 1
+    # from_scratch walks a deep copy, whose reads are its own. This one was walked by the requests keyed from
+    # scratch before the conversation was kept, and once more when it was: never again while it stood.
+    assert counted.reads == SEEN_BEFORE_KEPT + 1
 
     messages[0].parts[0].content = "question 0, reworded"  # pyright: ignore[reportAttributeAccessIssue]
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
-    assert counted.reads == 1  # a change before it, of the same tool-call numbering, leaves it be
+    assert counted.reads == SEEN_BEFORE_KEPT + 1  # a change before it, of the same tool-call numbering, leaves it be
 
     assert isinstance(counted.args, dict)
     counted.args["zone"] = "west"
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
-    assert counted.reads == 2
+    assert counted.reads == SEEN_BEFORE_KEPT + 2
+
+
+def test_a_conversation_of_few_requests_is_keyed_from_scratch_and_keeps_nothing() -> None:
+    policy = SemanticCallPolicy()
+    counted = CountedCall("quota", {"zone": "north"}, tool_call_id="call_a")
+    messages: list[ModelMessage] = [request("question 0"), ModelResponse(parts=[counted])]
+    for count in range(1, SEEN_BEFORE_KEPT + 1):
+        pin_of(policy, messages, PLAIN)
+        assert counted.reads == count
+    pin_of(policy, messages, PLAIN)  # kept from here on
+    pin_of(policy, messages, PLAIN)
+    assert counted.reads == SEEN_BEFORE_KEPT + 1
 
 
 def test_a_message_holding_an_object_no_watch_reads_is_walked_on_every_request() -> None:

@@ -168,6 +168,8 @@ class SemanticCallPolicy:
         model_id: str,
     ) -> CallPin | None:
         """`call_pin` under this policy, walking only the messages earlier requests did not; None if it cannot."""
+        if not self._history.worth_keeping(messages):
+            return None
         probe = MaterialWalk()
         rest = self._rest(probe, settings, parameters, model_id=model_id)
         if probe.call_ids:

@@ -35,6 +35,9 @@ _MESSAGES: Final = '"messages":['
 CHAINS: Final = 16
 """Conversations kept at once (by their first message): one a run in flight is plenty; the oldest is dropped."""
 
+SEEN_BEFORE_KEPT: Final = 2
+"""Requests of a conversation keyed from scratch before it is kept (a short run never pays for keeping it)."""
+
 _Watch = tuple[list[_Getter], list[object], list[object]]
 
 
@@ -221,11 +224,35 @@ class _Chain:
 class KeyedHistory:
     """Keys the messages of requests, reusing what an earlier request of the same conversation walked."""
 
-    __slots__ = ("_chains", "_lock")
+    __slots__ = ("_chains", "_lock", "_sightings")
 
     def __init__(self) -> None:
         self._chains: dict[int, _Chain] = {}
+        self._sightings: dict[int, tuple[ModelMessage, int]] = {}
         self._lock = threading.Lock()
+
+    def worth_keeping(self, messages: Sequence[ModelMessage]) -> bool:
+        """Whether `messages` continue a conversation seen often enough that keeping it pays for its watches.
+
+        A conversation is kept from its `SEEN_BEFORE_KEPT + 1`-th request on: a run of one or two requests (or a
+        test asking one question) is keyed from scratch, at no cost beyond that.
+        """
+        if not messages:
+            return False
+        first = messages[0]
+        with self._lock:
+            found = self._chains.get(id(first))
+            if found is not None and found.messages and found.messages[0] is first:
+                return True
+            sightings = self._sightings
+            seen = sightings.pop(id(first), None)
+            count = seen[1] + 1 if seen is not None and seen[0] is first else 1
+            if count > SEEN_BEFORE_KEPT:
+                return True
+            sightings[id(first)] = (first, count)  # held, so its id names no other object meanwhile
+            while len(sightings) > 4 * CHAINS:
+                del sightings[next(iter(sightings))]
+            return False
 
     def digest(self, messages: Sequence[ModelMessage], head: str, tail: str) -> tuple[str, list[JSONValue]]:
         """The sha256 of `head`, the messages' canonical texts and `tail`, and the messages' material."""
@@ -250,6 +277,7 @@ class KeyedHistory:
         found = chains.pop(first, None)
         if found is None or not found.nodes or found.nodes[0].message is not messages[0]:
             found = _Chain()
+            self._sightings.pop(first, None)
         chains[first] = found  # last: the most recently used
         while len(chains) > CHAINS:
             del chains[next(iter(chains))]
