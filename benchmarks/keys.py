@@ -42,6 +42,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, ReplayPins, SQLiteEventStore
+from anagrapheus.provider.policy_history import SEEN_BEFORE_KEPT
 from anagrapheus.timeline import PinPromoted, RecordingHeader, StoredEvent, canonical_json, write_recording
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 
@@ -125,6 +126,10 @@ def keying_share(root: Path, *, size: int, runs: int) -> None:
     agent = Agent(TimedPinnedModel(FunctionModel(answer, model_name="share"), replay))
     shares: list[float] = []
     totals: list[float] = []
+    # Not measured: the runs after which the policy keeps the conversation (its first requests are keyed from
+    # scratch), as a conversation grown to this length has long been kept.
+    for _ in range(SEEN_BEFORE_KEPT + 1):
+        agent.run_sync(prompt, message_history=past)
     for _ in range(runs):
         gc.collect()
         TimedPinnedModel.keying = 0.0
