@@ -32,7 +32,7 @@ from pydantic_ai.tools import ToolDefinition
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
 from anagrapheus.provider.policy import MODEL_CALL
-from anagrapheus.provider.policy_history import CHAINS, SEEN_BEFORE_KEPT
+from anagrapheus.provider.policy_history import CHAINS, SEEN_BEFORE_KEPT, SIGHTINGS
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from tests.test_policy_properties import json_values, texts
@@ -264,8 +264,9 @@ def test_a_refused_message_leaves_nothing_half_kept() -> None:
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
     # Refused among the messages already kept.
     call.args["n"] = float("inf")
-    with pytest.raises(CanonicalError):
+    with pytest.raises(CanonicalError) as refused:
         pin_of(policy, messages, PLAIN)
+    assert refused.value.path == "$.messages[6].parts[0].args.n"
     call.args["n"] = 3
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
 
@@ -340,3 +341,173 @@ def test_one_policy_keys_conversations_growing_on_several_threads_as_from_scratc
         thread.join(timeout=120)
     assert not failures
     assert not any(thread.is_alive() for thread in threads)
+
+
+def check(policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters = PLAIN) -> None:
+    """One request, keyed as from scratch."""
+    pinned = pin_of(policy, messages, parameters)
+    assert (pinned.key, dict(pinned.fingerprint)) == from_scratch(messages, parameters)
+
+
+class ReadCall(ToolCallPart):
+    """A tool call that counts how often its tool name is read: by a walk, and by each check of a kept conversation."""
+
+    @property
+    def tool_name(self) -> str:  # pyright: ignore[reportIncompatibleVariableOverride]
+        self.__dict__["name_reads"] = self.name_reads + 1
+        return self.__dict__["_tool_name"]
+
+    @tool_name.setter
+    def tool_name(self, value: str) -> None:  # pyright: ignore[reportIncompatibleVariableOverride]
+        self.__dict__["_tool_name"] = value
+
+    @property
+    def name_reads(self) -> int:
+        return self.__dict__.get("name_reads", 0)
+
+
+def test_a_kept_conversation_reads_each_field_once_a_request_whatever_changed_before() -> None:
+    policy = SemanticCallPolicy()
+    read = ReadCall("quota", {"zone": "north"}, tool_call_id="call_r")
+    messages: list[ModelMessage] = [
+        request("question 0"),
+        ModelResponse(parts=[read]),
+        ModelRequest(parts=[ToolReturnPart("quota", "12 tonnes", tool_call_id="call_r")]),
+        *turn(0, {"n": 0}),
+    ]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+
+    def once_a_request() -> None:
+        # Twice unchanged: the first may walk what the step before changed; the second only checks.
+        check(policy, messages)
+        before = read.name_reads
+        check(policy, messages)
+        assert read.name_reads == before + 1
+
+    once_a_request()
+    messages[0].parts[0].content = "question 0, reworded"  # pyright: ignore[reportAttributeAccessIssue]
+    once_a_request()
+    messages[2].parts.append(UserPromptPart("a note"))  # pyright: ignore[reportArgumentType]
+    once_a_request()  # the message's watch grew: the ones after it moved
+    returned = messages[2].parts[0]
+    assert isinstance(returned, ToolReturnPart)
+    quota = Quota(tonnes=4, zones=["north"])
+    returned.content = quota
+    once_a_request()  # walked on every request now, and the others still read once
+    quota.zones.append("east")
+    check(policy, messages)
+    returned.content = "13 tonnes"
+    once_a_request()  # watched again
+    messages += turn(1, {"n": 1})
+    once_a_request()
+    last = messages[-3].parts[0]
+    assert isinstance(last, ToolReturnPart)
+    last.content = Quota(tonnes=5, zones=[])
+    check(policy, messages)
+    del messages[-3:]  # the message no watch reads is dropped
+    once_a_request()
+    messages += turn(2, {"n": 2})
+    once_a_request()
+
+
+def test_a_tool_call_id_changed_in_place_renumbers_the_calls_after_it() -> None:
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0")]
+    for index in range(4):
+        messages += turn(index, {"n": index})
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call = messages[5].parts[0]
+    assert isinstance(call, ToolCallPart)
+    call.tool_call_id = "renamed"  # its return still names the old id, which now first appears there
+    check(policy, messages)
+    returned = messages[6].parts[0]
+    assert isinstance(returned, ToolReturnPart)
+    returned.tool_call_id = "renamed"
+    check(policy, messages)
+    returned.content = {"tonnes": 9, "zones": []}  # the same numbering: walked alone
+    check(policy, messages)
+
+
+def test_a_history_opening_with_a_tool_call_renamed_in_place_keys_as_from_scratch() -> None:
+    policy = SemanticCallPolicy()
+    call = ToolCallPart("quota", {"n": 0}, tool_call_id="call_first")
+    messages: list[ModelMessage] = [
+        ModelResponse(parts=[call]),
+        ModelRequest(parts=[ToolReturnPart("quota", "12 tonnes", tool_call_id="call_first")]),
+        *turn(0, {"n": 1}),
+    ]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call.tool_call_id = "call_renamed"
+    check(policy, messages)
+    check(policy, messages)
+
+
+def test_a_fork_walks_only_the_messages_after_it() -> None:
+    counted = [CountedCall("quota", {"n": index}, tool_call_id=f"call_{index}") for index in range(6)]
+    whole: list[ModelMessage] = [request("question 0")]
+    for index, call in enumerate(counted):
+        whole += [ModelResponse(parts=[call]), request(f"question {index + 1}")]
+    for fork in range(1, len(whole)):
+        policy = SemanticCallPolicy()
+        messages = list(whole)
+        assert_keyed_as_from_scratch(policy, messages, PLAIN)
+        reads = [call.reads for call in counted]
+        messages = messages[:fork] + copy.deepcopy(messages[fork:])
+        check(policy, messages)
+        assert [call.reads for call in counted] == reads, fork  # the originals before the fork: not walked again
+
+
+def test_as_many_conversations_as_are_kept_are_each_walked_once() -> None:
+    def conversations(count: int) -> tuple[list[list[ModelMessage]], list[CountedCall]]:
+        calls = [CountedCall("quota", {"n": index}, tool_call_id="call_a") for index in range(count)]
+        return [[request(f"opening {index}"), ModelResponse(parts=[call])] for index, call in enumerate(calls)], calls
+
+    policy = SemanticCallPolicy()
+    kept, calls = conversations(CHAINS)
+    for _ in range(SEEN_BEFORE_KEPT + 3):
+        for messages in kept:
+            pin_of(policy, messages, PLAIN)
+    assert {call.reads for call in calls} == {SEEN_BEFORE_KEPT + 1}
+
+    policy = SemanticCallPolicy()
+    crowded, calls = conversations(CHAINS + 1)
+    for _ in range(SEEN_BEFORE_KEPT + 3):
+        for messages in crowded:
+            pin_of(policy, messages, PLAIN)
+    # The first kept was dropped for the last, so it was walked again when its turn came round.
+    assert calls[0].reads > SEEN_BEFORE_KEPT + 1
+    assert {call.reads for call in calls[1:]} == {SEEN_BEFORE_KEPT + 1}
+
+
+@pytest.mark.parametrize("others", [SIGHTINGS - 1, SIGHTINGS])
+def test_requests_are_counted_for_so_many_conversations_not_yet_kept(others: int) -> None:
+    policy = SemanticCallPolicy()
+    call = CountedCall("quota", {"n": 0}, tool_call_id="call_a")
+    watched: list[ModelMessage] = [request("the one watched"), ModelResponse(parts=[call])]
+    for _ in range(SEEN_BEFORE_KEPT):
+        pin_of(policy, watched, PLAIN)
+    for index in range(others):
+        pin_of(policy, [request(f"another {index}")], PLAIN)
+    for _ in range(3):
+        pin_of(policy, watched, PLAIN)
+    if others < SIGHTINGS:
+        assert call.reads == SEEN_BEFORE_KEPT + 1  # kept at its next request, then never walked again
+    else:
+        assert call.reads == SEEN_BEFORE_KEPT + 3  # forgotten: counted from the start again, kept at the last
+
+
+def test_an_empty_history_is_keyed_as_from_scratch() -> None:
+    policy = SemanticCallPolicy()
+    for _ in range(SEEN_BEFORE_KEPT + 2):
+        check(policy, [])
+
+
+def test_a_part_inside_a_tuple_changed_in_place_changes_the_key() -> None:
+    from pydantic_ai.messages import ImageUrl
+
+    policy = SemanticCallPolicy()
+    image = ImageUrl(url="https://example.com/north.png")
+    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(("Look:", image))]), *turn(0, {"n": 0})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    image.url = "https://example.com/south.png"
+    check(policy, messages)

@@ -38,6 +38,9 @@ CHAINS: Final = 16
 SEEN_BEFORE_KEPT: Final = 2
 """Requests of a conversation keyed from scratch before it is kept (a short run never pays for keeping it)."""
 
+SIGHTINGS: Final = 4 * CHAINS
+"""Conversations not yet kept whose requests are counted; the oldest is forgotten."""
+
 _Watch = tuple[list[_Getter], list[object], list[object]]
 
 
@@ -62,18 +65,20 @@ def _watch(value: object, getters: list[_Getter], objects: list[object]) -> None
     if kind is list:
         getters.append(tuple)
         objects.append(value)
-        for item in cast(list[object], value):
+        listed: list[object] = value  # pyright: ignore[reportAssignmentType]
+        for item in listed:
             _watch(item, getters, objects)
     elif kind is tuple:
-        for item in cast(tuple[object, ...], value):
+        held: tuple[object, ...] = value  # pyright: ignore[reportAssignmentType]
+        for item in held:
             _watch(item, getters, objects)
     elif kind is dict:
+        # Its keys are read by identity too: any key the walk accepts (a string, a number, an enum member) is
+        # written from a value that cannot change while the key is the same object.
         mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
         getters += (_KEYS, _VALUES)
         objects += (mapping, mapping)
-        for key, item in mapping.items():
-            if type(key) not in _LEAVES:
-                raise _Unwatched
+        for item in mapping.values():
             _watch(item, getters, objects)
     else:
         getter = _getter(kind)
@@ -144,12 +149,12 @@ class _Chain:
         "values",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, head: str) -> None:
         self.nodes: list[_Node] = []
         self.messages: list[ModelMessage] = []
         self.materials: list[JSONValue] = []
         self.states: list[Any] = []  # sha256 of the head and the texts up to and including each node
-        self.head = ""
+        self.head = head
         self.call_ids: dict[str, int] = {}
         self.known: list[int] = []  # after each node: how many tool-call ids are numbered
         self.getters: list[_Getter] = []
@@ -178,16 +183,13 @@ class _Chain:
 
     def truncate(self, keep: int) -> None:
         """Forget the nodes from `keep` on."""
-        if keep >= len(self.nodes):
-            return
         getters, values = self._start(keep)
+        known = self.known[keep - 1] if keep else 0
         del self.getters[getters:], self.objects[getters:], self.values[values:]
         for kept in (self.nodes, self.messages, self.materials, self.known, self.ends, self.states):
             del kept[keep:]
         self.unwatched = [index for index in self.unwatched if index < keep]
-        known = self.known[-1] if keep else 0
-        if known != len(self.call_ids):
-            self.call_ids = dict(islice(self.call_ids.items(), known))
+        self.call_ids = dict(islice(self.call_ids.items(), known))
 
     def replace(self, index: int, node: _Node) -> None:
         """Put `node` (which numbers the same tool-call ids) in place of the node at `index`."""
@@ -242,7 +244,7 @@ class KeyedHistory:
         first = messages[0]
         with self._lock:
             found = self._chains.get(id(first))
-            if found is not None and found.messages and found.messages[0] is first:
+            if found is not None and found.messages[0] is first:
                 return True
             sightings = self._sightings
             seen = sightings.pop(id(first), None)
@@ -250,14 +252,17 @@ class KeyedHistory:
             if count > SEEN_BEFORE_KEPT:
                 return True
             sightings[id(first)] = (first, count)  # held, so its id names no other object meanwhile
-            while len(sightings) > 4 * CHAINS:
+            while len(sightings) > SIGHTINGS:
                 del sightings[next(iter(sightings))]
             return False
 
     def digest(self, messages: Sequence[ModelMessage], head: str, tail: str) -> tuple[str, list[JSONValue]]:
-        """The sha256 of `head`, the messages' canonical texts and `tail`, and the messages' material."""
+        """The sha256 of `head`, the messages' canonical texts and `tail`, and the messages' material.
+
+        `messages` is not empty (`worth_keeping` says so of an empty history).
+        """
         with self._lock:
-            found = self._chain(messages)
+            found = self._chain(messages, head)
             try:
                 if found.head != head:
                     found.head = head
@@ -265,19 +270,18 @@ class KeyedHistory:
                 _extend(found, messages)
             except BaseException:
                 # A message the walk refused (or an interrupt) may leave the chain half updated: forget it.
-                self._chains.pop(id(messages[0]) if messages else 0, None)
+                del self._chains[id(messages[0])]
                 raise
-            state = found.states[-1].copy() if found.states else hashlib.sha256(head.encode())
+            state = found.states[-1].copy()
             state.update(tail.encode())
             return state.hexdigest(), found.materials.copy()
 
-    def _chain(self, messages: Sequence[ModelMessage]) -> _Chain:
+    def _chain(self, messages: Sequence[ModelMessage], head: str) -> _Chain:
         chains = self._chains
-        first = id(messages[0]) if messages else 0
+        first = id(messages[0])
         found = chains.pop(first, None)
-        if found is None or not found.nodes or found.nodes[0].message is not messages[0]:
-            found = _Chain()
-            self._sightings.pop(first, None)
+        if found is None or found.messages[0] is not messages[0]:
+            found = _Chain(head)
         chains[first] = found  # last: the most recently used
         while len(chains) > CHAINS:
             del chains[next(iter(chains))]
@@ -286,7 +290,9 @@ class KeyedHistory:
 
 def _extend(found: _Chain, messages: Sequence[ModelMessage]) -> None:
     """Bring `found` to `messages`: keep the nodes that stand, walk the changed and the new ones."""
-    found.truncate(_shared(found.messages, messages))
+    shared = _shared(found.messages, messages)
+    if shared < len(found.nodes):
+        found.truncate(shared)
     if found.unchanged():
         if found.unwatched:
             _rewalk(found, list(found.unwatched))
@@ -349,5 +355,6 @@ def split_material(rest: dict[str, Any]) -> tuple[str, str]:
     before = {name: rest[name] for name in rest if name < "messages"}
     after = {name: rest[name] for name in rest if name > "messages"}
     head = (encode_normalised(before)[:-1] + "," if before else "{") + _MESSAGES
-    tail = "]" + ("," + encode_normalised(after)[1:] if after else "}")
+    # Never empty: the model, its settings, tools and output are always keyed.
+    tail = "]," + encode_normalised(after)[1:]
     return head, tail
