@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +19,7 @@ from anagrapheus.errors import (
     UpcastGap,
     UsageError,
 )
-from anagrapheus.timeline import Event, EventTypeRegistry, PinPromoted, SQLiteEventStore, UpcastRegistry
+from anagrapheus.timeline import Event, EventTypeRegistry, PinPromoted, SQLiteEventStore, StoredEvent, UpcastRegistry
 
 
 class OfferMade(Event):
@@ -57,6 +59,7 @@ def test_encode_decode_round_trip(registry: EventTypeRegistry, tmp_path: Path) -
     event = OfferMade(party="UK", amount_eur=10, currency_note="é")
     pending = registry.encode(event, causation_id="c", correlation_id="r")
     assert pending.payload == '{"amount_eur":10,"currency_note":"é","party":"UK"}'
+    assert (pending.causation_id, pending.correlation_id, pending.event_id) == ("c", "r", None)
     with SQLiteEventStore(tmp_path / "log.db") as store:
         (stored,) = store.append([pending])
         assert (stored.namespace, stored.type, stored.schema_version) == ("negotiation", "offer_made", 3)
@@ -95,8 +98,9 @@ def test_registration_is_checked(registry: EventTypeRegistry) -> None:
 
 
 def test_encoding_an_unregistered_event_is_refused() -> None:
-    with pytest.raises(UnknownEventType):
+    with pytest.raises(UnknownEventType) as caught:
         EventTypeRegistry().encode(OfferMade(party="UK", amount_eur=1, currency_note=""))
+    assert (caught.value.namespace, caught.value.event_type, caught.value.seq) == ("negotiation", "offer_made", None)
 
 
 def test_unknown_type_is_named_with_its_seq(registry: EventTypeRegistry, tmp_path: Path) -> None:
@@ -112,6 +116,7 @@ def test_future_schema_is_refused(registry: EventTypeRegistry, tmp_path: Path) -
     with SQLiteEventStore(tmp_path / "log.db") as store, pytest.raises(FutureSchemaVersion) as caught:
         registry.decode(next(store.read()))
     assert (caught.value.version, caught.value.known, caught.value.seq) == (4, 3, 1)
+    assert (caught.value.namespace, caught.value.event_type) == ("negotiation", "offer_made")
 
 
 def test_upcast_chain_v1_to_v3_on_read_leaves_history_alone(registry: EventTypeRegistry, tmp_path: Path) -> None:
@@ -172,3 +177,78 @@ def test_corrupt_payload_is_reported_with_its_seq(registry: EventTypeRegistry, t
 def test_builtin_events_are_registered(registry: EventTypeRegistry) -> None:
     assert registry.lookup("anagrapheus", "pin_promoted") is PinPromoted
     assert issubclass(CorruptEvent, AnagrapheusError)
+
+
+class DealStruck(Event):
+    namespace: ClassVar[str] = "negotiation"
+    event_type: ClassVar[str] = "deal_struck"
+
+    at: datetime
+    share: Decimal
+    parties: tuple[str, ...]
+
+
+def test_an_event_is_encoded_as_json_values_not_python_objects() -> None:
+    # Times, decimals and tuples are written as JSON spells them (pydantic's JSON mode), and read back as themselves.
+    registry = EventTypeRegistry()
+    registry.register(DealStruck)
+    event = DealStruck(at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), share=Decimal("0.25"), parties=("UK", "EU"))
+    pending = registry.encode(event)
+    assert pending.payload == '{"at":"2026-01-02T03:04:05Z","parties":["UK","EU"],"share":"0.25"}'
+    stored = StoredEvent(
+        seq=1,
+        event_id="e1",
+        namespace=pending.namespace,
+        type=pending.type,
+        schema_version=pending.schema_version,
+        causation_id=None,
+        correlation_id=None,
+        created_at="2026-01-01T00:00:00.000000Z",
+        payload=pending.payload,
+    )
+    assert registry.decode(stored) == event
+
+
+class NoType(Event):
+    namespace: ClassVar[str] = "negotiation"
+
+
+class NoNamespace(Event):
+    event_type: ClassVar[str] = "offer_made"
+
+
+class NotAnEvent:
+    # Not an Event subclass, so it lacks the schema_version default too.
+    namespace: ClassVar[str] = "negotiation"
+    event_type: ClassVar[str] = "bare"
+
+
+def named(namespace: str, event_type: str, version: object = 1) -> type[Event]:
+    return type("Named", (Event,), {"namespace": namespace, "event_type": event_type, "schema_version": version})
+
+
+NAMES = "names are lowercase letters, digits, '_', '.', '-'"
+REFUSED_REGISTRATIONS: dict[str, tuple[type[Any], str]] = {
+    "no event_type": (NoType, "NoType must set the class variables namespace and event_type"),
+    "no namespace": (NoNamespace, "NoNamespace must set the class variables namespace and event_type"),
+    "namespace not a name": (named("Negotiation", "offer_made"), f"Negotiation:offer_made: {NAMES}"),
+    "event_type not a name": (named("negotiation", "Offer Made"), f"negotiation:Offer Made: {NAMES}"),
+    "no schema_version": (NotAnEvent, "negotiation:bare: schema_version must be an integer >= 1"),
+    "schema_version 0": (named("negotiation", "zero", 0), "negotiation:zero: schema_version must be an integer >= 1"),
+    "schema_version True": (
+        named("negotiation", "flag", True),
+        "negotiation:flag: schema_version must be an integer >= 1",
+    ),
+    "schema_version text": (
+        named("negotiation", "text", "2"),
+        "negotiation:text: schema_version must be an integer >= 1",
+    ),
+}
+
+
+@pytest.mark.parametrize(("cls", "message"), REFUSED_REGISTRATIONS.values(), ids=REFUSED_REGISTRATIONS.keys())
+def test_a_registration_is_refused_naming_what_is_wrong(cls: type[Event], message: str) -> None:
+    registry = EventTypeRegistry()
+    with pytest.raises(EventTypeError) as caught:
+        registry.register(cls)
+    assert str(caught.value) == message
