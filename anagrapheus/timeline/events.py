@@ -272,8 +272,9 @@ class PinPromoted(Event):
         text = stored.payload
         fingerprint = _fingerprint_text(payload)
         head, tail = _around_raw(payload, fingerprint)
-        if len(text) > len(head) + len(tail) and text.startswith(head) and text.endswith(tail):
+        if text.startswith(head) and text.endswith(tail):
             # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
+            # (The two cannot overlap: `raw`'s value lies between them, and `"raw":` cannot occur in the tail.)
             return _pin_text(payload, raw=text[len(head) : len(text) - len(tail)], fingerprint=fingerprint)
         return _pin_text(payload, raw=canonical_json(payload["raw"]), fingerprint=fingerprint)
 
