@@ -54,6 +54,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording_checks.py",
         "tests/test_ledger.py",
         "tests/test_replay_corrupt_pins.py",
+        "tests/test_pin_codec.py",
     ],
     "anagrapheus/timeline/recording.py": [
         "tests/test_recording.py",
