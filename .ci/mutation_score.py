@@ -48,6 +48,14 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "2",
         "each shared field counts 2 instead of 1: the counts keep their order, and the order is all the search uses",
     ),
+    "anagrapheus.timeline.events.x__checked__mutmut_61": (
+        'if type(payload.get("failed", True)) is not bool:',
+        "the default stands in only for an absent field, and True is a bool as False is: the check passes either way",
+    ),
+    "anagrapheus.timeline.events.xǁEventTypeRegistryǁdecode__mutmut_21": (
+        "if version <= cls.schema_version:",
+        "at the current version the upcast loop takes no step and returns the payload it was given",
+    ),
     "anagrapheus.timeline.stamps.x__check__mutmut_2": (
         "None, (event.schema_version, event.namespace, event.type)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
