@@ -67,7 +67,6 @@ class ReplayPins:
             raise UsageError("into= is only for on_miss='record'; strict replay never draws")
         self._pins = dict(pins)
         self._ambiguous = dict(ambiguous or {})
-        self._on_miss = on_miss
         self._into = into
         self._hits = 0
         self._used: set[str] = set()
@@ -149,7 +148,8 @@ class ReplayPins:
     ) -> ReplayPins:
         """Collect a store's pins as `from_events` does, reading only `PinPromoted` rows, a page at a time."""
         events = store.read(namespace=BUILTIN_NAMESPACE, type=PinPromoted.event_type)
-        return cls.from_events(events, registry, unit_id=unit_id, upcasts=upcasts, on_miss=on_miss, into=into)
+        pins = (PinPromoted.read_text(stored, registry, upcasts=upcasts) for stored in events)
+        return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     @classmethod
     def from_recording(
