@@ -74,6 +74,8 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording.py",
         "tests/test_replay_corrupt_pins.py",
         "tests/test_divergence_nearest.py",
+        "tests/test_replay_sources.py",
+        "tests/test_recording_provenance.py",
     ],
     "anagrapheus/timeline/copying.py": ["tests/test_copy_rules.py", "tests/test_copy.py"],
     "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py"],
