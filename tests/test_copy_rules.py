@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from anagrapheus.errors import UsageError
+from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore, StoredEvent
 from anagrapheus.timeline.copying import copy_log, open_store
 
@@ -85,3 +86,34 @@ def test_an_address_that_is_not_a_postgres_uri_opens_a_sqlite_file(tmp_path: Pat
     with open_store(str(tmp_path / "c.db")) as store:
         assert isinstance(store, SQLiteEventStore)
     assert (tmp_path / "c.db").exists()
+
+
+def test_the_default_batch_is_a_thousand_events(tmp_path: Path) -> None:
+    destination = BatchesSeen(tmp_path / "b.db")
+    with source_of(tmp_path / "a.db", 1001) as source, destination:
+        assert copy_log(source, destination) == 1001
+        assert destination.batches == [1000, 1]
+
+
+# A closed local port: the store is refused as it connects, after it has checked its schema's name.
+NOWHERE = "postgresql://postgres@127.0.0.1:1/nowhere"
+
+
+def test_a_postgres_address_opens_the_anagrapheus_schema_by_default() -> None:
+    with pytest.raises(StoreError) as caught:
+        open_store(NOWHERE)
+    assert str(caught.value).startswith("connecting failed on schema anagrapheus of database nowhere on 127.0.0.1:1:")
+
+
+def test_a_postgres_address_opens_the_schema_asked_for() -> None:
+    with pytest.raises(UsageError) as caught:
+        open_store(NOWHERE, schema="Not-A-Name")
+    assert str(caught.value) == "schema must be a lowercase SQL identifier ([a-z_][a-z0-9_]*), not 'Not-A-Name'"
+
+
+def test_a_postgres_address_without_psycopg_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the postgres extra were not installed: importing the PostgreSQL store fails.
+    monkeypatch.setitem(sys.modules, "anagrapheus.timeline.postgres", None)
+    with pytest.raises(UsageError) as caught:
+        open_store(NOWHERE)
+    assert str(caught.value) == "a PostgreSQL store needs psycopg: pip install 'anagrapheus[postgres]'"
