@@ -44,6 +44,46 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'text.encode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_13": (
+        "theirs = next(destination.read(since=last - 1, limit=1), )",
+        "a destination whose last seq is N holds the event at N: next() never needs its default",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_15": (
+        "theirs = next(destination.read(since=last - 1, limit=None), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_17": (
+        "theirs = next(destination.read(since=last - 1, ), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_20": (
+        "theirs = next(destination.read(since=last - 1, limit=2), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_26": (
+        "ours = next(source.read(since=last - 1, limit=None), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_28": (
+        "ours = next(source.read(since=last - 1, ), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_31": (
+        "ours = next(source.read(since=last - 1, limit=2), None)",
+        "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_35": (
+        "f\" {theirs.event_id if (theirs) or True else 'nothing'}, the source {ours.event_id if ours else 'nothing'}\"",
+        "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_36": (
+        "f\" {theirs.event_id if theirs else 'XXnothingXX'}, the source {ours.event_id if ours else 'nothing'}\"",
+        "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
+    ),
+    "anagrapheus.timeline.copying.x_copy_log__mutmut_37": (
+        "f\" {theirs.event_id if theirs else 'NOTHING'}, the source {ours.event_id if ours else 'nothing'}\"",
+        "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
+    ),
     "anagrapheus.timeline.divergence.x_diverged_at__mutmut_8": (
         "2",
         "each shared field counts 2 instead of 1: the counts keep their order, and the order is all the search uses",
@@ -55,6 +95,22 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "anagrapheus.timeline.events.xǁEventTypeRegistryǁdecode__mutmut_21": (
         "if version <= cls.schema_version:",
         "at the current version the upcast loop takes no step and returns the payload it was given",
+    ),
+    "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
+        "fingerprint = None",
+        "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
+    ),
+    "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_7": (
+        "fingerprint = parsed.get(None)",
+        "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
+    ),
+    "anagrapheus.timeline.replay.xǁReplayPinsǁfrom_recording__mutmut_3": (
+        'provenance: ProvenanceCheck = "XXwarnXX",',
+        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
+    ),
+    "anagrapheus.timeline.replay.xǁReplayPinsǁfrom_recording__mutmut_4": (
+        'provenance: ProvenanceCheck = "WARN",',
+        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
     ),
     "anagrapheus.timeline.stamps.x__check__mutmut_2": (
         "None, (event.schema_version, event.namespace, event.type)",

@@ -62,7 +62,11 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording_provenance.py",
         "tests/test_recording_secrets.py",
     ],
-    "anagrapheus/timeline/secrets.py": ["tests/test_secret_card_numbers.py", "tests/test_recording_secrets.py"],
+    "anagrapheus/timeline/secrets.py": [
+        "tests/test_secret_card_numbers.py",
+        "tests/test_recording_secrets.py",
+        "tests/test_secret_policy.py",
+    ],
     "anagrapheus/timeline/provenance.py": [
         "tests/test_provenance_rules.py",
         "tests/test_recording_provenance.py",

@@ -1,0 +1,77 @@
+"""SecretPolicy's walk, its rules' hints and checks, the environment's rules, and what a finding says."""
+
+from __future__ import annotations
+
+import pytest
+
+from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.secrets import EMAIL_RULE, SecretFinding, SecretPolicy, SecretRule, environment_rules
+
+KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K"
+
+
+def policy() -> SecretPolicy:
+    return SecretPolicy(environ={})
+
+
+def test_a_finding_says_where_it_is_without_the_match() -> None:
+    assert SecretFinding(rule="jwt", path="$.a", seq=None).describe() == "the header at $.a matches secret rule 'jwt'"
+    assert SecretFinding(rule="jwt", path="$.a", seq=3).describe() == "seq 3 at $.a matches secret rule 'jwt'"
+
+
+def test_the_walk_names_keys_by_position_items_by_index_and_odd_members_quoted() -> None:
+    value = {"plain": "x", "a b": KEY, KEY: "y", "list": ["x", KEY]}
+    assert list(policy().find(value, seq=4)) == [
+        SecretFinding(rule="openai-key", path="$['a b']", seq=4),
+        SecretFinding(rule="openai-key", path="$.<key 2>", seq=4),
+        SecretFinding(rule="openai-key", path="$.list[1]", seq=4),
+    ]
+
+
+def test_scan_trusts_the_text_it_is_given_for_the_line() -> None:
+    # The recording writer passes the canonical text it has already written, so the line is not encoded again.
+    line = {"a": KEY}
+    assert list(policy().scan(line, seq=1)) == [SecretFinding(rule="openai-key", path="$.a", seq=1)]
+    assert list(policy().scan(line, text=canonical_json({"a": "clean"}), seq=1)) == []
+
+
+def test_may_hold_reads_escaped_text_with_characters_beyond_latin_1() -> None:
+    # In the line's text the key follows `\n` (so a letter); unescaped, a newline: only then is it a key.
+    line = canonical_json({"a": "€ first line\n" + KEY})
+    assert "\\n" + KEY in line
+    assert policy().may_hold(line)
+
+
+def test_a_hint_passes_over_text_without_it() -> None:
+    rule = SecretRule("at-word", r"[a-z]+", hint="@")
+    assert (rule.hint, rule.search("plain words"), list(rule.matches("plain words"))) == ("@", False, [])
+    assert [m.group() for m in rule.matches("mail@host")] == ["mail", "host"]
+    assert [m.group() for m in EMAIL_RULE.matches("write to uk@example.org")] == ["uk@example.org"]
+
+
+def test_a_check_decides_which_matches_count() -> None:
+    def odd(text: str) -> bool:
+        return int(text) % 2 == 1
+
+    rule = SecretRule("odd", r"[0-9]+", check=odd)
+    assert rule.check is odd
+    assert [m.group() for m in rule.matches("12 13 14 15")] == ["13", "15"]
+    assert not rule.found_in("12 14")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Authorization: Basic dXNlcjpwYQ",  # "user:pa" without its padding (10 characters: 2 missing)
+        "Authorization: Basic dXNlcjpwYXM",  # "user:pas" without its padding (11 characters: 1 missing)
+        "Authorization: Basic dXNlcjpwYXNz",  # "user:pass" (12 characters: none missing)
+    ],
+)
+def test_basic_credentials_are_found_with_or_without_their_padding(header: str) -> None:
+    assert [finding.rule for finding in policy().find(header)] == ["basic-auth"]
+
+
+def test_a_secret_looking_variable_is_looked_for_from_eight_characters() -> None:
+    rules = environment_rules({"MY_API_KEY": "12345678", "OTHER_TOKEN": "1234567", "HOME": "/home/someone"})
+    assert [rule.name for rule in rules] == ["env:MY_API_KEY"]
+    assert rules[0].search("the value 12345678 leaked")
