@@ -112,6 +112,34 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'provenance: ProvenanceCheck = "WARN",',
         "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
     ),
+    "anagrapheus.timeline.secrets.x__basic_credentials__mutmut_2": (
+        "token = match.split()[+1]",
+        "the pattern's match is a word and one token with no space in it: the second part is the last",
+    ),
+    "anagrapheus.timeline.secrets.x__luhn__mutmut_14": (
+        "if digit >= 9:",
+        "a doubled digit (0 to 18, even) is never 9",
+    ),
+    "anagrapheus.timeline.secrets.x__luhn__mutmut_20": (
+        "total -= digit",
+        "a total and its negative are multiples of 10 together or not at all",
+    ),
+    "anagrapheus.timeline.secrets.x__luhn__mutmut_25": (
+        "return 13 <= len(digits) <= 20 and total % 10 == 0",
+        "the card-number pattern matches 13 to 19 digits only, so the check never sees 20",
+    ),
+    "anagrapheus.timeline.secrets.x__plain__mutmut_7": (
+        'return line.encode("LATIN-1", "backslashreplace").decode("unicode_escape")',
+        "Python's codec names ignore case",
+    ),
+    "anagrapheus.timeline.secrets.x__plain__mutmut_11": (
+        'return line.encode("latin-1", "backslashreplace").decode("UNICODE_ESCAPE")',
+        "Python's codec names ignore case",
+    ),
+    "anagrapheus.timeline.secrets.xǁSecretPolicyǁmay_hold__mutmut_3": (
+        'plain = _plain(line) if ("\\\\" in line) or True else line',
+        "unescaping a line without a backslash gives the line back: the test only spares the work",
+    ),
     "anagrapheus.timeline.stamps.x__check__mutmut_2": (
         "None, (event.schema_version, event.namespace, event.type)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
