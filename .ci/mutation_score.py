@@ -96,6 +96,38 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "if version <= cls.schema_version:",
         "at the current version the upcast loop takes no step and returns the payload it was given",
     ),
+    "anagrapheus.timeline.provenance.x_call_policy_identity__mutmut_10": (
+        'name, version = own.get("name"), own.get("version", None)',
+        "a missing version falls to None, and a version that is not an int becomes 1 all the same",
+    ),
+    "anagrapheus.timeline.provenance.x_call_policy_identity__mutmut_12": (
+        'name, version = own.get("name"), own.get("version", )',
+        "the same: get() without a default returns None, which becomes 1",
+    ),
+    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_1": (
+        'check: ProvenanceCheck = "XXwarnXX",',
+        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
+    ),
+    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_2": (
+        'check: ProvenanceCheck = "WARN",',
+        "the same",
+    ),
+    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_44": (
+        '("anagrapheus", "anagrapheus", "ANAGRAPHEUS"),',
+        "distribution names are looked up normalised: case does not matter",
+    ),
+    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_50": (
+        '("pydantic_ai", "pydantic-ai", "PYDANTIC-AI-SLIM"),',
+        "the same",
+    ),
+    "anagrapheus.timeline.provenance.x_current_provenance__mutmut_32": (
+        'anagrapheus=_version("ANAGRAPHEUS"),',
+        "the same",
+    ),
+    "anagrapheus.timeline.provenance.x_current_provenance__mutmut_35": (
+        'pydantic_ai=_version("PYDANTIC-AI-SLIM"),',
+        "the same",
+    ),
     "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
         "fingerprint = None",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",

@@ -7,6 +7,7 @@ import warnings
 import pytest
 
 from anagrapheus.errors import ProvenanceMismatch
+from anagrapheus.timeline import provenance as provenance_module
 from anagrapheus.timeline.canonical import KEY_SCHEME
 from anagrapheus.timeline.provenance import (
     Provenance,
@@ -114,3 +115,30 @@ def test_another_library_version_warns_by_default_naming_the_file_and_strict_ref
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_provenance(old, path="run.jsonl", rerecord="make rerecord", check="ignore")
+
+
+def test_each_refusal_and_warning_says_it_in_full() -> None:
+    with pytest.raises(ProvenanceMismatch) as scheme:
+        check_provenance(recorded(key_scheme="p0"), path="run.jsonl", rerecord="make rerecord")
+    anagrapheus = current_provenance([]).anagrapheus
+    assert str(scheme.value).endswith(
+        f"recorded under pin-key scheme 'p0', but this anagrapheus keys with {KEY_SCHEME!r}: none of its pins can"
+        " answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with"
+        f" `make rerecord`; until then, replay it with the anagrapheus that wrote it ({anagrapheus})"
+    )
+    old = recorded(pydantic_ai="0.0.1")
+    now = current_provenance([]).pydantic_ai
+    message = (
+        f"recorded with pydantic-ai 0.0.1, loaded with pydantic-ai {now}; a call the new version asks differently"
+        " will miss its pin. If the replay misses, re-record it with `make rerecord`"
+    )
+    with pytest.raises(ProvenanceMismatch) as strict:
+        check_provenance(old, path="run.jsonl", rerecord="make rerecord", check="strict")
+    assert str(strict.value).endswith(message)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_provenance(old, path="run.jsonl", rerecord="make rerecord")
+    (warning,) = caught
+    assert str(warning.message) == f"run.jsonl: {message}"
+    # It points past the library, at whoever loaded the recording.
+    assert warning.filename != provenance_module.__file__
