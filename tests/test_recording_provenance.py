@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic_ai import Agent
 
-from anagrapheus.errors import ProvenanceMismatch
+from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY, call_policy_identity
@@ -122,6 +122,16 @@ def test_the_same_versions_load_without_a_word(recorded: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         read_recording(recorded, provenance="strict")
+
+
+@pytest.mark.parametrize("check", ["strcit", "WARN", None], ids=repr)
+def test_a_misspelt_check_is_refused_rather_than_taken_for_warn(recorded: Path, check: object) -> None:
+    edit_provenance(recorded, anagrapheus="0.0.1")
+
+    with pytest.raises(UsageError) as caught:
+        read_recording(recorded, provenance=check)  # pyright: ignore[reportArgumentType]
+
+    assert str(caught.value) == f"provenance= must be 'warn', 'strict' or 'ignore', not {check!r}"
 
 
 def test_a_version_1_recording_without_provenance_still_loads(recorded: Path, types: EventTypeRegistry) -> None:

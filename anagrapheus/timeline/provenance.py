@@ -6,11 +6,11 @@ import platform
 import warnings
 from collections.abc import Iterable, Mapping
 from importlib import metadata
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from anagrapheus.errors import ProvenanceMismatch
+from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
 
 __all__ = [
@@ -119,6 +119,9 @@ def check_provenance(
 
     A recording without provenance (format version 1) is accepted as it is: it predates the stamp.
     """
+    if check not in get_args(ProvenanceCheck):
+        # A misspelt check would otherwise be taken for "warn", and "strict" never enforced.
+        raise UsageError(f"provenance= must be 'warn', 'strict' or 'ignore', not {check!r}")
     if recorded is None or check == "ignore":
         return
     how = f"re-record it with `{rerecord}`"
