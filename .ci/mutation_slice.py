@@ -59,6 +59,7 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/recording.py": [
         "tests/test_recording.py",
         "tests/test_recording_checks.py",
+        "tests/test_recording_files.py",
         "tests/test_recording_provenance.py",
         "tests/test_recording_secrets.py",
     ],

@@ -435,7 +435,7 @@ def test_an_upcast_step_that_trips_over_an_old_payload_is_reported_at_its_line(t
     with pytest.raises(RecordingError, match="decoding demo:offer_made v1 failed: KeyError") as raised:
         read_recording(path, registry=registry_v2(), upcasts=upcasts)
 
-    assert raised.value.line == 2
+    assert (raised.value.path, raised.value.line) == (str(path), 2)
     assert isinstance(raised.value.__cause__, KeyError)
 
 

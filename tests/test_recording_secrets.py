@@ -95,6 +95,7 @@ def test_each_secret_shape_is_refused_naming_seq_path_and_rule_but_never_the_val
 
     error = caught.value
     assert (error.seq, error.json_path, error.rule) == (3, "$.payload.raw.result.note", RULE_OF.get(shape, shape))
+    assert error.path == str(target) and str(error).startswith(f"refusing to write {target}: ")
     assert "seq 3" in str(error) and "$.payload.raw.result.note" in str(error) and repr(error.rule) in str(error)
     for fragment in (secret, ALNUM, "hunter2"):
         assert fragment not in str(error) and fragment not in repr(error.args)
@@ -242,6 +243,25 @@ def test_a_read_recording_reports_its_secrets_for_a_check(tmp_path: Path) -> Non
 
     assert [(f.seq, f.path, f.rule) for f in findings] == [(2, "$.payload.raw.k", "slack-token")]
     assert "seq 2 at $.payload.raw.k" in findings[0].describe()
+
+
+def test_a_check_finds_secrets_in_the_header_and_under_the_policy_given(tmp_path: Path) -> None:
+    ticket = SecretRule("ticket", r"TKT-[0-9]{6}", hint="TKT-")
+    header = {**HEADER.model_dump(), "details": {"endpoint": SHAPES["url-credentials"]}}
+    path = write_recording(
+        tmp_path / "run.jsonl",
+        [pin(1, {"ticket": "TKT-123456"})],
+        header=header,
+        dangerously_keep_secrets=True,
+    )
+    recording = read_recording(path)
+
+    assert [(f.seq, f.path, f.rule) for f in recording.find_secrets()] == [
+        (None, "$.details.endpoint", "url-credentials")
+    ]
+    assert [(f.seq, f.path, f.rule) for f in recording.find_secrets(SecretPolicy([ticket]))] == [
+        (1, "$.payload.raw.ticket", "ticket")
+    ]
 
 
 @given(st.text(max_size=40), st.sampled_from(sorted(SHAPES)), st.text(max_size=40))

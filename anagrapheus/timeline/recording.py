@@ -135,8 +135,12 @@ def _as_header(header: RecordingHeader | Mapping[str, Any]) -> RecordingHeader:
     try:
         return RecordingHeader.model_validate(dict(header))
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'header'}: {err['msg']}" for err in e.errors())
-        raise UsageError(f"header= is not a recording header: {problems}") from None
+        raise UsageError(f"header= is not a recording header: {_problems(e)}") from None
+
+
+def _problems(error: ValidationError) -> str:
+    """What pydantic found wrong with a header's fields, each as `field.path: message` (a header is always a dict)."""
+    return "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in error.errors())
 
 
 class _LineWriter:
@@ -158,7 +162,7 @@ class _LineWriter:
             line = redacted
             text = canonical_json(line)
         if self._refuse is not None:
-            for finding in self._refuse.scan(line, text=text, seq=seq):
+            for finding in self._refuse.scan(line, text=text):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
         return text
 
@@ -325,8 +329,7 @@ def _read_header(text: str, *, where: str) -> RecordingHeader:
     try:
         return RecordingHeader.model_validate(fields)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'header'}: {err['msg']}" for err in e.errors())
-        raise RecordingError(f"malformed header: {problems}", path=where, line=1) from None
+        raise RecordingError(f"malformed header: {_problems(e)}", path=where, line=1) from None
 
 
 def _is_int(value: object) -> bool:
@@ -360,7 +363,7 @@ def _event_fields(text: str, *, where: str, line: int) -> dict[str, Any]:
 
 
 def _stored(fields: dict[str, Any], *, where: str, line: int) -> StoredEvent:
-    payload = cast("dict[str, JSONValue]", fields["payload"])
+    payload: dict[str, JSONValue] = fields["payload"]
     try:
         payload_text = canonical_json_of_parsed(payload)
     except AnagrapheusError as e:
@@ -464,6 +467,8 @@ def _pins(
                 yield PinPromoted.text_of_payload(fields["payload"], seq=seq)
             else:
                 yield PinPromoted.read_text(_stored(fields, where=where, line=number), registry, upcasts=upcasts)
+        except RecordingError:
+            raise  # it names the file and line already
         except AnagrapheusError as e:
             raise RecordingError(str(e), path=where, line=number) from e
 
