@@ -86,6 +86,7 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py"],
     "anagrapheus/timeline/sqlite.py": [
         "tests/test_sqlite_store.py",
+        "tests/test_sqlite_store_rules.py",
         "tests/test_sqlite_ownership.py",
         "tests/test_sqlite_utils_side_effects.py",
     ],
