@@ -7,6 +7,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,59 @@ def test_a_closed_unit_needs_no_lease_and_is_refused(tmp_path: Path) -> None:
         with pytest.raises(Exception, match="abandoned"):
             second.scratch_put("u", "k", kind="model_call", raw="1", fingerprint=None)
         assert leases(path)[0][0] == "w"
+
+
+def test_a_lease_of_another_users_live_process_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As root every process may be signalled; another user's live process answers with EPERM otherwise.
+    def kill(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    path = tmp_path / "log.db"
+    SQLiteEventStore(path).close()
+    lease(path, "u", host=socket.gethostname(), pid=DEAD_PID)
+    monkeypatch.setattr(os, "kill", kill)
+    with SQLiteEventStore(path, unit_wait=0) as store:
+        assert not draws(store, "u")
+
+
+def test_a_store_waiting_past_its_busy_timeout_for_another_thread_names_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    inside, leave = threading.Event(), threading.Event()
+    with SQLiteEventStore(path, busy_timeout=0) as store:
+
+        def hold() -> None:
+            with store.transaction():
+                inside.set()
+                leave.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            inside.wait()
+            with pytest.raises(StoreError) as raised:
+                store.append([pending(1)])
+        finally:
+            leave.set()
+            holder.join()
+    assert str(raised.value).startswith(f"{path}: waited 0 s for another task or thread")
+
+
+def test_closing_a_store_twice_is_harmless(tmp_path: Path) -> None:
+    store = SQLiteEventStore(tmp_path / "log.db")
+    store.close()
+    store.close()
+
+
+def test_a_read_only_store_beside_an_open_writer_sees_what_the_writer_appended(tmp_path: Path) -> None:
+    # The folder is writable, so the reader takes part in WAL locking and reads frames not yet checkpointed.
+    path = tmp_path / "log.db"
+    with SQLiteEventStore(path) as writer:
+        writer.append([pending(1), pending(2)])
+        with SQLiteEventStore(path, read_only=True) as reader:
+            assert [e.seq for e in reader.read()] == [1, 2]
+
+
+def test_a_database_that_cannot_be_switched_to_wal_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as raised:
+        SQLiteEventStore(":memory:")
+    assert str(raised.value) == ":memory:: could not switch to WAL (journal_mode is memory)"
