@@ -104,14 +104,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'name, version = own.get("name"), own.get("version", )',
         "the same: get() without a default returns None, which becomes 1",
     ),
-    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_1": (
-        'check: ProvenanceCheck = "XXwarnXX",',
-        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
-    ),
-    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_2": (
-        'check: ProvenanceCheck = "WARN",',
-        "the same",
-    ),
     "anagrapheus.timeline.provenance.x_check_provenance__mutmut_44": (
         '("anagrapheus", "anagrapheus", "ANAGRAPHEUS"),',
         "distribution names are looked up normalised: case does not matter",
@@ -135,14 +127,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_7": (
         "fingerprint = parsed.get(None)",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
-    ),
-    "anagrapheus.timeline.replay.xǁReplayPinsǁfrom_recording__mutmut_3": (
-        'provenance: ProvenanceCheck = "XXwarnXX",',
-        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
-    ),
-    "anagrapheus.timeline.replay.xǁReplayPinsǁfrom_recording__mutmut_4": (
-        'provenance: ProvenanceCheck = "WARN",',
-        "check_provenance warns on any check but 'ignore' and 'strict', as it does on 'warn'",
     ),
     "anagrapheus.timeline.secrets.x__basic_credentials__mutmut_2": (
         "token = match.split()[+1]",
