@@ -70,10 +70,15 @@ def messages_json(messages: list[ModelMessage]) -> bytes:
     return ModelMessagesTypeAdapter.dump_json(messages)
 
 
-def test_a_model_http_error_replays_as_itself_with_status_and_body(
+def test_a_model_http_error_replays_as_itself_with_status_body_and_retry_advice(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
-    flaky = Flaky("scripted-uk", ModelHTTPError(500, "scripted-uk", {"error": "overloaded"}))
+    # The retry advice is state the constructor's positional arguments do not carry: it comes back only because
+    # the error's pickle state is pinned and applied.
+    error = ModelHTTPError(
+        500, "scripted-uk", {"error": "overloaded"}, headers={"retry-after": "7"}, retry_after=7.0, hint="wait"
+    )
+    flaky = Flaky("scripted-uk", error)
     ledger = PinLedger(store, types)
     with pytest.raises(ModelHTTPError) as live:
         Agent(flaky.model, capabilities=[Pinning(ledger)]).run_sync(PROMPT)
@@ -88,6 +93,11 @@ def test_a_model_http_error_replays_as_itself_with_status_and_body(
         500,
         {"error": "overloaded"},
         str(live.value),
+    )
+    assert (replayed.value.retry_after, replayed.value.headers, replayed.value.hint) == (
+        7.0,
+        {"retry-after": "7"},
+        "wait",
     )
 
 

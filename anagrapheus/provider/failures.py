@@ -23,8 +23,9 @@ T = TypeVar("T")
 _REBUILDABLE_MODULES = ("builtins", "pydantic_ai.", "httpx", "anyio", "asyncio")
 
 
-def _path(obj: object) -> str:
-    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+def _path(obj: Any) -> str:
+    """`module:qualname` of a class or function (a class made where no module name is set has no `__module__`)."""
+    return f"{getattr(obj, '__module__', '?')}:{obj.__qualname__}"
 
 
 def _resolve(path: str) -> object:

@@ -1,0 +1,108 @@
+"""The failure codec of pydantic-ai runs, record by record, and the keys of the draws that retry a failed call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic_ai import ModelRetry
+
+from anagrapheus.errors import PinnedFailure, UsageError
+from anagrapheus.provider.failures import FAILURES, DrawSequence
+from anagrapheus.timeline.canonical import JSONValue
+
+
+def stored(record: JSONValue | None) -> JSONValue:
+    """`record` as a store gives it back: through JSON text."""
+    return json.loads(json.dumps(record))
+
+
+class SurveyLost(Exception):
+    """An application's own exception class: replay cannot know how to rebuild it."""
+
+
+def test_a_builtin_exception_comes_back_with_its_notes() -> None:
+    error = ValueError("no quota for cod")
+    error.add_note("asked for the North Sea")
+    rebuilt = FAILURES.rebuild(stored(FAILURES.describe(error)))
+    assert type(rebuilt) is ValueError
+    assert (str(rebuilt), rebuilt.__notes__) == ("no quota for cod", ["asked for the North Sea"])
+
+
+def test_a_pinned_failure_pinned_again_keeps_the_description_it_was_rebuilt_from() -> None:
+    record = stored(FAILURES.describe(SurveyLost("no survey for Paris")))
+    replayed = FAILURES.rebuild(record)
+    assert isinstance(replayed, PinnedFailure)
+    assert replayed.record == record
+    # A run recorded over a replay pins the failure it saw: the first one, not a description of PinnedFailure.
+    assert FAILURES.describe(replayed) == record
+
+
+@pytest.mark.parametrize("record", ["boom", ["builtins:ValueError"], None, {}])
+def test_a_record_without_its_fields_replays_as_a_pinned_failure_of_an_unknown_class(record: JSONValue) -> None:
+    replayed = FAILURES.rebuild(record)
+    assert isinstance(replayed, PinnedFailure)
+    assert (replayed.record, replayed.type_name, replayed.original_message) == (record, "?", "")
+    assert str(replayed) == "the pinned draw failed with ?: "
+
+
+@pytest.mark.parametrize(
+    ("type_name", "message"),
+    [("builtins:TypeError", "no quota"), ("builtins:ValueError", "no survey")],
+    ids=["another-class", "another-message"],
+)
+def test_a_recipe_that_rebuilds_another_class_or_message_replays_as_a_pinned_failure(
+    type_name: str, message: str
+) -> None:
+    # The recipe makes ValueError("no quota"): a record naming anything else must not be answered with it.
+    record: dict[str, Any] = {
+        "type": type_name,
+        "message": message,
+        "rebuild": {"call": "builtins:ValueError", "args": ["no quota"], "state": None},
+    }
+    replayed = FAILURES.rebuild(record)
+    assert isinstance(replayed, PinnedFailure)
+    assert (replayed.type_name, replayed.original_message) == (type_name, message)
+
+
+def test_a_recipe_names_its_class_along_a_dotted_path() -> None:
+    # Pickle names a nested class by its dotted qualname; the path is followed attribute by attribute.
+    record: dict[str, Any] = {
+        "type": "pydantic_ai.exceptions:ModelRetry",
+        "message": "ask again",
+        "rebuild": {"call": "pydantic_ai:exceptions.ModelRetry", "args": ["ask again"], "state": None},
+    }
+    rebuilt = FAILURES.rebuild(record)
+    assert (type(rebuilt), str(rebuilt)) == (ModelRetry, "ask again")
+
+
+def test_an_exception_class_without_a_module_is_pinned_under_a_question_mark() -> None:
+    # type() sets no __module__ where the calling code's globals hold no __name__.
+    made: dict[str, Any] = {}
+    exec("Nowhere = type('Nowhere', (Exception,), {})", {}, made)
+    nowhere: type[Exception] = made["Nowhere"]
+    assert not hasattr(nowhere, "__module__")
+    record = FAILURES.describe(nowhere("lost at sea"))
+    assert record == {"type": "?:Nowhere", "message": "lost at sea", "rebuild": None}
+    replayed = FAILURES.rebuild(stored(record))
+    assert isinstance(replayed, PinnedFailure)
+    assert replayed.type_name == "?:Nowhere"
+
+
+def test_a_first_draw_keeps_the_calls_key_and_each_retry_is_keyed_on_the_failures_before_it() -> None:
+    # Literal keys: a recording written today keys its retries so, and must replay under later versions.
+    draws = DrawSequence()
+    assert draws.key("p1:model_call:k", kind="model_call") == "p1:model_call:k"
+    draws.note("p1:model_call:k", UsageError("a mistake of the caller, not a drawn failure"))
+    assert draws.key("p1:model_call:k", kind="model_call") == "p1:model_call:k"
+    draws.note("p1:model_call:k", ConnectionError("dropped"))
+    after_one = draws.key("p1:model_call:k", kind="model_call")
+    draws.note("p1:model_call:k", ConnectionError("dropped"))
+    after_two = draws.key("p1:model_call:k", kind="model_call")
+    assert (after_one, after_two) == (
+        "p1:model_call:7f3f1e48747553a4c2ab2dbad7a27729e8ee7ae75b5dfe4c2a76709720dfaa11",
+        "p1:model_call:c5626a279d522f1da6b1d7ea7ab29b0ba74081da01dc4df93060bedab690c1ea",
+    )
+    # Counted per call: another call's first draw keeps its key.
+    assert draws.key("p1:model_call:other", kind="model_call") == "p1:model_call:other"
