@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -106,3 +108,30 @@ def test_a_first_draw_keeps_the_calls_key_and_each_retry_is_keyed_on_the_failure
     )
     # Counted per call: another call's first draw keeps its key.
     assert draws.key("p1:model_call:other", kind="model_call") == "p1:model_call:other"
+
+
+@pytest.mark.parametrize("package", ["asyncio", "httpx", "anyio", "pydantic_ai"])
+def test_a_recipe_from_a_module_whose_name_only_starts_like_an_allowed_package_is_not_called(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncio_mqtt and httpx_sse are real packages: neither is asyncio or httpx, and a recording may not call them.
+    lookalike = ModuleType(f"{package}_lookalike")
+    called: list[object] = []
+
+    class Lookalike(Exception):
+        def __init__(self, *args: object) -> None:
+            called.append(args)
+            super().__init__(*args)
+
+    Lookalike.__module__ = lookalike.__name__
+    Lookalike.__qualname__ = "Lookalike"
+    lookalike.Lookalike = Lookalike  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, lookalike.__name__, lookalike)
+    record: dict[str, Any] = {
+        "type": f"{lookalike.__name__}:Lookalike",
+        "message": "run me",
+        "rebuild": {"call": f"{lookalike.__name__}:Lookalike", "args": ["run me"], "state": None},
+    }
+    replayed = FAILURES.rebuild(record)
+    assert isinstance(replayed, PinnedFailure)
+    assert called == []

@@ -18,9 +18,9 @@ __all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
 
 T = TypeVar("T")
 
-# Only exception classes from these modules are rebuilt from a recording: a recording names what to call, and a
-# recording from elsewhere must not be able to make replay call anything else.
-_REBUILDABLE_MODULES = ("builtins", "pydantic_ai.", "httpx", "anyio", "asyncio")
+# Only exception classes from these packages (or their modules) are rebuilt from a recording: a recording names what
+# to call, and a recording from elsewhere must not be able to make replay call anything else.
+_REBUILDABLE_PACKAGES = frozenset({"builtins", "pydantic_ai", "httpx", "anyio", "asyncio"})
 
 
 def _path(obj: Any) -> str:
@@ -40,11 +40,7 @@ def _rebuildable(obj: object) -> bool:
     if obj is CATEGORIZED_HTTP_ERROR:
         return True
     module = getattr(obj, "__module__", "")
-    return (
-        isinstance(obj, type)
-        and issubclass(obj, BaseException)
-        and (module == "builtins" or module.startswith(_REBUILDABLE_MODULES[1:]))
-    )
+    return isinstance(obj, type) and issubclass(obj, BaseException) and module.split(".")[0] in _REBUILDABLE_PACKAGES
 
 
 class ExceptionCodec:
