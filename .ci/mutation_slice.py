@@ -94,8 +94,17 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
     "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
     "anagrapheus/timeline/pins.py": ["tests/test_ledger.py", "tests/test_ledger_failures.py"],
-    "anagrapheus/provider/failures.py": ["tests/test_capability_failures.py", "tests/test_provider_model.py"],
-    "anagrapheus/provider/compat.py": ["tests/test_compat.py"],
+    "anagrapheus/provider/failures.py": [
+        "tests/test_exception_codec.py",
+        "tests/test_capability_failures.py",
+        "tests/test_capability_telemetry.py",
+        "tests/test_provider_model.py",
+    ],
+    "anagrapheus/provider/compat.py": [
+        "tests/test_compat.py",
+        "tests/test_capability_failures.py",
+        "tests/test_capability_telemetry.py",
+    ],
     "anagrapheus/provider/policy_settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
     "anagrapheus/provider/policy_material.py": ["tests/test_policy.py", "tests/test_key_rules.py"],
     "anagrapheus/provider/policy.py": [

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import fields
+from dataclasses import fields, replace
+from typing import Any, cast
 
 import anyio
 import pytest
 from pydantic_ai import RunContext
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import CombinedToolset, FunctionToolset, ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
@@ -54,3 +56,87 @@ def test_an_mcp_toolset_is_recognised_where_the_compat_module_looks() -> None:
         "pydantic-ai moved MCPToolset out of pydantic_ai.mcp; update anagrapheus/provider/compat.py"
     )
     assert not compat.is_mcp_toolset(FunctionToolset([harbours]))
+
+
+class Door(TestModel):
+    """A model that logs being entered and exited; entering waits for `opened` when one is given."""
+
+    def __init__(self, name: str, log: list[str], opened: anyio.Event | None = None) -> None:
+        super().__init__()
+        self.name, self.log, self.opened = name, log, opened
+
+    async def __aenter__(self) -> Door:
+        if self.opened is not None:
+            await self.opened.wait()
+        self.log.append(f"enter {self.name}")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.log.append(f"exit {self.name}")
+
+
+def test_a_fallback_copy_of_an_entered_fallback_enters_and_exits_its_own_models() -> None:
+    log: list[str] = []
+
+    async def main() -> list[str]:
+        original = FallbackModel(Door("original", log))
+        async with original:
+            copied = compat.fallback_with_models(original, [Door("a", log), Door("b", log)])
+            async with copied:
+                inside = list(log)
+        return inside
+
+    assert anyio.run(main) == ["enter original", "enter a", "enter b"]
+    assert log[3:] == ["exit b", "exit a", "exit original"]
+
+
+def test_a_fallback_copy_is_entered_while_its_original_waits_on_a_slow_model() -> None:
+    # The copy has a lock of its own: the original's entry, stuck on a slow provider, must not hold the copy up.
+    log: list[str] = []
+
+    async def main() -> None:
+        opened = anyio.Event()
+        original = FallbackModel(Door("original", log, opened))
+        async with anyio.create_task_group() as tasks:
+
+            async def enter(model: FallbackModel) -> None:
+                async with model:
+                    pass
+
+            tasks.start_soon(enter, original)
+            await anyio.wait_all_tasks_blocked()
+            tasks.start_soon(enter, compat.fallback_with_models(original, [Door("a", log)]))
+            await anyio.wait_all_tasks_blocked()
+            entered_first = list(log)
+            opened.set()
+            assert entered_first == ["enter a", "exit a"]
+
+    anyio.run(main)
+    assert log[2:] == ["enter original", "exit original"]
+
+
+def _plain(**kwargs: object) -> object:
+    return kwargs
+
+
+class _Schema:
+    function = "not a function"
+
+    def call(self, **kwargs: object) -> object:
+        return kwargs
+
+
+class _Unnamed:
+    def call(self, **kwargs: object) -> object:
+        return kwargs
+
+
+@pytest.mark.parametrize(
+    "call_func",
+    [_plain, _Unnamed().call, _Schema().call],
+    ids=["a-plain-function", "a-method-of-no-schema", "a-schema-whose-function-is-not-callable"],
+)
+def test_a_function_tool_whose_call_keeps_no_function_has_none(call_func: Any) -> None:
+    tool = anyio.run(combined_tool)
+    source = replace(cast("FunctionToolsetTool[None]", tool.source_tool), call_func=call_func)  # type: ignore[attr-defined]
+    assert compat.tool_function(source) is None

@@ -31,9 +31,9 @@ CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error
 def fallback_with_models(fallback: FallbackModel, models: list[Model]) -> FallbackModel:
     """Return a copy of `fallback` (same fallback conditions) that tries `models` instead, not yet entered."""
     copied = copy.copy(fallback)
-    # The copy starts unentered, with a lock of its own: the original's entry count and exit stack are not its own.
-    for private in ("_enter_lock", "_exit_stack"):
-        vars(copied).pop(private, None)
+    # The copy starts unentered, with a lock of its own (a cached property, dropped so it is made anew). Its first
+    # entry, at count 0, makes it an exit stack of its own, so the original's it copied is never used.
+    vars(copied).pop("_enter_lock", None)
     copied._entered_count = 0  # pyright: ignore[reportPrivateUsage]
     copied.models = models
     return copied
