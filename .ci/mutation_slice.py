@@ -119,7 +119,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_provider_suspended.py",
         "tests/test_provider_divergence.py",
     ],
-    "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py"],
+    "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py"],
     "anagrapheus/provider/capability.py": ["tests/test_capability.py", "tests/test_capability_failures.py"],
 }

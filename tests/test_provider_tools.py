@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import threading
@@ -16,8 +17,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
-from anagrapheus.errors import CanonicalError, PinResultError
+from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider.tools import ToolPin, is_pinned_tool, tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore, pin_key
 from tests.conftest import Scripted
 
@@ -134,8 +136,13 @@ async def test_a_result_that_is_not_json_is_refused_at_draw_time(ledger: PinLedg
     def fetch_catch(city: str) -> Catch:
         return Catch(species="cod", tonnes=1)
 
-    with pytest.raises(PinResultError, match="tool 'fetch_catch' returned Catch, which is not JSON-shaped"):
+    with pytest.raises(PinResultError, match="tool 'fetch_catch' returned Catch, which is not JSON-shaped") as refused:
         await pinned_tool(ledger, fetch_catch)("Hull")
+    # The message says what to do instead.
+    assert str(refused.value).endswith(
+        "; a pinned tool must return JSON types (dict, list, str, int, float, bool, None),"
+        " e.g. model.model_dump(mode='json')"
+    )
     assert ledger.pins() == []
 
 
@@ -147,8 +154,9 @@ async def test_an_argument_that_cannot_be_json_is_refused_before_the_tool_runs(l
         ran.append(thing)
         return "seen"
 
-    with pytest.raises(CanonicalError, match="argument 'thing' of tool 'inspect_object'"):
-        await pinned_tool(ledger, inspect_object)(object())
+    with pytest.raises(CanonicalError, match="argument 'thing' of tool 'inspect_object'") as refused:
+        await pinned_tool(ledger, inspect_object)({"seen": [object()]})
+    assert refused.value.path == "$.args.thing.seen[0]"
     assert ran == []
 
 
@@ -216,3 +224,35 @@ async def test_parallel_sync_tools_run_in_workers_and_touch_the_resolver_on_the_
     assert witness.threads == {threading.get_ident()}
     assert len(bodies) == 3 and threading.get_ident() not in bodies
     assert sorted(json.loads(pin.raw) for pin in ledger.pins()) == [4, 4, 5]
+
+
+def test_part_of_the_deps_joins_the_key_under_its_own_field() -> None:
+    def key(**deps: object) -> ToolPin:
+        return tool_pin("fleet", {"city": "Paris"}, **deps)
+
+    breton = key(deps={"region": "Breton"})
+    assert breton.key == pin_key(
+        "tool_call", {"tool": "fleet", "args": {"city": "Paris"}, "deps": {"region": "Breton"}}
+    )
+    assert breton.fingerprint.keys() == {"tool", "args.city", "deps.region"}
+    # No deps keyed, deps keyed as None, and other deps: three keys.
+    assert len({key().key, key(deps=None).key, breton.key, key(deps={"region": "Basque"}).key}) == 4
+
+
+def test_deps_that_cannot_be_keyed_are_refused_naming_the_tool_and_where() -> None:
+    with pytest.raises(CanonicalError) as refused:
+        tool_pin("fleet", {"city": "Paris"}, deps={"regions": [object()]})
+    assert refused.value.path == "$.deps.regions[0]"
+    assert str(refused.value).startswith("the deps keyed for tool 'fleet' cannot be keyed: ")
+
+
+def test_a_callable_without_a_name_needs_one(ledger: PinLedger) -> None:
+    nameless = functools.partial(harbour_count, include_marinas=True)
+    with pytest.raises(UsageError, match=r"^pinned_tool needs name=\.\.\. for a callable without a __name__$"):
+        pinned_tool(ledger, nameless)
+    assert pinned_tool(ledger, nameless, name="harbours").__name__ == "harbours"
+
+
+def test_a_pinned_tool_is_known_as_one_and_its_function_is_not(ledger: PinLedger) -> None:
+    assert is_pinned_tool(pinned_tool(ledger, harbour_count))
+    assert not is_pinned_tool(harbour_count)
