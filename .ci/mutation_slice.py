@@ -121,7 +121,13 @@ TESTS_OF: dict[str, list[str]] = {
     ],
     "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py"],
-    "anagrapheus/provider/capability.py": ["tests/test_capability.py", "tests/test_capability_failures.py"],
+    "anagrapheus/provider/capability.py": [
+        "tests/test_capability.py",
+        "tests/test_capability_tools.py",
+        "tests/test_capability_failures.py",
+        "tests/test_capability_clock.py",
+        "tests/test_capability_telemetry.py",
+    ],
 }
 """Each module, and the test files written for it. A file whose tests start Python processes that import the package
 cannot be listed for a module those processes reach: the child inherits mutmut's environment and fails in its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from anagrapheus import Pinning
-from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider import PinnedModel, SemanticCallPolicy, pinned_tool
 from anagrapheus.provider.tools import tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
 from tests.conftest import Scripted
@@ -215,3 +216,19 @@ def test_part_of_the_deps_can_join_a_tool_key_when_it_decides_what_the_tool_read
     result = agent(Pinning(replay, tool_deps=fleet_by_region), world).run_sync(PROMPT, deps="Breton")
     assert "Breton fleet of 3 in Paris" in result.output
     assert world.calls == []
+
+
+def test_the_capability_keys_model_requests_with_the_policy_it_is_given(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def fingerprints(policy: SemanticCallPolicy | None) -> list[dict[str, str]]:
+        ledger = PinLedger(store, types, unit_id=f"policy-{policy is not None}")
+        Agent(Scripted("scripted-uk").model, capabilities=[Pinning(ledger, policy=policy)]).run_sync(PROMPT)
+        return [json.loads(pin.fingerprint or "{}") for pin in ledger.pins() if pin.kind == "model_call"]
+
+    # keep_values keeps the start of each field's value beside its digest; the default policy keeps digests only.
+    (kept,) = fingerprints(SemanticCallPolicy(keep_values=True))
+    (default,) = fingerprints(None)
+    assert any(name.startswith("=") for name in kept)
+    assert not any(name.startswith("=") for name in default)
+    assert {name for name in kept if not name.startswith("=")} == default.keys()

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
@@ -16,7 +17,7 @@ from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
-from tests.conftest import Scripted
+from tests.conftest import Scripted, Verdict
 
 PROMPT = "Where do the fleets land?"
 
@@ -179,3 +180,25 @@ def test_a_damaged_clock_pin_is_refused_saying_what_it_holds(
     damaged = Damaged(PinLedger(store, types), kind, raw)
     with pytest.raises(PinResultError, match=says):
         agent(Pinning(cast(PinResolver, damaged))).run_sync(PROMPT)
+
+
+def test_the_return_of_an_output_tool_after_the_last_request_gets_a_pinned_time(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # The run ends on an output tool: its return is a request no model request follows, stamped as the run ends.
+    def verdict_agent(pinning: Pinning) -> Agent[None, Verdict]:
+        return Agent(Scripted("scripted-uk").model, tools=[fleet], output_type=Verdict, capabilities=[pinning])
+
+    seeded = SeededRun("talks")
+    ledger = PinLedger(store, types)
+    live = verdict_agent(Pinning(ledger, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT)
+    ledger.commit()
+    last = live.all_messages()[-1]
+    assert isinstance(last, ModelRequest)
+    assert [type(part) for part in last.parts] == [ToolReturnPart]
+    # Every time in the run is the seeded clock's, the output tool's return too.
+    assert EPOCH <= last.timestamp < EPOCH + timedelta(hours=1)
+    assert all(EPOCH <= part.timestamp < EPOCH + timedelta(hours=1) for part in last.parts)
+
+    replayed = verdict_agent(Pinning(ReplayPins.from_events(store.read(), types))).run_sync(PROMPT)
+    assert replayed.all_messages_json() == live.all_messages_json()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 import anyio
 import pytest
@@ -22,10 +24,14 @@ from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
-from anagrapheus.errors import PinMiss, PinnedFailure
+from anagrapheus.errors import PinMiss, PinnedFailure, PinResultError
+from anagrapheus.provider.capability import ATTEMPT_TIMES
+from anagrapheus.provider.model import response_raw
 from anagrapheus.provider.run_clock import RUN_POSITIONS
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import JSONValue, pin_key
 from tests.conftest import Scripted
+from tests.test_capability_clock import Damaged
 
 PROMPT = "State the UK position on cod."
 
@@ -139,6 +145,19 @@ def test_a_fallback_model_recovers_on_replay_as_it_did_live(store: SQLiteEventSt
     assert (primary.calls, secondary.calls, live.output) == (1, 1, "secondary holds firm.")
     # The fallback times its failed attempt by the wall clock: those times are pinned with it.
     assert calls_pinned(ledger) == ["model_call!failed", "model_call", "model_attempt_times"]
+    # Keyed on what the attempts were and on the response that answered; holding the times the run saw.
+    answered = live.all_messages()[-1]
+    assert isinstance(answered, ModelResponse)
+    (attempt,) = answered.failed_attempts or []
+    (times,) = [pin for pin in ledger.pins() if pin.kind == ATTEMPT_TIMES]
+    # The response as the fallback returned it: before the agent gave it the run's ids.
+    returned = replace(answered, failed_attempts=None, run_id=None, conversation_id=None, model_id=None)
+    material = {
+        "response": response_raw(returned),
+        "attempts": [[attempt.model_name, attempt.provider_name, attempt.outcome, attempt.error]],
+    }
+    assert times.key == pin_key(ATTEMPT_TIMES, material)
+    assert json.loads(times.raw) == [[attempt.timestamp.isoformat(), attempt.duration.total_seconds()]]
     ledger.commit()
 
     primary, secondary = Flaky("primary", ValueError("unused")), Flaky("secondary", ValueError("unused"))
@@ -257,3 +276,35 @@ def test_replay_asked_for_more_retries_than_were_recorded_misses(
     # The recorded run gave up after one failure: a second try is a draw the recording never made.
     with pytest.raises(PinMiss):
         agent.run_sync(PROMPT)
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ({"at": "noon"}, "an model_attempt_times pin holds dict, not a list of [timestamp, seconds]"),
+        (
+            [["2026-01-05T09:00:00+00:00", 1.5, 3]],
+            "an model_attempt_times pin holds ['2026-01-05T09:00:00+00:00', 1.5, 3], not",
+        ),
+        ([[7, 1.5]], "an model_attempt_times pin holds [7, 1.5], not [timestamp, seconds]"),
+        (
+            [["2026-01-05T09:00:00+00:00", True]],
+            "an model_attempt_times pin holds ['2026-01-05T09:00:00+00:00', True], not",
+        ),
+        (
+            [["2026-01-05T09:00:00+00:00", "1.5"]],
+            "an model_attempt_times pin holds ['2026-01-05T09:00:00+00:00', '1.5'], not",
+        ),
+    ],
+    ids=["not-a-list", "three-items", "time-not-text", "seconds-a-bool", "seconds-text"],
+)
+def test_a_damaged_attempt_times_pin_is_refused_saying_what_it_holds(
+    raw: JSONValue, says: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    down = ModelHTTPError.for_category(ModelUnavailableError, status_code=503, model_name="primary", body="down")
+    primary, secondary = Flaky("primary", down), Flaky("secondary", ValueError("unused"), failures=0)
+    damaged = Damaged(PinLedger(store, types), ATTEMPT_TIMES, raw)
+    agent = Agent(FallbackModel(primary.model, secondary.model), capabilities=[Pinning(cast(PinResolver, damaged))])
+    with pytest.raises(PinResultError) as refused:
+        agent.run_sync(PROMPT)
+    assert str(refused.value).startswith(says)
