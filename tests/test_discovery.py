@@ -123,11 +123,12 @@ def test_servers_are_keyed_by_id_or_by_their_place_among_those_without(
 @pytest.mark.parametrize(
     "instructions",
     [
+        "Ask the harbour master.",
         InstructionPart(content="Ask the harbour master."),
         ["Ask the harbour master.", InstructionPart(content="Moor at the north quay.")],
         None,
     ],
-    ids=["part", "several", "none"],
+    ids=["text", "part", "several", "none"],
 )
 def test_the_instructions_replay_as_they_were_given(
     instructions: Any, store: SQLiteEventStore, types: EventTypeRegistry

@@ -88,7 +88,10 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
 
         async def given() -> JSONValue:
             found = await self.wrapped.get_instructions(ctx)
-            return _instructions.dump_python(list(found) if isinstance(found, Sequence) else found, mode="json")
+            # A text is a Sequence too: only several instructions are pinned as a list, never a text's characters.
+            if isinstance(found, str) or not isinstance(found, Sequence):
+                return _instructions.dump_python(found, mode="json")
+            return _instructions.dump_python(list(found), mode="json")
 
         return await self.resolver.aresolve(
             pin_key(TOOLSET_INSTRUCTIONS, {"toolset": self.name}),
