@@ -122,6 +122,7 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py"],
     "anagrapheus/provider/discovery.py": ["tests/test_discovery.py"],
+    "anagrapheus/provider/every_run.py": ["tests/test_every_run.py"],
     "anagrapheus/provider/capability.py": [
         "tests/test_capability.py",
         "tests/test_capability_tools.py",
