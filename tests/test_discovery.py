@@ -6,13 +6,24 @@ refuse them), so `Harbour` answers as that server does and logs every entry into
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from datetime import date
 from typing import Any
 
 import pytest
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.mcp import MCPToolset
-from pydantic_ai.messages import InstructionPart, ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    InstructionId,
+    InstructionPart,
+    ModelMessage,
+    ModelResponse,
+    RunInstructionSource,
+    TextPart,
+    ToolCallPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -37,11 +48,21 @@ TOLD = InstructionPart(content="Ask the harbour master.")
 class Harbour(MCPToolset[None]):
     """An MCP toolset answered in memory: one tool, instructions, and a log of entries, exits and listings."""
 
-    def __init__(self, log: list[str], *, id: str | None = None, instructions: Any = TOLD) -> None:
+    def __init__(
+        self,
+        log: list[str],
+        *,
+        id: str | None = None,
+        instructions: Any = TOLD,
+        definition: ToolDefinition = BERTHS,
+        down: Exception | None = None,
+    ) -> None:
         # The transport is never started: every method that would reach the server is answered here.
         super().__init__(StdioTransport("python", ["no-server.py"]), include_instructions=True, id=id)
         self.log = log
         self.given = instructions
+        self.definition = definition
+        self.down = down
 
     async def __aenter__(self) -> Harbour:
         self.log.append(f"enter {self.id}")
@@ -53,9 +74,15 @@ class Harbour(MCPToolset[None]):
 
     async def get_tools(self, ctx: RunContext[None]) -> dict[str, ToolsetTool[None]]:
         self.log.append(f"list {self.id}")
-        return {BERTHS.name: self.tool_for_tool_def(BERTHS, ctx=ctx)}
+        if self.down is not None:
+            raise self.down
+        return {self.definition.name: self.tool_for_tool_def(self.definition, ctx=ctx)}
 
     async def get_instructions(self, ctx: RunContext[None]) -> Any:
+        # As a toolset may, it reads the run's context.
+        self.log.append(f"instructions {self.id} at step {ctx.run_step}")
+        if self.down is not None:
+            raise self.down
         return self.given
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[None], tool: Any) -> Any:
@@ -126,9 +153,12 @@ def test_servers_are_keyed_by_id_or_by_their_place_among_those_without(
         "Ask the harbour master.",
         InstructionPart(content="Ask the harbour master."),
         ["Ask the harbour master.", InstructionPart(content="Moor at the north quay.")],
+        # An addressed part's id is an object that only its JSON form turns into text.
+        InstructionPart(content="Ask the harbour master.", id=InstructionId(RunInstructionSource(), name="berth")),
+        [InstructionPart(content="Ask the harbour master.", id=InstructionId(RunInstructionSource(), name="berth"))],
         None,
     ],
-    ids=["text", "part", "several", "none"],
+    ids=["text", "part", "several", "addressed-part", "several-addressed", "none"],
 )
 def test_the_instructions_replay_as_they_were_given(
     instructions: Any, store: SQLiteEventStore, types: EventTypeRegistry
@@ -136,9 +166,13 @@ def test_the_instructions_replay_as_they_were_given(
     log: list[str] = []
     ledger = PinLedger(store, types)
     live = agent(Pinning(ledger), Harbour(log, id="north", instructions=instructions)).run_sync(PROMPT)
+    (told,) = [json.loads(pin.raw) for pin in ledger.pins() if pin.kind == TOOLSET_INSTRUCTIONS]
     ledger.commit()
     if instructions is not None:
         assert "Ask the harbour master." in live.output
+    # Pinned as JSON: an addressed part's id as the text that names its source (`run:`), not a bare object.
+    ids = [part.get("id") for part in (told if isinstance(told, list) else [told]) if isinstance(part, dict)]
+    assert all(found is None or found == "run:berth" for found in ids)
     replayed = agent(Pinning(ReplayPins.from_events(store.read(), types)), Harbour(log, id="north")).run_sync(PROMPT)
     assert replayed.all_messages_json() == live.all_messages_json()
     assert replayed.output == live.output
@@ -180,3 +214,33 @@ def test_a_damaged_discovery_pin_is_refused_saying_what_it_should_hold(
 def cast_resolver(resolver: object) -> PinResolver:
     assert isinstance(resolver, Damaged)
     return resolver  # pyright: ignore[reportReturnType]
+
+
+def test_a_listing_is_pinned_in_its_json_form(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    # A definition's metadata may hold what only its JSON form makes text (a date, here).
+    dated = replace(BERTHS, metadata={"surveyed": date(2026, 1, 5)})
+    log: list[str] = []
+    ledger = PinLedger(store, types)
+    live = agent(Pinning(ledger), Harbour(log, id="north", definition=dated)).run_sync(PROMPT)
+    (listing,) = [pin for pin in ledger.pins() if pin.kind == TOOLSET_TOOLS]
+    assert json.loads(listing.raw)[0]["metadata"] == {"surveyed": "2026-01-05"}
+    ledger.commit()
+    replayed = agent(Pinning(ReplayPins.from_events(store.read(), types)), Harbour(log, id="north")).run_sync(PROMPT)
+    assert replayed.all_messages_json() == live.all_messages_json()
+
+
+def test_a_server_that_failed_to_answer_fails_again_on_replay_without_being_entered(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    log: list[str] = []
+    ledger = PinLedger(store, types)
+    with pytest.raises(ConnectionError, match="the harbour server is down"):
+        agent(Pinning(ledger), Harbour(log, id="north", down=ConnectionError("the harbour server is down"))).run_sync(
+            PROMPT
+        )
+    ledger.commit()
+
+    log.clear()
+    with pytest.raises(ConnectionError, match="the harbour server is down"):
+        agent(Pinning(ReplayPins.from_events(store.read(), types)), Harbour(log, id="north")).run_sync(PROMPT)
+    assert log == []
