@@ -56,6 +56,7 @@ class Harbour(MCPToolset[None]):
         instructions: Any = TOLD,
         definition: ToolDefinition = BERTHS,
         down: Exception | None = None,
+        mute: Exception | None = None,
     ) -> None:
         # The transport is never started: every method that would reach the server is answered here.
         super().__init__(StdioTransport("python", ["no-server.py"]), include_instructions=True, id=id)
@@ -63,6 +64,7 @@ class Harbour(MCPToolset[None]):
         self.given = instructions
         self.definition = definition
         self.down = down
+        self.mute = mute
 
     async def __aenter__(self) -> Harbour:
         self.log.append(f"enter {self.id}")
@@ -81,8 +83,8 @@ class Harbour(MCPToolset[None]):
     async def get_instructions(self, ctx: RunContext[None]) -> Any:
         # As a toolset may, it reads the run's context.
         self.log.append(f"instructions {self.id} at step {ctx.run_step}")
-        if self.down is not None:
-            raise self.down
+        if self.mute is not None:
+            raise self.mute
         return self.given
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[None], tool: Any) -> Any:
@@ -229,15 +231,15 @@ def test_a_listing_is_pinned_in_its_json_form(store: SQLiteEventStore, types: Ev
     assert replayed.all_messages_json() == live.all_messages_json()
 
 
+@pytest.mark.parametrize("failing", ["down", "mute"], ids=["listing", "instructions"])
 def test_a_server_that_failed_to_answer_fails_again_on_replay_without_being_entered(
-    store: SQLiteEventStore, types: EventTypeRegistry
+    failing: str, store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     log: list[str] = []
     ledger = PinLedger(store, types)
+    failed = Harbour(log, id="north", **{failing: ConnectionError("the harbour server is down")})
     with pytest.raises(ConnectionError, match="the harbour server is down"):
-        agent(Pinning(ledger), Harbour(log, id="north", down=ConnectionError("the harbour server is down"))).run_sync(
-            PROMPT
-        )
+        agent(Pinning(ledger), failed).run_sync(PROMPT)
     ledger.commit()
 
     log.clear()
