@@ -76,3 +76,15 @@ def test_model_requests_are_refused_inside_the_scope_only() -> None:
         with refuse_model_requests():
             assert models.ALLOW_MODEL_REQUESTS is False
         assert models.ALLOW_MODEL_REQUESTS is True
+
+
+def test_scopes_opened_one_after_another_wrap_agent_runs_once(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # The pytest plugin opens a scope per test: a wrapper per scope would nest thousands deep in a long session.
+    ledger = PinLedger(store, types)
+    with every_agent_run(Pinning(ledger)):
+        wrapped = Agent.iter
+    with every_agent_run(Pinning(ledger)):
+        assert Agent.iter is wrapped
+    assert Agent.iter is wrapped
