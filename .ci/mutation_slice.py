@@ -120,7 +120,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_provider_divergence.py",
     ],
     "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
-    "anagrapheus/provider/stream.py": ["tests/test_provider_model.py"],
+    "anagrapheus/provider/stream.py": ["tests/test_provider_model.py", "tests/test_provider_early_stop.py"],
     "anagrapheus/provider/discovery.py": ["tests/test_discovery.py"],
     "anagrapheus/provider/every_run.py": ["tests/test_every_run.py"],
     "anagrapheus/provider/capability.py": [

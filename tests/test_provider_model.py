@@ -192,7 +192,8 @@ async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
     for read_on in ("run_stream", "run"):
         with pytest.raises(PartialPin) as partial:
             await drive(Agent(PinnedModel(replayed.model, replay_of(store, types))), read_on)
-        assert partial.value.state == raw["state"]
+        assert (partial.value.key, partial.value.state) == (pin.key, raw["state"])
+        assert pin.key in str(partial.value)
     assert replayed.calls == 0
 
 
