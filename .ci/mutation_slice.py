@@ -123,6 +123,7 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py", "tests/test_provider_early_stop.py"],
     "anagrapheus/provider/discovery.py": ["tests/test_discovery.py"],
     "anagrapheus/provider/every_run.py": ["tests/test_every_run.py"],
+    "anagrapheus/provider/run_clock.py": ["tests/test_capability_clock.py", "tests/test_capability.py"],
     "anagrapheus/provider/capability.py": [
         "tests/test_capability.py",
         "tests/test_capability_tools.py",

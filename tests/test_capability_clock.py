@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,9 +15,10 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
+from anagrapheus.provider import run_clock
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RunClocks
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
-from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
 from tests.conftest import Scripted, Verdict
 
@@ -169,7 +172,7 @@ class Damaged:
     ("kind", "raw", "says"),
     [
         (RUN_ID, 7, "not a run id"),
-        (RUN_CLOCK, {"at": "noon"}, "not a list of timestamps"),
+        (RUN_CLOCK, {"at": "noon"}, "holds dict, not a list of timestamps"),
         (RUN_CLOCK, ["noon", "midnight"], "not a list of timestamps"),
         (RUN_CLOCK, ["2026-01-05T09:00:00+00:00"], "1 timestamps for 2 stamps"),
     ],
@@ -202,3 +205,57 @@ def test_the_return_of_an_output_tool_after_the_last_request_gets_a_pinned_time(
 
     replayed = verdict_agent(Pinning(ReplayPins.from_events(store.read(), types))).run_sync(PROMPT)
     assert replayed.all_messages_json() == live.all_messages_json()
+
+
+def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Literal key material: a recording written today is keyed so, and must replay under later versions.
+    ledger = PinLedger(store, types, unit_id="talks")
+    pinning = Pinning(ledger)
+    for run_id in (None, None, "chat-7"):  # the last is named by the caller: numbered where it starts
+        agent(pinning).run_sync(PROMPT, run_id=run_id)
+    positions = [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+    clock = [(run, stamp) for run in (0, 1, 2) for stamp in (0, 1)]  # a stamp point before each model request
+    expected = [
+        *[(RUN_ID, {"unit": "talks", "run": run}) for run in (0, 1)],
+        *[(RUN_CLOCK, {"unit": "talks", "run": run, "stamp": stamp}) for run, stamp in clock],
+    ]
+    got = sorted(positions, key=lambda pin: (pin.kind != RUN_ID, pin.draw_no))
+    assert len(got) == len(expected)
+    for pin, (kind, material) in zip(got, expected, strict=True):
+        slots = {} if kind == RUN_ID else {"slots": len(json.loads(pin.raw))}
+        assert (pin.kind, pin.key) == (kind, pin_key(kind, {**material, **slots}))
+    # Each run is forgotten when it ends: a ledger that serves many runs does not keep them.
+    assert RunClocks.of(ledger).by_id == {}
+
+
+def test_a_resolvers_clocks_are_forgotten_with_it(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    ledger = PinLedger(store, types)
+    RunClocks.of(ledger)
+    held = id(ledger)
+    assert held in run_clock._by_resolver  # pyright: ignore[reportPrivateUsage]
+    del ledger
+    gc.collect()
+    assert held not in run_clock._by_resolver  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_run_that_continues_a_conversation_pins_the_times_of_its_own_requests_only(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    first = agent(Pinning(ledger)).run_sync(PROMPT)
+    seeded = SeededRun("talks")
+    second = agent(Pinning(ledger, clock=seeded.now)).run_sync(
+        "And the Basque fleet?", message_history=first.all_messages()
+    )
+    ledger.commit()
+    own = [m for m in second.new_messages() if isinstance(m, ModelRequest)]
+    assert own and all(EPOCH <= m.timestamp < EPOCH + timedelta(hours=1) for m in own)
+    history = [m for m in second.all_messages()[: len(first.all_messages())] if isinstance(m, ModelRequest)]
+    assert [m.timestamp for m in history] == [m.timestamp for m in first.all_messages() if isinstance(m, ModelRequest)]
+
+    replay = ReplayPins.from_events(store.read(), types)
+    again = agent(Pinning(replay)).run_sync(PROMPT)
+    continued = agent(Pinning(replay)).run_sync("And the Basque fleet?", message_history=again.all_messages())
+    assert continued.all_messages_json() == second.all_messages_json()
