@@ -72,19 +72,21 @@ def test_a_recording_made_before_clocks_were_pinned_replays_with_fresh_ids_and_n
     calls_only = [e for e in store.read() if e.payload_json().get("kind") not in (RUN_ID, RUN_CLOCK)]
     model = Scripted("scripted-uk")
 
-    replayed = Agent(model.model, tools=[fleet], capabilities=[Pinning(ReplayPins.from_events(calls_only, types))])
+    replay = ReplayPins.from_events(calls_only, types)
+    replayed = Agent(model.model, tools=[fleet], capabilities=[Pinning(replay, new_id=lambda: "a-fresh-run")])
     result = replayed.run_sync(PROMPT)
 
     assert (result.output, model.calls) == (live.output, 0)
-    assert result.run_id != live.run_id
+    assert result.run_id == "a-fresh-run"
 
 
 def test_a_replay_of_several_units_at_once_draws_positions_fresh_without_ambiguity(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
+    recorded: list[str] = []
     for unit in ("round-1", "round-2"):
         ledger = PinLedger(store, types, unit_id=unit)
-        agent(Pinning(ledger)).run_sync(f"{PROMPT} ({unit})")
+        recorded.append(agent(Pinning(ledger)).run_sync(f"{PROMPT} ({unit})").run_id)
         ledger.commit()
 
     with warnings.catch_warnings():
@@ -94,6 +96,8 @@ def test_a_replay_of_several_units_at_once_draws_positions_fresh_without_ambigui
 
     assert "the fleet of Paris" in result.output
     assert replay.divergence is None
+    # Drawn fresh: neither unit's first run id is taken for this run's.
+    assert result.run_id not in recorded
 
 
 def test_record_mode_over_an_old_recording_gains_the_clock_pins_without_a_divergence(
@@ -213,15 +217,19 @@ def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
     # Literal key material: a recording written today is keyed so, and must replay under later versions.
     ledger = PinLedger(store, types, unit_id="talks")
     pinning = Pinning(ledger)
-    for run_id in (None, None, "chat-7"):  # the last is named by the caller: numbered where it starts
+    for run_id in (None, None, "chat-7"):  # the third is named by the caller: numbered where it starts
         agent(pinning).run_sync(PROMPT, run_id=run_id)
+    # The fourth ends on an output tool: a third stamp point, at the end of the run.
+    Agent(Scripted("scripted-uk").model, tools=[fleet], output_type=Verdict, capabilities=[pinning]).run_sync(PROMPT)
     positions = [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
-    clock = [(run, stamp) for run in (0, 1, 2) for stamp in (0, 1)]  # a stamp point before each model request
+    # A stamp point before each model request.
+    clock = [(run, stamp) for run in (0, 1, 2) for stamp in (0, 1)] + [(3, 0), (3, 1), (3, 2)]
     expected = [
-        *[(RUN_ID, {"unit": "talks", "run": run}) for run in (0, 1)],
+        *[(RUN_ID, {"unit": "talks", "run": run}) for run in (0, 1, 3)],
         *[(RUN_CLOCK, {"unit": "talks", "run": run, "stamp": stamp}) for run, stamp in clock],
     ]
     got = sorted(positions, key=lambda pin: (pin.kind != RUN_ID, pin.draw_no))
+    assert [pin.kind for pin in got] == [kind for kind, _ in expected]
     assert len(got) == len(expected)
     for pin, (kind, material) in zip(got, expected, strict=True):
         slots = {} if kind == RUN_ID else {"slots": len(json.loads(pin.raw))}
