@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,11 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=60)
 
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
+# NFC only: a stored payload is canonical, so a text that NFC changes (U+F900) reads back as its normal form,
+# and the round trip below compares with the event as given.
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8).map(
+    lambda text: unicodedata.normalize("NFC", text)
+)
 raws = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | texts,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
