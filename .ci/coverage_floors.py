@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 # Floors on the package (anagrapheus/), measured with subprocess coverage on; raise them as coverage rises.
-# The aim, 95% of lines and 90% of branches (docs/testing.md), was met on merged main (96.08% / 90.46%,
-# .ci/run on 2026-12-01), so the floors are the aim itself: new code comes with its tests.
-LINE_FLOOR = 95.0
-BRANCH_FLOOR = 90.0
+# The aim, 95% of lines and 90% of branches (docs/testing.md), is met; the floors are the last measurement on
+# main rounded down (97.55% / 93.83%, .ci/run at eba0645 on 2026-12-01), so new code comes with its tests.
+LINE_FLOOR = 97.0
+BRANCH_FLOOR = 93.0
 
 
 def main(path: str) -> int:
