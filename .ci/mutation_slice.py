@@ -83,7 +83,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_recording_provenance.py",
     ],
     "anagrapheus/timeline/copying.py": ["tests/test_copy_rules.py", "tests/test_copy.py"],
-    "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py"],
+    "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py", "tests/test_ownership_rules.py"],
     "anagrapheus/timeline/sqlite.py": [
         "tests/test_sqlite_store.py",
         "tests/test_sqlite_store_rules.py",
