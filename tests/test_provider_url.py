@@ -10,7 +10,6 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from anagrapheus.provider import PinnedModel, pinned_tool
-from anagrapheus.provider.model import endpoint_url
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
 from benchmarks._stub_server import StubOpenAIServer
@@ -64,17 +63,3 @@ def _wal(database: Path) -> bytes:
 
 def _header() -> dict[str, str]:
     return {"description": "one stub turn", "recorded_with": "stub OpenAI server on 127.0.0.1", "rerecord": "pytest"}
-
-
-@pytest.mark.parametrize(
-    ("url", "endpoint"),
-    [
-        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
-        ("https://user:pw@example.com:8443/v1/?key=k#frag", "https://example.com:8443/v1/"),
-        ("http://[::1]:9000/v1?api-version=1", "http://[::1]:9000/v1"),
-        ("https://token@example.com/", "https://example.com/"),
-        ("http://[::1", None),  # does not parse: dropped rather than kept with whatever it holds
-    ],
-)
-def test_an_endpoint_url_keeps_where_and_drops_how(url: str, endpoint: str | None) -> None:
-    assert endpoint_url(url) == endpoint
