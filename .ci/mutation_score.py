@@ -554,6 +554,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the finalizer runs as its resolver dies, before another object can take its id: the entry under that id is"
         " its own, so it is deleted either way",
     ),
+    "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
+        "for name, value in cast(None, details).items():",
+        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
+    ),
+    "anagrapheus.provider.model.x\u01c1PinnedModel\u01c1request__mutmut_8": (
+        "drawn = None",
+        "only read as `if not drawn`, where None counts as False does; a draw sets it to True",
+    ),
+    "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
+        "if left < 0:",
+        "a wait left exactly 0 s waits 0 s and gives up on the next pass (or enters, if the holder let go in that"
+        " instant, as it could have a moment before the deadline): no test can time a float to the nanosecond",
+    ),
 }
 """Mutants no test can kill: name -> (the mutated line, why it changes nothing). Left out of the score, and
 listed in docs/testing.md. `.ci/mutation_slice.py` fails when a name no longer holds its line (the code moved

@@ -119,6 +119,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_provider_suspended.py",
         "tests/test_provider_divergence.py",
         "tests/test_provider_endpoint.py",
+        "tests/test_provider_model_rules.py",
     ],
     "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
     "anagrapheus/provider/stream.py": ["tests/test_provider_model.py", "tests/test_provider_early_stop.py"],
