@@ -39,12 +39,11 @@ def _waiting(owner: Ownership) -> int:
 
 
 def test_the_holder_re_enters_on_its_own_thread_at_once() -> None:
+    # Were it made to wait for its own busy thread, it would give up after the timeout with a StoreError.
     owner = Ownership(where="log.db", timeout=1.0)
-    started = time.monotonic()
     with owner.held() as outer, owner.held() as inner, owner.held(exclusive=False) as shared:
         pass
     assert (outer, inner, shared) == (True, False, False)
-    assert time.monotonic() - started < 0.5
 
 
 def test_two_threads_of_one_holder_take_exclusive_use_in_turn() -> None:
@@ -60,7 +59,7 @@ def test_two_threads_of_one_holder_take_exclusive_use_in_turn() -> None:
             order.append("first out")
 
     def second() -> None:
-        first_in.wait()
+        first_in.wait(5)
         with owner.held():
             order.append("second in")
 
@@ -75,17 +74,20 @@ def test_shared_use_by_the_holder_does_not_wait_for_its_busy_thread() -> None:
     owner = Ownership(where="log.db", timeout=5.0)
     order: list[str] = []
     first_in = threading.Event()
+    second_in = threading.Event()
 
     def first() -> None:
         with owner.held():
             first_in.set()
-            time.sleep(0.5)
+            # Held until the shared user is in: were it made to wait, it would get in only 5 s later, after this.
+            second_in.wait(5)
             order.append("exclusive out")
 
     def second() -> None:
-        first_in.wait()
+        first_in.wait(5)
         with owner.held(exclusive=False):
             order.append("shared in")
+            second_in.set()
 
     with owner.held(exclusive=False):
         threads = [_in_thread_of_this_context(first), _in_thread_of_this_context(second)]
@@ -128,7 +130,7 @@ def test_a_stranger_woken_many_times_leaves_the_line_clear_behind_it(tmp_path: P
     with store.transaction():
         store.append([pending(1)])
         thread.start()
-        waiting.wait()
+        assert waiting.wait(10)
         # Each statement of the holder wakes the stranger, who finds the store still held and waits again.
         for n in range(2, 5):
             time.sleep(0.1)
@@ -159,7 +161,7 @@ def test_a_stranger_gives_up_after_the_timeout_naming_the_file(tmp_path: Path) -
 
     thread = threading.Thread(target=holder)
     thread.start()
-    inside.wait()
+    assert inside.wait(10)
     started = time.monotonic()
     try:
         with pytest.raises(StoreError) as caught:
@@ -178,6 +180,7 @@ def test_a_stranger_gives_up_after_the_timeout_naming_the_file(tmp_path: Path) -
 
 
 def test_a_stranger_that_waits_less_than_the_timeout_gets_in(tmp_path: Path) -> None:
+    # Under a second: a wait measured against a whole second instead of none would give up at once.
     store = SQLiteEventStore(tmp_path / "log.db", busy_timeout=0.9)
     inside = threading.Event()
 
@@ -185,11 +188,12 @@ def test_a_stranger_that_waits_less_than_the_timeout_gets_in(tmp_path: Path) -> 
         with store.transaction():
             store.append([pending(1)])
             inside.set()
-            time.sleep(0.2)
+            # Lets go as soon as the stranger waits in line, not after a guessed sleep.
+            _until(lambda: _waiting(store._owner) == 1)  # pyright: ignore[reportPrivateUsage]
 
     thread = threading.Thread(target=holder)
     thread.start()
-    inside.wait()
+    assert inside.wait(10)
     store.append([pending(2)])
     thread.join()
     assert [e.payload for e in store.read()] == ['{"n":1}', '{"n":2}']
