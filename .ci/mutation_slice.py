@@ -93,7 +93,13 @@ TESTS_OF: dict[str, list[str]] = {
     "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
     "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
-    "anagrapheus/timeline/pins.py": ["tests/test_ledger.py", "tests/test_ledger_failures.py"],
+    "anagrapheus/timeline/pins.py": [
+        "tests/test_ledger.py",
+        "tests/test_ledger_failures.py",
+        "tests/test_ledger_races.py",
+        "tests/test_failure_pins.py",
+        "tests/test_replay_record_async.py",
+    ],
     "anagrapheus/provider/failures.py": [
         "tests/test_exception_codec.py",
         "tests/test_capability_failures.py",
@@ -137,7 +143,8 @@ TESTS_OF: dict[str, list[str]] = {
 }
 """Each module, and the test files written for it. A file whose tests start Python processes that import the package
 cannot be listed for a module those processes reach: the child inherits mutmut's environment and fails in its
-trampoline (so the read-only mount test lives in `tests/test_sqlite_read_only_mount.py`, listed nowhere)."""
+trampoline (so the read-only mount test lives in `tests/test_sqlite_read_only_mount.py`, and the process holding a
+unit in `tests/test_ledger_process_holder.py`, both listed nowhere)."""
 
 SLICE = [
     "anagrapheus/timeline/canonical.py",

@@ -348,47 +348,6 @@ def test_a_second_store_on_an_open_unit_is_refused_before_its_effect_until_the_f
         assert promoted_raws(resumed, "shared") == ["mine"]
 
 
-HOLDER = """
-import sys, time
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
-store = SQLiteEventStore(sys.argv[1])
-ledger = PinLedger(store, EventTypeRegistry(), unit_id="shared")
-ledger.resolve("p1:model_call:k0", kind="model_call", effect=lambda: "held", interpret=str)
-print("holding", flush=True)
-time.sleep(60)
-"""
-
-
-def test_a_unit_held_by_a_live_process_is_refused_and_taken_over_once_it_dies(
-    types: EventTypeRegistry, db_path: Any
-) -> None:
-    import signal
-    import subprocess
-    import sys
-
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(db_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "holding"
-        effects: list[str] = []
-        with SQLiteEventStore(db_path, unit_wait=0.3) as store:
-            ledger = PinLedger(store, types, unit_id="shared")
-            with pytest.raises(UnitBusy):
-                ledger.resolve(K1, kind="model_call", effect=lambda: effects.append("ran"), interpret=identity)
-            assert effects == []
-            child.send_signal(signal.SIGKILL)
-            child.wait()
-            # The holder died: its lease is stale, and the unit resumes here with what it drew.
-            assert (
-                ledger.resolve("p1:model_call:k0", kind="model_call", effect=lambda: "redrawn", interpret=str) == "held"
-            )
-            ledger.commit()
-    finally:
-        child.kill()
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
-
-
 def test_a_task_cancelled_while_claiming_a_draw_leaves_nothing_in_flight(
     store: SQLiteEventStore, types: EventTypeRegistry, db_path: Any
 ) -> None:
