@@ -1,0 +1,303 @@
+"""What a unit's close writes and refuses, and what a failed or fingerprinted draw leaves behind.
+
+The ledger's details a caller sees: where a record-mode replay's `ReplayDiverged` marker lands in the commit, the
+refusal of a close while draws are in flight (and of a draw while a close is at the store), which failures a codec
+pins, and how a fingerprint is checked and kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anagrapheus.errors import UnitClosed, UsageError
+from anagrapheus.timeline import (
+    EventTypeRegistry,
+    PinLedger,
+    PinPromoted,
+    ReplayDiverged,
+    SQLiteEventStore,
+    pin_key,
+)
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.divergence import Divergence
+
+K1 = pin_key("model_call", {"prompt": "one"})
+K2 = pin_key("model_call", {"prompt": "two"})
+K3 = pin_key("model_call", {"prompt": "three"})
+
+
+def identity(raw: Any) -> Any:
+    return raw
+
+
+def drawn(ledger: PinLedger, *keys: str) -> None:
+    for key in keys:
+        ledger.resolve(key, kind="model_call", effect=lambda k=key: f"answer {k}", interpret=str)
+
+
+class Codec:
+    """Pins a ValueError as its message, and rebuilds it; any other error is not the draw's outcome."""
+
+    def __init__(self) -> None:
+        self.described: list[BaseException] = []
+
+    def describe(self, error: BaseException) -> JSONValue | None:
+        self.described.append(error)
+        return {"message": str(error)} if isinstance(error, ValueError) else None
+
+    def rebuild(self, record: JSONValue) -> BaseException:
+        assert isinstance(record, dict)
+        return ValueError(f"again: {record['message']}")
+
+
+class BrokenCodec(Codec):
+    def describe(self, error: BaseException) -> JSONValue | None:
+        raise RuntimeError("the codec itself broke")
+
+
+# The ReplayDiverged marker.
+
+
+def test_a_noted_divergence_is_committed_right_before_the_pin_at_its_key(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types, unit_id="rerun")
+    drawn(ledger, K1, K2, K3)
+    first = Divergence(key=K2, kind="tool_call", after_hits=1, moved=("messages[0]",), nearest_key=K1)
+    ledger.note_divergence(first)
+    # Only the first divergence counts: the run left its recording there.
+    ledger.note_divergence(Divergence(key=K3, kind="model_call", after_hits=2))
+    assert ledger.divergence is first
+
+    stored = ledger.commit()
+    decoded = [types.decode(e) for e in stored]
+    assert [type(e).__name__ for e in decoded] == ["PinPromoted", "ReplayDiverged", "PinPromoted", "PinPromoted"]
+    assert [json.loads(e.payload)["key"] for e in stored] == [K1, K2, K2, K3]
+    assert decoded[1] == ReplayDiverged(
+        unit_id="rerun", key=K2, kind="tool_call", after_hits=1, moved=("messages[0]",), nearest_key=K1
+    )
+    assert [e.correlation_id for e in stored] == ["rerun"] * 4
+
+
+def test_a_divergence_whose_key_was_never_pinned_is_committed_last(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types, unit_id="rerun")
+    drawn(ledger, K1, K2)
+    ledger.note_divergence(Divergence(key=K3, kind="model_call", after_hits=2))
+    decoded = [types.decode(e) for e in ledger.commit()]
+    assert [type(e).__name__ for e in decoded] == ["PinPromoted", "PinPromoted", "ReplayDiverged"]
+    assert decoded[2] == ReplayDiverged(unit_id="rerun", key=K3, kind="model_call", after_hits=2)
+
+
+def test_a_divergence_in_a_unit_without_pins_is_its_only_event(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types, unit_id="rerun")
+    ledger.note_divergence(Divergence(key=K1, kind="model_call", after_hits=0))
+    (marker,) = [types.decode(e) for e in ledger.commit()]
+    assert marker == ReplayDiverged(unit_id="rerun", key=K1, kind="model_call", after_hits=0)
+
+
+def test_a_divergence_noted_on_a_closed_unit_is_refused(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    ledger = PinLedger(store, types)
+    drawn(ledger, K1)
+    ledger.commit()
+    with pytest.raises(UnitClosed, match="is committed"):
+        ledger.note_divergence(Divergence(key=K2, kind="model_call", after_hits=1))
+    assert ledger.divergence is None
+
+
+# A close while draws are in flight, and a draw while a close is at the store.
+
+
+def test_a_close_while_draws_are_in_flight_is_refused_saying_how_many(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types, unit_id="busy")
+    refusals: list[BaseException] = []
+
+    def inner() -> str:
+        for close in (ledger.commit, lambda: ledger.abandon(reason="too soon")):
+            with pytest.raises(UsageError) as refused:
+                close()
+            refusals.append(refused.value)
+        return "inner"
+
+    def outer() -> str:
+        with pytest.raises(UsageError) as refused:
+            ledger.commit()
+        refusals.append(refused.value)
+        return ledger.resolve(K2, kind="model_call", effect=inner, interpret=str) + " in outer"
+
+    assert ledger.resolve(K1, kind="model_call", effect=outer, interpret=str) == "inner in outer"
+    assert [(type(e), str(e)) for e in refusals] == [
+        (UsageError, "cannot commit unit busy while 1 draw(s) are in flight"),
+        (UsageError, "cannot commit unit busy while 2 draw(s) are in flight"),
+        (UsageError, "cannot abandon unit busy while 2 draw(s) are in flight"),
+    ]
+    # A refused close leaves the unit open: more draws, then the close itself.
+    drawn(ledger, K3)
+    assert ledger.state == "open"
+    assert [json.loads(e.payload)["key"] for e in ledger.commit()] == [K2, K1, K3]
+
+
+@pytest.mark.parametrize(
+    ("close", "closing", "closed"), [("commit", "committing", "committed"), ("abandon", "abandoning", "abandoned")]
+)
+def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
+    db_path: Path, types: EventTypeRegistry, close: str, closing: str, closed: str
+) -> None:
+    with SQLiteEventStore(db_path) as store:
+        ledger = PinLedger(store, types, unit_id="closing")
+        drawn(ledger, K1)
+        # A second ledger on the unit id, through the same store, shares the unit's state in this process.
+        other = PinLedger(store, types, unit_id="closing")
+        # Another connection holds the write lock, so the close waits at the store.
+        blocker = sqlite3.connect(db_path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        closer = threading.Thread(target=ledger.commit if close == "commit" else lambda: ledger.abandon(reason="x"))
+        closer.start()
+        try:
+            seen: UnitClosed | None = None
+            for _ in range(10_000):
+                try:
+                    other.note_divergence(Divergence(key=K2, kind="model_call", after_hits=1))
+                except UnitClosed as e:
+                    seen = e
+                    break
+                threading.Event().wait(0.01)
+            assert seen is not None and seen.state == closing
+            effects: list[str] = []
+            with pytest.raises(UnitClosed) as refused:
+                other.resolve(K2, kind="model_call", effect=lambda: effects.append("ran"), interpret=str)
+            assert refused.value.state == closing and effects == []
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            closer.join(30)
+        assert not closer.is_alive()
+        with pytest.raises(UnitClosed) as refused:
+            other.resolve(K2, kind="model_call", effect=lambda: "late", interpret=str)
+        assert refused.value.state == closed
+        assert ledger.state == closed
+
+
+# Failed draws: what a codec pins, and what it leaves alone.
+
+
+def test_a_failure_the_codec_describes_is_pinned_and_raised_again_on_reuse(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    codec = Codec()
+
+    def refuse() -> str:
+        raise ValueError("the provider refused")
+
+    with pytest.raises(ValueError, match=r"^the provider refused$"):
+        ledger.resolve(K1, kind="model_call", effect=refuse, interpret=str, failure=codec)
+    (pin,) = ledger.pins()
+    assert (pin.key, pin.kind, json.loads(pin.raw)) == (
+        K1,
+        "model_call!failed",
+        {"error": {"message": "the provider refused"}},
+    )
+    with pytest.raises(ValueError, match=r"^again: the provider refused$"):
+        ledger.resolve(K1, kind="model_call", effect=lambda: "never", interpret=str, failure=codec)
+    (event,) = ledger.commit()
+    promoted = types.decode(event)
+    assert isinstance(promoted, PinPromoted)
+    assert (promoted.kind, promoted.failed, promoted.attempts) == ("model_call", True, 2)
+
+
+@pytest.mark.parametrize("codec", [None, Codec(), BrokenCodec()], ids=["no codec", "not described", "codec raises"])
+def test_a_failure_no_codec_describes_pins_nothing_and_is_raised_as_it_was(
+    store: SQLiteEventStore, types: EventTypeRegistry, codec: Codec | None
+) -> None:
+    ledger = PinLedger(store, types)
+
+    def crash() -> str:
+        raise KeyError("not the draw's outcome")
+
+    with pytest.raises(KeyError, match="not the draw's outcome"):
+        ledger.resolve(K1, kind="model_call", effect=crash, interpret=str, failure=codec)
+    assert ledger.pins() == []
+    # Nothing pinned, the key released: the next ask draws afresh.
+    assert ledger.resolve(K1, kind="model_call", effect=lambda: "drawn", interpret=str, failure=codec) == "drawn"
+
+
+def test_an_async_failure_the_codec_describes_is_pinned(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    ledger = PinLedger(store, types)
+
+    async def refuse() -> str:
+        raise ValueError("async refusal")
+
+    async def crash() -> str:
+        raise KeyError("not described")
+
+    async def run() -> None:
+        with pytest.raises(KeyError):
+            await ledger.aresolve(K2, kind="tool_call", effect=crash, interpret=str, failure=Codec())
+        with pytest.raises(ValueError, match=r"^async refusal$"):
+            await ledger.aresolve(K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec())
+        with pytest.raises(ValueError, match=r"^again: async refusal$"):
+            await ledger.aresolve(K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec())
+
+    asyncio.run(run())
+    assert [(p.key, p.kind, json.loads(p.raw), p.attempts) for p in ledger.pins()] == [
+        (K1, "tool_call!failed", {"error": {"message": "async refusal"}}, 2)
+    ]
+
+
+# Fingerprints: checked before the effect, kept as canonical JSON.
+
+
+def test_a_fingerprint_is_kept_with_the_pin_as_canonical_json(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    ledger.resolve(K1, kind="model_call", effect=lambda: "a", interpret=str, fingerprint={"b": "2", "a": "1"})
+
+    async def draw() -> str:
+        return "b"
+
+    asyncio.run(ledger.aresolve(K2, kind="model_call", effect=draw, interpret=str, fingerprint={"z": "9"}))
+    ledger.resolve(K3, kind="model_call", effect=lambda: "c", interpret=str)
+    assert [p.fingerprint for p in ledger.pins()] == ['{"a":"1","b":"2"}', '{"z":"9"}', None]
+
+
+@pytest.mark.parametrize(
+    ("fingerprint", "named"), [({"a": "1", "b": 2}, "'b'"), ({"a": "1", 3: "x"}, "3")], ids=["digest", "name"]
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_fingerprint_that_is_not_names_to_digest_strings_is_refused_before_the_effect(
+    store: SQLiteEventStore, types: EventTypeRegistry, fingerprint: dict[Any, Any], named: str, mode: str
+) -> None:
+    ledger = PinLedger(store, types)
+    effects: list[str] = []
+
+    def effect() -> str:
+        effects.append("ran")
+        return "drawn"
+
+    async def aeffect() -> str:
+        return effect()
+
+    message = f"^a fingerprint maps field names to digest strings; {named} does not$"
+    with pytest.raises(UsageError, match=message):
+        if mode == "sync":
+            ledger.resolve(K1, kind="model_call", effect=effect, interpret=str, fingerprint=fingerprint)
+        else:
+            asyncio.run(ledger.aresolve(K1, kind="model_call", effect=aeffect, interpret=str, fingerprint=fingerprint))
+    assert effects == [] and ledger.pins() == []
+    # The key was released: the unit still draws it, and closes.
+    assert ledger.resolve(K1, kind="model_call", effect=effect, interpret=str) == "drawn"
+    ledger.commit()
