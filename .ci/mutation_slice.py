@@ -97,6 +97,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_ledger.py",
         "tests/test_ledger_failures.py",
         "tests/test_ledger_races.py",
+        "tests/test_ledger_outcomes.py",
         "tests/test_failure_pins.py",
         "tests/test_replay_record_async.py",
     ],

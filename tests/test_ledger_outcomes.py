@@ -165,9 +165,10 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
         blocker.execute("BEGIN IMMEDIATE")
         closer = threading.Thread(target=ledger.commit if close == "commit" else lambda: ledger.abandon(reason="x"))
         closer.start()
+        effects: list[str] = []
         try:
             seen: UnitClosed | None = None
-            for _ in range(10_000):
+            for _ in range(3_000):
                 try:
                     other.note_divergence(Divergence(key=K2, kind="model_call", after_hits=1))
                 except UnitClosed as e:
@@ -175,7 +176,6 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
                     break
                 threading.Event().wait(0.01)
             assert seen is not None and seen.state == closing
-            effects: list[str] = []
             with pytest.raises(UnitClosed) as refused:
                 other.resolve(K2, kind="model_call", effect=lambda: effects.append("ran"), interpret=str)
             assert refused.value.state == closing and effects == []
@@ -184,9 +184,10 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
             blocker.close()
             closer.join(30)
         assert not closer.is_alive()
+        # Closed for good, as this process knows: refused before the effect, not by the store after it.
         with pytest.raises(UnitClosed) as refused:
-            other.resolve(K2, kind="model_call", effect=lambda: "late", interpret=str)
-        assert refused.value.state == closed
+            other.resolve(K2, kind="model_call", effect=lambda: effects.append("late"), interpret=str)
+        assert refused.value.state == closed and refused.value.raw is None and effects == []
         assert ledger.state == closed
 
 
@@ -203,8 +204,9 @@ def test_a_failure_the_codec_describes_is_pinned_and_raised_again_on_reuse(
         raise ValueError("the provider refused")
 
     with pytest.raises(ValueError, match=r"^the provider refused$"):
-        ledger.resolve(K1, kind="model_call", effect=refuse, interpret=str, failure=codec)
+        ledger.resolve(K1, kind="model_call", effect=refuse, interpret=str, failure=codec, fingerprint={"a": "1"})
     (pin,) = ledger.pins()
+    assert pin.fingerprint == '{"a":"1"}'
     assert (pin.key, pin.kind, json.loads(pin.raw)) == (
         K1,
         "model_call!failed",
@@ -247,13 +249,15 @@ def test_an_async_failure_the_codec_describes_is_pinned(store: SQLiteEventStore,
         with pytest.raises(KeyError):
             await ledger.aresolve(K2, kind="tool_call", effect=crash, interpret=str, failure=Codec())
         with pytest.raises(ValueError, match=r"^async refusal$"):
-            await ledger.aresolve(K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec())
+            await ledger.aresolve(
+                K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec(), fingerprint={"z": "9"}
+            )
         with pytest.raises(ValueError, match=r"^again: async refusal$"):
             await ledger.aresolve(K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec())
 
     asyncio.run(run())
-    assert [(p.key, p.kind, json.loads(p.raw), p.attempts) for p in ledger.pins()] == [
-        (K1, "tool_call!failed", {"error": {"message": "async refusal"}}, 2)
+    assert [(p.key, p.kind, json.loads(p.raw), p.attempts, p.fingerprint) for p in ledger.pins()] == [
+        (K1, "tool_call!failed", {"error": {"message": "async refusal"}}, 2, '{"z":"9"}')
     ]
 
 
