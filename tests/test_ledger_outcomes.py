@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from anagrapheus.errors import UnitClosed, UsageError
+from anagrapheus.errors import PinResultError, UnitClosed, UsageError
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
@@ -305,3 +305,29 @@ def test_a_fingerprint_that_is_not_names_to_digest_strings_is_refused_before_the
     # The key was released: the unit still draws it, and closes.
     assert ledger.resolve(K1, kind="model_call", effect=effect, interpret=str) == "drawn"
     ledger.commit()
+
+
+# A result that cannot be pinned.
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_result_that_is_not_json_is_refused_saying_what_to_do(
+    store: SQLiteEventStore, types: EventTypeRegistry, mode: str
+) -> None:
+    ledger = PinLedger(store, types)
+
+    async def aeffect() -> object:
+        return {"when": {1, 2}}
+
+    with pytest.raises(PinResultError) as refused:
+        if mode == "sync":
+            ledger.resolve(K1, kind="tool_call", effect=lambda: {"when": {1, 2}}, interpret=str)
+        else:
+            asyncio.run(ledger.aresolve(K1, kind="tool_call", effect=aeffect, interpret=str))
+    assert str(refused.value) == (
+        f"the tool_call effect for {K1} returned a result that is not JSON-shaped (set is not a JSON type (convert"
+        " it deliberately before pinning) at $.when); return JSON types, or convert the value deliberately before"
+        " pinning"
+    )
+    assert ledger.pins() == []
+    assert ledger.resolve(K1, kind="tool_call", effect=lambda: ["a", "b"], interpret=identity) == ["a", "b"]
