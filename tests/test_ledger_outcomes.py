@@ -11,6 +11,8 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +181,10 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
             with pytest.raises(UnitClosed) as refused:
                 other.resolve(K2, kind="model_call", effect=lambda: effects.append("ran"), interpret=str)
             assert refused.value.state == closing and effects == []
+            assert (
+                str(refused.value)
+                == f"unit closing is {closing}; nothing was drawn; start a new PinLedger for more work"
+            )
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
@@ -188,6 +194,7 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
         with pytest.raises(UnitClosed) as refused:
             other.resolve(K2, kind="model_call", effect=lambda: effects.append("late"), interpret=str)
         assert refused.value.state == closed and refused.value.raw is None and effects == []
+        assert str(refused.value) == f"unit closing is {closed}; nothing was drawn; start a new PinLedger for more work"
         assert ledger.state == closed
 
 
@@ -331,3 +338,91 @@ def test_a_result_that_is_not_json_is_refused_saying_what_to_do(
     )
     assert ledger.pins() == []
     assert ledger.resolve(K1, kind="tool_call", effect=lambda: ["a", "b"], interpret=identity) == ["a", "b"]
+
+
+# Refusals a caller reads: the whole message.
+
+
+def test_a_registry_without_the_builtin_events_is_refused_saying_why(store: SQLiteEventStore) -> None:
+    with pytest.raises(UsageError) as refused:
+        PinLedger(store, EventTypeRegistry(builtins=False))
+    assert str(refused.value) == "the registry lacks the built-in events (it was made with builtins=False)"
+
+
+def test_a_key_resolved_inside_its_own_effect_is_refused_saying_why(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+
+    def effect() -> str:
+        return ledger.resolve(K1, kind="model_call", effect=lambda: "inner", interpret=str)
+
+    with pytest.raises(UsageError) as refused:
+        ledger.resolve(K1, kind="model_call", effect=effect, interpret=str)
+    assert str(refused.value) == (
+        f"{K1} was asked for inside its own effect; it would wait for itself forever."
+        " An effect must not resolve its own key"
+    )
+
+
+def test_an_abandon_summary_is_correlated_with_its_unit(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    ledger = PinLedger(store, types, unit_id="dropped")
+    drawn(ledger, K1)
+    stored = ledger.abandon(reason="vetoed")
+    assert stored.correlation_id == "dropped"
+    assert [e.correlation_id for e in store.read()] == ["dropped"]
+
+
+# Record mode's adoption of a replayed pin, and streams.
+
+
+def test_an_adopted_failed_pin_stays_a_failure(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    ledger = PinLedger(store, types)
+    raw = json.dumps({"error": {"message": "refused then"}})
+    ledger.adopt(K1, kind="model_call", raw=raw, fingerprint='{"a":"1"}', failed=True)
+    ledger.adopt(K2, kind="tool_call", raw='"fine"', fingerprint=None)
+    assert [(p.key, p.kind, p.fingerprint) for p in ledger.pins()] == [
+        (K1, "model_call!failed", '{"a":"1"}'),
+        (K2, "tool_call", None),
+    ]
+    with pytest.raises(ValueError, match=r"^again: refused then$"):
+        ledger.resolve(K1, kind="model_call", effect=lambda: "never", interpret=str, failure=Codec())
+
+
+class Stream:
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+
+
+@asynccontextmanager
+async def open_stream() -> AsyncIterator[Stream]:
+    yield Stream()
+
+
+def test_a_stream_keeps_its_fingerprint_and_pins_a_described_failure(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+
+    def capture(stream: Stream) -> object:
+        return stream.chunks
+
+    async def run() -> None:
+        async with ledger.resolve_stream(
+            K1, kind="model_call", effect=open_stream, capture=capture, interpret=str, fingerprint={"a": "1"}
+        ) as draw:
+            assert draw.live is not None
+            draw.live.chunks.append("whole")
+        with pytest.raises(ValueError, match=r"^dropped$"):
+            async with ledger.resolve_stream(
+                K2, kind="model_call", effect=open_stream, capture=capture, interpret=str, failure=Codec()
+            ) as draw:
+                assert draw.live is not None
+                draw.live.chunks.append("part")
+                raise ValueError("dropped")
+
+    asyncio.run(run())
+    assert [(p.key, p.kind, json.loads(p.raw), p.fingerprint) for p in ledger.pins()] == [
+        (K1, "model_call", ["whole"], '{"a":"1"}'),
+        (K2, "model_call!failed", {"error": {"message": "dropped"}, "captured": ["part"]}, None),
+    ]
