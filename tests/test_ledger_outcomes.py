@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -426,3 +426,62 @@ def test_a_stream_keeps_its_fingerprint_and_pins_a_described_failure(
         (K1, "model_call", ["whole"], '{"a":"1"}'),
         (K2, "model_call!failed", {"error": {"message": "dropped"}, "captured": ["part"]}, None),
     ]
+
+
+def test_a_failure_whose_description_cannot_be_pinned_is_raised_as_it_was(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    class Unpinnable(Codec):
+        def describe(self, error: BaseException) -> JSONValue | None:
+            return cast("JSONValue", {"when": {1, 2}})
+
+    def refuse() -> str:
+        raise ValueError("the provider refused")
+
+    ledger = PinLedger(store, types)
+    # Pinning the failure fails (its description is not JSON): the failure itself is what the caller hears.
+    with pytest.raises(ValueError, match=r"^the provider refused$"):
+        ledger.resolve(K1, kind="model_call", effect=refuse, interpret=str, failure=Unpinnable())
+    assert ledger.pins() == []
+    # The key was released: the next ask draws afresh.
+    assert ledger.resolve(K1, kind="model_call", effect=lambda: "drawn", interpret=str) == "drawn"
+
+
+def test_a_task_cancelled_while_its_claim_finds_a_pin_releases_nothing(
+    store: SQLiteEventStore, types: EventTypeRegistry, db_path: Path
+) -> None:
+    ledger = PinLedger(store, types)
+    drawn(ledger, K1)
+    # Another connection holds the write lock, so the claim (which counts the attempt) waits in its worker thread.
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    errors: list[dict[str, Any]] = []
+
+    async def never() -> str:
+        raise AssertionError("the key was pinned: its effect never runs")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+        task = asyncio.create_task(ledger.aresolve(K1, kind="model_call", effect=never, interpret=str))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        blocker.execute("ROLLBACK")
+        # The claim finishes after its caller has gone, finding the pin (one more attempt): it took no draw,
+        # so there is nothing to hand back.
+        for _ in range(3_000):
+            if ledger.pins()[0].attempts == 2:
+                break
+            await asyncio.sleep(0.01)
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        blocker.close()
+    assert errors == []
+    assert ledger.pins()[0].attempts == 2
+    assert [json.loads(e.payload)["attempts"] for e in ledger.commit()] == [2]
