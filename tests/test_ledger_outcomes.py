@@ -8,10 +8,12 @@ pins, and how a fingerprint is checked and kept.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -23,8 +25,11 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
     PinPromoted,
+    PinsAbandoned,
     ReplayDiverged,
+    ScratchPin,
     SQLiteEventStore,
+    StoredEvent,
     pin_key,
 )
 from anagrapheus.timeline.canonical import JSONValue
@@ -485,3 +490,189 @@ def test_a_task_cancelled_while_its_claim_finds_a_pin_releases_nothing(
     assert errors == []
     assert ledger.pins()[0].attempts == 2
     assert [json.loads(e.payload)["attempts"] for e in ledger.commit()] == [2]
+
+
+# The async closes.
+
+
+def test_the_async_closes_close_as_the_sync_ones_do(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    kept = PinLedger(store, types, unit_id="kept")
+    drawn(kept, K1, K2)
+    dropped = PinLedger(store, types, unit_id="dropped")
+    drawn(dropped, K3)
+
+    async def main() -> tuple[list[StoredEvent], StoredEvent]:
+        return await kept.acommit(), await dropped.aabandon(reason="vetoed")
+
+    stored, summary = asyncio.run(main())
+    assert [json.loads(e.payload)["key"] for e in stored] == [K1, K2]
+    abandoned = types.decode(summary)
+    assert isinstance(abandoned, PinsAbandoned)
+    assert (abandoned.unit_id, abandoned.reason) == ("dropped", "vetoed")
+    assert [(p.key, p.kind, p.attempts) for p in abandoned.pins] == [(K3, "model_call", 1)]
+    assert (kept.state, dropped.state) == ("committed", "abandoned")
+
+
+# Units kept apart, and what needs no store.
+
+
+def test_units_through_one_store_keep_their_draws_apart(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    first = PinLedger(store, types, unit_id="first")
+    second = PinLedger(store, types, unit_id="second")
+
+    def outer() -> str:
+        # The same key in another unit is another draw: it does not wait for this one, nor is this one in
+        # flight there, so that unit closes.
+        inner = second.resolve(K1, kind="model_call", effect=lambda: "second's", interpret=str)
+        second.commit()
+        return f"first's, around {inner}"
+
+    assert first.resolve(K1, kind="model_call", effect=outer, interpret=str) == "first's, around second's"
+    assert [json.loads(e.payload)["raw"] for e in first.commit()] == ["first's, around second's"]
+    assert second.state == "committed"
+
+
+def test_noting_a_divergence_needs_no_store(db_path: Path, types: EventTypeRegistry) -> None:
+    store = SQLiteEventStore(db_path)
+    ledger = PinLedger(store, types)
+    store.close()
+    # A record-mode replay notes where it left its recording in memory; only the commit writes it.
+    noted = Divergence(key=K1, kind="model_call", after_hits=0)
+    ledger.note_divergence(noted)
+    assert ledger.divergence is noted
+
+
+# Draws landing while another caller looks, waiters whose loop is gone, a write cancelled twice.
+
+
+class PausedAfterAMiss(SQLiteEventStore):
+    """A real store that runs `meanwhile` once, right after a look-up finds no pin for its key."""
+
+    meanwhile: Callable[[], object] | None = None
+
+    def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
+        pin = super().scratch_reuse(unit_id, key)
+        hook, self.meanwhile = self.meanwhile, None
+        if pin is None and hook is not None:
+            hook()
+        return pin
+
+
+def test_a_draw_landing_between_a_miss_and_the_claim_is_reused_not_drawn_again(
+    db_path: Path, types: EventTypeRegistry
+) -> None:
+    with PausedAfterAMiss(db_path) as store:
+        first = PinLedger(store, types, unit_id="shared")
+        second = PinLedger(store, types, unit_id="shared")
+        drawn(first, K2, K3)  # earlier draws, landed and released
+        effects: list[str] = []
+
+        def late() -> str:
+            effects.append("second")
+            return "second's"
+
+        # The second ledger finds no pin for K1; before it takes the draw, the first draws K1 to the end.
+        store.meanwhile = lambda: first.resolve(K1, kind="model_call", effect=lambda: "first's", interpret=str)
+        assert second.resolve(K1, kind="model_call", effect=late, interpret=str) == "first's"
+        assert effects == []
+        assert [(p.key, p.attempts) for p in second.pins()] == [(K2, 1), (K3, 1), (K1, 2)]
+
+
+def test_a_waiter_whose_loop_closed_while_it_queued_does_not_keep_the_next_one_waiting(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        return "drawn"
+
+    owner = threading.Thread(target=lambda: ledger.resolve(K1, kind="model_call", effect=slow, interpret=str))
+    owner.start()
+    assert started.wait(10)
+
+    async def wait_for_the_draw() -> str:
+        return await ledger.aresolve(K1, kind="model_call", effect=slow, interpret=str)
+
+    # A waiter queues on a loop that is then closed under it, nothing cancelling it: it stays first in the queue.
+    gone = asyncio.new_event_loop()
+    queued = gone.create_task(wait_for_the_draw())
+    gone.run_until_complete(asyncio.sleep(0.5))
+    gone.close()
+    woken: list[str] = []
+
+    async def patient() -> None:
+        woken.append(await asyncio.wait_for(wait_for_the_draw(), 5))
+
+    waiter = threading.Thread(target=lambda: asyncio.run(patient()))
+    waiter.start()
+    time.sleep(0.3)  # the patient waiter queues behind the one whose loop is gone
+    release.set()
+    owner.join(10)
+    waiter.join(10)
+    assert woken == ["drawn"]
+    # The task left on the closed loop never ends; collected here, the warning that it was pending stays in this test.
+    del queued
+    gc.collect()
+
+
+def test_an_async_draw_cancelled_twice_while_its_pin_is_written_still_waits_for_the_write(
+    store: SQLiteEventStore, types: EventTypeRegistry, db_path: Path
+) -> None:
+    ledger = PinLedger(store, types)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+
+    async def main() -> None:
+        drawn_already = asyncio.Event()
+
+        async def effect() -> str:
+            # Another connection takes the write lock once the claim is made: the pin's write waits at the store.
+            blocker.execute("BEGIN IMMEDIATE")
+            drawn_already.set()
+            return "paid for"
+
+        task = asyncio.create_task(ledger.aresolve(K1, kind="model_call", effect=effect, interpret=str))
+        await drawn_already.wait()  # the task is waiting for its pin's write now
+        for _ in range(2):
+            task.cancel()
+            for _ in range(5):
+                await asyncio.sleep(0)
+            # However often it is cancelled, the task ends only once the draw it paid for is written.
+            assert not task.done()
+        blocker.execute("ROLLBACK")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        blocker.close()
+    assert [(p.key, json.loads(p.raw)) for p in ledger.pins()] == [(K1, "paid for")]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_draw_whose_key_another_writer_pinned_as_failed_first_answers_with_that_failure(
+    store: SQLiteEventStore, types: EventTypeRegistry, mode: str
+) -> None:
+    ledger = PinLedger(store, types)
+    raw = json.dumps({"error": {"message": "refused first"}})
+
+    def effect() -> str:
+        # Another writer pins the key as failed while this draw runs; it stands for another store object,
+        # which the unit's lease would otherwise keep out.
+        store.scratch_put(ledger.unit_id, K1, kind="model_call!failed", raw=raw, fingerprint=None)
+        return "drawn too late"
+
+    async def aeffect() -> str:
+        return effect()
+
+    # The key's pin in the unit is the answer, and a pinned failure is rebuilt by the draw's own codec.
+    with pytest.raises(ValueError, match=r"^again: refused first$"):
+        if mode == "sync":
+            ledger.resolve(K1, kind="model_call", effect=effect, interpret=str, failure=Codec())
+        else:
+            asyncio.run(ledger.aresolve(K1, kind="model_call", effect=aeffect, interpret=str, failure=Codec()))
+    assert [(p.key, p.kind, p.raw, p.attempts) for p in ledger.pins()] == [(K1, "model_call!failed", raw, 2)]
