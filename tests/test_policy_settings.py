@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pydantic_ai
 import pytest
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import ModelRequestParameters
 
-from anagrapheus.provider import SemanticCallPolicy
+from anagrapheus.errors import CanonicalError
+from anagrapheus.provider import SemanticCallPolicy, call_pin
 from anagrapheus.provider.policy_settings import DROPPED_SETTINGS, KEPT_SETTINGS, REDUCED_SETTINGS
 
 SOURCE = Path(pydantic_ai.__file__).parent
@@ -68,3 +71,42 @@ def test_a_kept_setting_is_in_the_key(name: str) -> None:
     policy = SemanticCallPolicy()
     material = policy.material([], {name: 1}, ModelRequestParameters(), model_id="m")  # pyright: ignore[reportArgumentType]
     assert material["settings"] == {name: 1}
+
+
+# The reduction read against meaning, with settings that come together as an agent's run merges them.
+
+USER_PROMPT = [ModelRequest(parts=[UserPromptPart("Round 1: state the UK position on fisheries.")])]
+
+
+def key_of(settings: dict[str, Any] | None) -> str:
+    return call_pin(SemanticCallPolicy(), USER_PROMPT, settings, ModelRequestParameters(), model_id="m").key  # pyright: ignore[reportArgumentType]
+
+
+def test_a_setting_after_a_dropped_or_unset_one_still_moves_the_key() -> None:
+    # Delivery settings and unset ones are skipped, never the end of the settings: what follows is read as ever.
+    for before in ({"timeout": 10}, {"seed": None}, {"extra_body": {"user": "u1"}}):
+        assert key_of({**before, "temperature": 0.1}) != key_of({**before, "temperature": 0.9})
+        assert key_of({**before, "temperature": 0.1}) == key_of({"temperature": 0.1})
+
+
+def test_every_session_id_in_extra_body_is_left_out_not_only_the_first() -> None:
+    # Two ids that differ per session, side by side: neither may move the key.
+    assert key_of({"extra_body": {"session_id": "s1", "user": "u1"}}) == key_of(
+        {"extra_body": {"session_id": "s2", "user": "u2"}}
+    )
+    assert key_of({"extra_body": {"session_id": "s1", "user": "u1", "top_a": 1}}) == key_of(
+        {"extra_body": {"top_a": 1}}
+    )
+
+
+def test_an_extra_body_with_nothing_but_session_ids_keys_like_none() -> None:
+    # Nothing in it reaches the draw, so it is as if the setting were not set at all.
+    assert key_of({"extra_body": {}}) == key_of(None)
+    assert key_of({"extra_body": {"metadata": {"user_id": "u1"}}}) == key_of(None)
+    assert key_of({"anthropic_metadata": {"user_id": "u1"}}) == key_of({})
+
+
+def test_a_setting_with_no_json_form_is_refused_at_its_place_in_the_settings() -> None:
+    with pytest.raises(CanonicalError) as refused:
+        key_of({"temperature": 0.1, "logit_bias": {"100": object()}})
+    assert refused.value.path == "$.settings.logit_bias.100"
