@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from copy import deepcopy as copy_of
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
 import httpx2
@@ -20,6 +21,7 @@ from pydantic_ai.messages import (
     DocumentUrl,
     FilePart,
     ImageUrl,
+    InstructionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -41,6 +43,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.native_tools import WebSearchTool
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.settings import ModelSettings, ToolOrOutput
 from pydantic_ai.tools import ToolDefinition
@@ -571,3 +574,73 @@ def test_every_kind_of_part_is_keyed_and_survives_a_json_round_trip() -> None:
 def test_the_content_of_rarer_parts_is_keyed(change: Callable[[Call], None]) -> None:
     call = Call(every_kind_of_part(), None, ModelRequestParameters())
     assert changed(call, change).pin().key != call.pin().key
+
+
+# Keys are forever: a recording holds them, and a key that moves for the same call is a miss on replay.
+# These were computed before any change to the keying modules; a change here must bump the policy's version.
+
+
+class Tonnage(Enum):
+    COD = "cod"
+
+
+class Catch(BaseModel):
+    species: str
+    tonnes: int
+
+
+def every_kind_of_parameter() -> ModelRequestParameters:
+    return ModelRequestParameters(
+        function_tools=[tool("quota", species="string"), tool("quota", city="string")],
+        native_tools=[WebSearchTool()],
+        output_mode="prompted",
+        output_object=OutputObjectDefinition(json_schema={"type": "object"}, name="catch"),
+        output_tools=[tool("final_result", tonnes="integer")],
+        prompted_output_template="Answer as {schema}",
+        allow_text_output=False,
+        allow_image_output=True,
+        instruction_parts=[InstructionPart("Be brief.")],
+        revealed_tool_names={"tide", "quota"},
+        thinking="high",
+    )
+
+
+ODD_VALUES: dict[Any, Any] = {
+    "caf\u0065\u0301": "d\u00e9j\u00e0 vu",  # NFC, key and value
+    3: "a number key",
+    1.5: "a float key",
+    Tonnage.COD: Tonnage.COD,
+    "set": frozenset({"haddock", "cod", 2}),
+    "bytes": b"\x00\x01",
+    "big": 2**70,
+    "float": 0.1,
+    "when": T0,
+    "model": Catch(species="cod", tonnes=3),
+    "tuple": (1, [True, None]),
+}
+
+GOLDEN = [
+    (base_call, "p1:model_call:facb69be06f9bfbe7502c9f8862e0346c7d87d06e16346eb261b375b79823781"),
+    (
+        lambda: Call(every_kind_of_part(), None, ModelRequestParameters()),
+        "p1:model_call:711d9b70ac62958d25020d7ea4827277c90ea8316e019cf2fcec86bd13e1e0e1",
+    ),
+    (
+        lambda: Call(
+            every_kind_of_part(), {"temperature": 0.1, "extra_body": ODD_VALUES}, every_kind_of_parameter(), "m\u00e9"
+        ),
+        "p1:model_call:2de8318c634939374ea595eb0062e5aaddcf0615b6c4f4f9d22bc411f10bf489",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "key"), GOLDEN, ids=["base call", "every part", "every parameter and odd values"])
+def test_a_call_keys_byte_for_byte_as_it_always_has(make: Callable[[], Call], key: str) -> None:
+    call = make()
+    material = SemanticCallPolicy().material(call.messages, call.settings, call.parameters, model_id=call.model_id)
+    assert pin_key("model_call", material) == key
+    assert call.pin().key == key
+    # The fast path that walks only new messages, on a second request of the same conversation.
+    policy = SemanticCallPolicy()
+    call.pin(policy)
+    assert call.pin(policy).key == key
