@@ -644,3 +644,39 @@ def test_a_call_keys_byte_for_byte_as_it_always_has(make: Callable[[], Call], ke
     policy = SemanticCallPolicy()
     call.pin(policy)
     assert call.pin(policy).key == key
+
+
+def contains_itself() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+REFUSALS: dict[str, tuple[Callable[[], object], str, str]] = {
+    # what: (the value of extra_body's "reasoning", the reason given, where)
+    "no JSON form": (
+        object,
+        "object has no JSON form (write a CallPolicy that converts it deliberately)",
+        ".reasoning",
+    ),
+    "nan": (lambda: float("nan"), "nan is not a JSON number", ".reasoning"),
+    "a number key that is not finite": (lambda: {float("inf"): 1}, "inf is not a JSON number", ".reasoning"),
+    "keys equal once NFC": (
+        lambda: {"caf\u00e9": 1, "cafe\u0301": 2},
+        "two object keys are equal once written as canonical JSON",
+        ".reasoning",
+    ),
+    "a tuple key": (lambda: {(1,): 1}, "object key (1,) is not a string", ".reasoning"),
+    "a bool key": (lambda: {True: 1}, "object key True is not a string", ".reasoning"),
+    "a long integer": (lambda: 2**20000, "an integer of 20001 bits is too long to write as JSON", ".reasoning"),
+    "a lone surrogate": (lambda: "\ud800", "string holds a lone surrogate, which UTF-8 cannot encode", ".reasoning"),
+    "a list that contains itself": (contains_itself, "value is nested too deeply (or contains itself)", ""),
+}
+
+
+@pytest.mark.parametrize(("make", "reason", "at"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_a_refusal_says_why_and_where(make: Callable[[], object], reason: str, at: str) -> None:
+    call = changed(base_call(), set_settings(extra_body={"reasoning": make()}))
+    with pytest.raises(CanonicalError) as refused:
+        call.pin()
+    assert (refused.value.reason, refused.value.path) == (reason, "$.settings.extra_body" + at)
