@@ -319,8 +319,7 @@ class MaterialWalk:
             return value.value
         if isinstance(value, str):
             return str.__str__(value)
-        if isinstance(value, bool):
-            return bool(value)
+        # (No bool here: `_value` returns a bool as it is, and bool cannot be subclassed.)
         if isinstance(value, int):
             return int(value)
         if isinstance(value, float):
