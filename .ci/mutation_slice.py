@@ -113,7 +113,11 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_capability_telemetry.py",
     ],
     "anagrapheus/provider/policy_settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
-    "anagrapheus/provider/policy_material.py": ["tests/test_policy.py", "tests/test_key_rules.py"],
+    "anagrapheus/provider/policy_material.py": [
+        "tests/test_policy.py",
+        "tests/test_key_rules.py",
+        "tests/test_policy_material.py",
+    ],
     "anagrapheus/provider/policy.py": [
         "tests/test_policy.py",
         "tests/test_policy_agent.py",

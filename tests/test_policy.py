@@ -631,10 +631,25 @@ GOLDEN = [
         ),
         "p1:model_call:2de8318c634939374ea595eb0062e5aaddcf0615b6c4f4f9d22bc411f10bf489",
     ),
+    (
+        # Values a provider or a JSON round trip may leave unset: an image whose media type cannot be inferred from
+        # its URL, a tool call without an id.
+        lambda: Call(
+            [
+                ModelRequest(parts=[UserPromptPart(["Look at this.", ImageUrl("https://example.com/chart")])]),
+                ModelResponse(parts=[ToolCallPart("quota", {"n": 1}, tool_call_id=None)]),  # pyright: ignore[reportArgumentType]
+            ],
+            None,
+            ModelRequestParameters(),
+        ),
+        "p1:model_call:13e44da7ecf9b5c854862789e5c739de6588b1171478cb55509463e5c75ae8a6",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("make", "key"), GOLDEN, ids=["base call", "every part", "every parameter and odd values"])
+@pytest.mark.parametrize(
+    ("make", "key"), GOLDEN, ids=["base call", "every part", "every parameter and odd values", "unset values"]
+)
 def test_a_call_keys_byte_for_byte_as_it_always_has(make: Callable[[], Call], key: str) -> None:
     call = make()
     material = SemanticCallPolicy().material(call.messages, call.settings, call.parameters, model_id=call.model_id)
