@@ -695,3 +695,77 @@ def test_a_refusal_says_why_and_where(make: Callable[[], object], reason: str, a
     with pytest.raises(CanonicalError) as refused:
         call.pin()
     assert (refused.value.reason, refused.value.path) == (reason, "$.settings.extra_body" + at)
+
+
+# What call_pin does with a policy's material: the default policy's own walk, or any other policy's material.
+
+
+class Spelled:
+    """A custom policy whose material is JSON but not canonical: text not NFC, an integral float."""
+
+    keep_values = True
+
+    def material(
+        self,
+        messages: Sequence[ModelMessage],
+        settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+        *,
+        model_id: str,
+    ) -> dict[str, Any]:
+        return {"model": model_id, "prompt": "caf\u0065\u0301", "tonnes": 3.0}
+
+
+def test_a_custom_policys_material_is_keyed_as_canonical_json_writes_it() -> None:
+    pin = base_call().pin(Spelled())
+    canonical = {"model": "function:uk", "prompt": "caf\u00e9", "tonnes": 3}
+    assert pin.key == pin_key("model_call", canonical)
+    assert dict(pin.fingerprint) == fingerprint_of(canonical, values=True)
+
+
+def test_a_subclass_that_rewrites_material_is_keyed_by_it_however_often_one_policy_keys_a_conversation() -> None:
+    class Coarser(SemanticCallPolicy):
+        def material(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            material = super().material(*args, **kwargs)
+            material["messages"] = material["messages"][-1:]
+            return material
+
+    policy = Coarser()
+    call = base_call()
+    expected = pin_key(
+        "model_call", policy.material(call.messages, call.settings, call.parameters, model_id="function:uk")
+    )
+    # Past the requests after which the default policy keys a conversation through what it kept.
+    assert [call.pin(policy).key for _ in range(4)] == [expected] * 4
+
+
+@pytest.mark.parametrize("requests", [1, 4], ids=["from scratch", "through the kept conversation"])
+def test_keep_values_puts_the_start_of_each_value_beside_its_digest(requests: int) -> None:
+    call = base_call()
+    policy = SemanticCallPolicy(keep_values=True)
+    for _ in range(requests):
+        pin = call.pin(policy)
+    material = SemanticCallPolicy().material(call.messages, call.settings, call.parameters, model_id=call.model_id)
+    assert dict(pin.fingerprint) == fingerprint_of(material, values=True)
+    assert pin.fingerprint["=model"] == '"function:uk"'
+    # Off by default: digests only, so no prompt text reaches the log.
+    assert not any(name.startswith("=") for name in base_call().pin().fingerprint)
+
+
+@pytest.mark.parametrize(
+    ("change", "at"),
+    [
+        (lambda c: setattr(c, "model_id", "uk\ud800"), "$.model"),
+        (
+            lambda c: setattr(c.parameters.function_tools[0], "parameters_json_schema", {"type": object()}),
+            "$.parameters.function_tools[0].parameters_json_schema.type",
+        ),
+    ],
+    ids=["model id", "tool schema"],
+)
+def test_a_refusal_outside_the_messages_names_its_place(change: Callable[[Call], None], at: str) -> None:
+    call = base_call()
+    change(call)
+    with pytest.raises(CanonicalError) as refused:
+        call.pin()
+    assert refused.value.path == at
