@@ -511,3 +511,34 @@ def test_a_part_inside_a_tuple_changed_in_place_changes_the_key() -> None:
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
     image.url = "https://example.com/south.png"
     check(policy, messages)
+
+
+@pytest.mark.parametrize(
+    ("content", "change"),
+    [
+        # One value more, read by the watch already there; one list more to watch, holding no value.
+        (["question 0"], lambda prompt: prompt.content.append("and the zones?")),
+        ("question 0", lambda prompt: setattr(prompt, "content", [])),
+    ],
+    ids=["a value added to a list", "an empty list for a text"],
+)
+def test_a_message_whose_watch_grew_leaves_the_later_ones_read_once_a_request(content: Any, change: Any) -> None:
+    policy = SemanticCallPolicy()
+    prompt = UserPromptPart(content)
+    read = ReadCall("quota", {"zone": "north"}, tool_call_id="call_r")
+    returned = ToolReturnPart("quota", "12 tonnes", tool_call_id="call_r")
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[prompt]),
+        ModelResponse(parts=[read]),
+        ModelRequest(parts=[returned]),
+        *turn(0, {"n": 0}),
+    ]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    change(prompt)
+    check(policy, messages)
+    # A message after the grown one, changed in place: walked again where its watch now sits.
+    returned.content = "13 tonnes"
+    check(policy, messages)
+    before = read.name_reads
+    check(policy, messages)
+    assert read.name_reads == before + 1
