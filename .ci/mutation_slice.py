@@ -12,7 +12,17 @@ them; the whole suite could only kill more. The verdicts are mutmut's; a timeout
 
 Determinism: the list is fixed, hypothesis runs derandomized without its example database
 (`--hypothesis-profile=anagrapheus-fixed`), and no test run here may open a network connection (refused in
-this process, which every mutmut worker is forked from).
+this process, which every mutmut worker is forked from), with one exception: with ANAGRAPHEUS_POSTGRES_DSN
+set, the PostgreSQL server it names, and nothing else, is let through.
+
+The PostgreSQL modules (NEEDS_POSTGRES) are measured only against a server that answers:
+
+    ANAGRAPHEUS_POSTGRES_DSN=postgresql://postgres@127.0.0.1:5432/test \
+        python .ci/mutation_slice.py anagrapheus/timeline/postgres.py
+
+Without the variable, or without a server answering there, the run stops before mutating anything; with it,
+a Postgres test that skips fails (`--require-postgres`), so a server gone mid-run cannot pass for surviving
+mutants, and the server is asked again after the run.
 """
 
 from __future__ import annotations
@@ -91,6 +101,17 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_sqlite_utils_side_effects.py",
     ],
     "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
+    # Not tests/test_postgres_processes.py nor tests/test_postgres_skips.py: they start Python processes.
+    "anagrapheus/timeline/postgres.py": [
+        "tests/test_postgres_store.py",
+        "tests/test_copy.py",
+        "tests/test_cli_copy.py",
+    ],
+    "anagrapheus/timeline/postgres_schema.py": [
+        "tests/test_postgres_store.py",
+        "tests/test_copy.py",
+        "tests/test_copy_rules.py",
+    ],
     "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
     "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
     "anagrapheus/timeline/pins.py": [
@@ -158,22 +179,98 @@ SLICE = [
 ]
 """The modules CI mutates: at the core (keys, the diagnosis of a miss, reading old events), with fast tests."""
 
+NEEDS_POSTGRES = ["anagrapheus/timeline/postgres.py", "anagrapheus/timeline/postgres_schema.py"]
+"""Modules whose tests all need a PostgreSQL server: without one every mutant would survive as its tests skip."""
 
-def _refuse_network() -> None:
-    """Make every internet socket connection and name lookup in this process (and its forks) fail."""
 
-    def connect(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
+def _refuse_network(postgres_dsn: str | None) -> None:
+    """Make every internet connection and name lookup in this process (and its forks) fail, but to `postgres_dsn`.
+
+    libpq connects in C, past Python's sockets: psycopg's connections are checked where psycopg reads their
+    parameters, and one to any server but the DSN's is refused with psycopg's own error, as a closed port is.
+    """
+    try:
+        import psycopg
+    except ImportError:  # then nothing here can reach a PostgreSQL server
+        psycopg = None
+    allowed = None
+    if postgres_dsn is not None and psycopg is not None:
+        allowed = _server(psycopg.Connection._get_connection_params(postgres_dsn))
+    # The DSN's host as Python would look it up and connect to it (psycopg resolves a name itself, not libpq).
+    addresses = set()
+    if allowed is not None and allowed[0] and not allowed[0].startswith("/"):
+        addresses = {(info[4][0], int(allowed[1])) for info in socket.getaddrinfo(allowed[0], allowed[1])}
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and tuple(address[:2]) not in addresses:
             raise OSError(f"the mutation run never reaches the network (connect to {address!r})")
         return original_connect(self, address)
 
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        raise OSError(f"the mutation run never reaches the network (name lookup of {host!r})")
+    def connect_ex(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and tuple(address[:2]) not in addresses:
+            raise OSError(f"the mutation run never reaches the network (connect to {address!r})")
+        return original_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if allowed is None or (host, str(port)) != allowed:
+            raise OSError(f"the mutation run never reaches the network (name lookup of {host!r})")
+        return original_getaddrinfo(host, port, *args, **kwargs)
 
     original_connect = socket.socket.connect
+    original_connect_ex = socket.socket.connect_ex
+    original_getaddrinfo = socket.getaddrinfo
     socket.socket.connect = connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
     socket.getaddrinfo = getaddrinfo
+    if psycopg is not None:
+        _refuse_postgres(psycopg, allowed)
+
+
+def _refuse_postgres(psycopg: Any, allowed: tuple[str, str] | None) -> None:
+    """Make psycopg refuse, before libpq connects, every connection but to the `allowed` host and port."""
+
+    def checked(params: Any) -> Any:
+        if _server(params) != allowed:
+            host, port = _server(params)
+            raise psycopg.OperationalError(
+                f"the mutation run never reaches the network (a PostgreSQL connection to {host or 'the local socket'}"
+                f":{port}; only ANAGRAPHEUS_POSTGRES_DSN's server is let through)"
+            )
+        return params
+
+    sync_params = psycopg.Connection._get_connection_params.__func__
+    async_params = psycopg.AsyncConnection._get_connection_params.__func__
+
+    def get_params(cls: Any, conninfo: str, **kwargs: Any) -> Any:
+        return checked(sync_params(cls, conninfo, **kwargs))
+
+    async def aget_params(cls: Any, conninfo: str, **kwargs: Any) -> Any:
+        return checked(await async_params(cls, conninfo, **kwargs))
+
+    psycopg.Connection._get_connection_params = classmethod(get_params)
+    psycopg.AsyncConnection._get_connection_params = classmethod(aget_params)
+
+
+def _server(params: Any) -> tuple[str, str]:
+    """The host (or socket directory) and port a psycopg connection's parameters lead to, as libpq picks them."""
+    host = params.get("hostaddr") or params.get("host") or os.environ.get("PGHOSTADDR") or os.environ.get("PGHOST")
+    return str(host or ""), str(params.get("port") or os.environ.get("PGPORT") or "5432")
+
+
+def _postgres_unavailable(dsn: str | None) -> str | None:
+    """Why the PostgreSQL modules cannot be measured here, or None when the DSN's server answers."""
+    if dsn is None:
+        return "set ANAGRAPHEUS_POSTGRES_DSN to a PostgreSQL server (e.g. postgresql://postgres@127.0.0.1:5432/test)"
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[dev,mutation]')"
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"no PostgreSQL answers at ANAGRAPHEUS_POSTGRES_DSN: {first}"
+    return None
 
 
 def main(modules: list[str]) -> int:
@@ -186,7 +283,13 @@ def main(modules: list[str]) -> int:
     # From scratch: mutmut keeps verdicts in mutants/ across runs, and a verdict reached against other tests
     # (another selection, an older tree) would stand.
     shutil.rmtree("mutants", ignore_errors=True)
-    _refuse_network()
+    postgres_dsn = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN")
+    needs_postgres = postgres_dsn is not None or any(m in NEEDS_POSTGRES for m in modules)
+    if needs_postgres and (reason := _postgres_unavailable(postgres_dsn)) is not None:
+        # Else every test of these modules would skip and every mutant survive: a score of nothing.
+        print(f"cannot measure {modules}: {reason}", file=sys.stderr)
+        return 2
+    _refuse_network(postgres_dsn)
     from mutmut.__main__ import cli
     from mutmut.configuration import config
 
@@ -195,6 +298,9 @@ def main(modules: list[str]) -> int:
     cfg.only_mutate = modules
     cfg.pytest_add_cli_args_test_selection = tests
     cfg.pytest_add_cli_args = [*cfg.pytest_add_cli_args, "--hypothesis-profile=anagrapheus-fixed"]
+    if needs_postgres:
+        # A Postgres test that skips fails, as under CI=true: no mutant survives because the server was away.
+        cfg.pytest_add_cli_args.append("--require-postgres")
     print(f"mutating {modules}\nagainst {tests}", flush=True)
     started = time.monotonic()
     try:
@@ -203,6 +309,10 @@ def main(modules: list[str]) -> int:
         if stop.code:
             return 1
     print(f"mutmut ran for {time.monotonic() - started:.0f} s")
+    if needs_postgres and (reason := _postgres_unavailable(postgres_dsn)) is not None:
+        # A server gone during the run failed the tests of the mutants run after it: they count as killed.
+        print(f"the PostgreSQL server went away during the run, so its verdicts stand for nothing: {reason}")
+        return 1
     prefixes = [m.removesuffix(".py").replace("/", ".") + "." for m in modules]
     equivalent = [name for name in EQUIVALENT if name.startswith(tuple(prefixes))]
     stale = [name for name in equivalent if _mutated_line(cli, name) != EQUIVALENT[name][0]]

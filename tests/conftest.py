@@ -46,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="scale the crash, fuzz and stress runs (tests marked soak) to their long sizes; see tests/bounds.py",
     )
+    parser.addoption(
+        "--require-postgres",
+        action="store_true",
+        default=False,
+        help="fail a Postgres test that skips (no server, no psycopg), as CI=true does; .ci/mutation_slice.py sets it",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,12 +103,17 @@ def pg_schema(postgres_dsn: str) -> Iterator[str]:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    # Under CI a Postgres test must run for real: a skip (no server, no psycopg) fails it instead.
+    # Under CI a Postgres test must run for real: a skip (no server, no psycopg) fails it instead. So it must in a
+    # mutation run of the store's modules (--require-postgres), where a skip would pass for a surviving mutant.
     report = yield
-    if report.skipped and os.environ.get("CI") == "true" and item.get_closest_marker("postgres") is not None:
+    if report.skipped and item.get_closest_marker("postgres") is not None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"a Postgres test was skipped under CI=true, which counts as a failure: {reason}"
+        if os.environ.get("CI") == "true":
+            report.outcome = "failed"
+            report.longrepr = f"a Postgres test was skipped under CI=true, which counts as a failure: {reason}"
+        elif item.config.getoption("require_postgres"):
+            report.outcome = "failed"
+            report.longrepr = f"a Postgres test was skipped under --require-postgres, a failure as under CI: {reason}"
     return report
 
 

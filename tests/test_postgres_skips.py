@@ -1,4 +1,4 @@
-"""Without a server the Postgres tests skip with a one-line reason; under CI=true that skip is a failure."""
+"""Without a server the Postgres tests skip with a one-line reason; under CI=true or --require-postgres they fail."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_one_postgres_test(*, ci: bool) -> subprocess.CompletedProcess[str]:
+def run_one_postgres_test(*, ci: bool, require: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     # Nothing listens on port 1: the server check fails at once.
     env["ANAGRAPHEUS_POSTGRES_DSN"] = "postgresql://postgres:hunter2@127.0.0.1:1/test"
@@ -26,6 +26,7 @@ def run_one_postgres_test(*, ci: bool) -> subprocess.CompletedProcess[str]:
             "-q",
             "-rs",
             "tests/test_postgres_store.py::test_injected_clock_and_ids",
+            *(["--require-postgres"] if require else []),
         ],
         cwd=ROOT,
         env=env,
@@ -50,3 +51,11 @@ def test_under_ci_a_skipped_postgres_test_fails() -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "a Postgres test was skipped under CI=true, which counts as a failure" in done.stdout
     assert "1 error" in done.stdout or "1 failed" in done.stdout
+
+
+def test_under_require_postgres_a_skipped_postgres_test_fails() -> None:
+    # What .ci/mutation_slice.py passes when it mutates the PostgreSQL store: a skip would let every mutant survive.
+    done = run_one_postgres_test(ci=False, require=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "a Postgres test was skipped under --require-postgres, a failure as under CI" in done.stdout
+    assert "hunter2" not in done.stdout
