@@ -79,7 +79,6 @@ class PostgresEventStore:
         self._clock = clock
         self._new_event_id = new_event_id
         self._connect_timeout = connect_timeout
-        self._unit_wait = unit_wait
         self._held: dict[tuple[int, int], Conn] = {}
         self._held_lock = threading.Lock()
         self._leases = UnitLeases(self._try_lease, wait=unit_wait)
