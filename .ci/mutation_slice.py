@@ -104,11 +104,14 @@ TESTS_OF: dict[str, list[str]] = {
     # Not tests/test_postgres_processes.py nor tests/test_postgres_skips.py: they start Python processes.
     "anagrapheus/timeline/postgres.py": [
         "tests/test_postgres_store.py",
+        "tests/test_postgres_store_rules.py",
         "tests/test_copy.py",
         "tests/test_cli_copy.py",
     ],
     "anagrapheus/timeline/postgres_schema.py": [
+        "tests/test_postgres_place.py",
         "tests/test_postgres_store.py",
+        "tests/test_postgres_store_rules.py",
         "tests/test_copy.py",
         "tests/test_copy_rules.py",
     ],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.errors import SeqConflict, StoreError, UnitClosed
-from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, ScratchPin, TimelineStore
+from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, ScratchPin, StoredEvent, TimelineStore
 
 
 def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingEvent:
@@ -75,6 +75,29 @@ class StoreConformance:
         assert (caught.value.expected, caught.value.actual) == (1, 2)
         assert store.last_seq() == 2
 
+    def test_an_empty_append_still_checks_the_expected_seq(self, store: TimelineStore) -> None:
+        store.append([pending(1)])
+        assert store.append([], expected_last_seq=1) == []
+        with pytest.raises(SeqConflict) as caught:
+            store.append([], expected_last_seq=0)
+        assert (caught.value.expected, caught.value.actual) == (0, 1)
+
+    def test_copied_events_must_follow_the_last_seq(self, store: TimelineStore) -> None:
+        store.append([pending(1), pending(2)])
+        copied = [
+            StoredEvent(
+                seq, f"01900000-0000-7000-8000-{seq:012d}", "t", "x", 1, None, None, "2026-01-01T00:00:00Z", "{}"
+            )
+            for seq in (5, 6)
+        ]
+        with pytest.raises(SeqConflict) as caught:
+            store.append_stored(copied)
+        assert (caught.value.expected, caught.value.actual) == (4, 2)
+        store.append([pending(3), pending(4)])
+        store.append_stored(copied)
+        assert [e.seq for e in store.read(since=4)] == [5, 6]
+        assert store.last_seq() == 6
+
     def test_duplicate_event_id_rejects_the_whole_batch(self, store: TimelineStore) -> None:
         twin = PendingEvent(namespace="t", type="x", schema_version=1, payload="{}", event_id="same")
         with pytest.raises(StoreError):
@@ -86,6 +109,7 @@ class StoreConformance:
         store.append([pending(11, namespace="other")])
         assert [e.seq for e in store.read(since=7)] == [8, 9, 10, 11]
         assert [e.seq for e in store.read(limit=3)] == [1, 2, 3]
+        assert [e.seq for e in store.read(since=5, limit=1)] == [6]
         assert [e.seq for e in store.read(since=2, limit=2)] == [3, 4]
         assert [e.seq for e in store.read(type="a")] == [1, 3, 5, 7, 9]
         assert [e.seq for e in store.read(namespace="other")] == [11]
@@ -130,8 +154,9 @@ class StoreConformance:
         assert first.attempts == 1
 
     def test_bump_of_missing_pin_is_an_error(self, store: TimelineStore) -> None:
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as caught:
             store.scratch_bump("u1", "nope")
+        assert "no scratch pin nope in unit u1" in str(caught.value)
 
     def test_open_units_and_settle(self, store: TimelineStore) -> None:
         store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
@@ -174,10 +199,12 @@ class StoreConformance:
         with pytest.raises(UnitClosed) as put:
             store.scratch_put("u1", "k1", kind="model_call", raw='"late"', fingerprint=None)
         assert (put.value.unit_id, put.value.state, put.value.raw) == ("u1", outcome, '"late"')
-        with pytest.raises(UnitClosed):
+        with pytest.raises(UnitClosed) as reuse:
             store.scratch_reuse("u1", "k1")
-        with pytest.raises(UnitClosed):
+        assert (reuse.value.unit_id, reuse.value.state, reuse.value.raw) == ("u1", outcome, None)
+        with pytest.raises(UnitClosed) as settle:
             store.settle_unit("u1", outcome="committed", events=lambda pins: [pending(1)])
+        assert (settle.value.unit_id, settle.value.state) == ("u1", outcome)
         assert store.scratch_list("u1") == []
         assert store.last_seq() == 0
         assert store.unit_outcome("u2") is None
