@@ -99,6 +99,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_sqlite_store_rules.py",
         "tests/test_sqlite_ownership.py",
         "tests/test_sqlite_utils_side_effects.py",
+        "tests/test_sqlite_failing_statements.py",
     ],
     "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
     # Not tests/test_postgres_processes.py nor tests/test_postgres_skips.py: they start Python processes.
