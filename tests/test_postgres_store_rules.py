@@ -331,3 +331,21 @@ def test_a_migrated_schema_opens_without_the_migration_lock(
         migrating.rollback()
     opener.join()
     assert len(finished) == 1
+
+
+def test_a_unit_settled_as_its_lease_connection_is_lost_is_reported_settled(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str
+) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    (pid,) = lease_holders(postgres_dsn, holder, "u1")
+    sql(postgres_dsn, f"SELECT pg_terminate_backend({pid})")
+    # The settle commits on a pooled connection; only letting the lease go fails, and the server let it go already.
+    settled = holder.settle_unit("u1", outcome="committed", events=lambda pins: [pending(len(pins))])
+    assert [e.seq for e in settled] == [1]
+    assert holder.unit_outcome("u1") == "committed"
+    # The store forgot the leases of the lost connection, and takes the next one on a new connection.
+    assert holder.scratch_get("u2", "k1") is None
+    assert len(lease_holders(postgres_dsn, holder, "u2")) == 1
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u2", "k1")

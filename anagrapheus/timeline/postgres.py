@@ -267,10 +267,14 @@ class PostgresEventStore:
             if unit_id not in self._leases.held or self._lease_conn is None:
                 return
             self._leases.held.discard(unit_id)
-            with self.place.translated(f"releasing the lease of unit {unit_id}"):
+            try:
                 self._lease_conn.execute(
                     "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._lease_name(unit_id),)
                 )
+            except psycopg.Error:
+                # The unit is settled: its commit must not be reported as failed. A broken lease connection took
+                # every lease with it (the server lets them go), so forget them, and each is taken again.
+                self._drop_leases()
 
     def _drop_leases(self) -> None:
         self._leases.held.clear()
