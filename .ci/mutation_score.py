@@ -772,7 +772,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "self._leases.held.discard(None)",
         "a settled unit left among the held leases: its lock is gone and the unit closed, so a draw is refused anyway",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_11": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_10": (
         '"select pg_advisory_unlock(hashtextextended(%s, 0))", (self._lease_name(unit_id),)',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
