@@ -349,3 +349,13 @@ def test_a_unit_settled_as_its_lease_connection_is_lost_is_reported_settled(
     assert len(lease_holders(postgres_dsn, holder, "u2")) == 1
     with pytest.raises(UnitBusy):
         other.scratch_get("u2", "k1")
+
+
+def test_settling_a_unit_lets_go_of_its_lease_only(open_pg: Callable[..., PostgresEventStore]) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    holder.scratch_put("u2", "k1", kind="model_call", raw='"b"', fingerprint=None)
+    holder.settle_unit("u1", outcome="committed", events=lambda pins: [])
+    assert other.scratch_get("u1", "k1") is None
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u2", "k1")
