@@ -856,6 +856,18 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'for r in conn.execute(sql.SQL("select name from {m}").format(m=place.table("anagrapheus_migrations")))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
+    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_5": (
+        "with suppress(StoreError), self.transaction(), self._sql(None):",
+        "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
+    ),
+    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_6": (
+        'with suppress(StoreError), self.transaction(), self._sql("XXreleasing unit leasesXX"):',
+        "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
+    ),
+    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_7": (
+        'with suppress(StoreError), self.transaction(), self._sql("RELEASING UNIT LEASES"):',
+        "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
+    ),
 }
 """Mutants no test can kill: name -> (the mutated line, why it changes nothing). Left out of the score, and
 listed in docs/testing.md. `.ci/mutation_slice.py` fails when a name no longer holds its line (the code moved

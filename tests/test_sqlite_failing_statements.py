@@ -119,3 +119,16 @@ def test_a_file_that_is_no_database_is_refused_read_only_naming_it(tmp_path: Pat
     assert failure(lambda: SQLiteEventStore(path, read_only=True)) == (
         f"{path}: opening the database read-only failed: file is not a database"
     )
+
+
+def test_a_lease_a_closing_store_failed_to_delete_is_taken_over(db_path: Path) -> None:
+    first = SQLiteEventStore(db_path)
+    first.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    refuse(db_path, "BEFORE DELETE", "unit_leases")
+    # Letting its leases go is best effort: closing still succeeds, and leaves the lease row behind.
+    first.close()
+    execute(db_path, "DROP TRIGGER refuse_here")
+    with SQLiteEventStore(db_path, unit_wait=0.1) as second:
+        # Its holder is no open store of this process any more (though the object lives on): the lease is stale.
+        assert second.scratch_reuse("u1", "k1") is not None
+    assert first.read_only is False
