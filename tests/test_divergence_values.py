@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -167,13 +167,20 @@ def test_fingerprint_of_keeps_values_only_when_asked() -> None:
 
 
 @given(st.text(max_size=VALUE_CHARS), st.text(max_size=VALUE_CHARS))
+@example(recorded="1", current="01")  # an insertion: one side's differing part is empty
 def test_a_moved_value_is_shown_in_a_bounded_window_around_the_first_difference(recorded: str, current: str) -> None:
     shown = MovedValue(field="messages[0]", recorded=recorded, current=current).describe()
 
     assert len(shown) <= 2 * (40 + 120 + 40 + 8) + 40
     if recorded != current:
+        # The differing part: what is left of each side after the longest common start, then the longest common
+        # end of the rest. An insertion leaves one side's part empty: '1' against '01' shows '[]1' and '[0]1'.
         start = next(
             (i for i, (a, b) in enumerate(zip(recorded, current, strict=False)) if a != b),
             min(len(recorded), len(current)),
         )
-        assert f"[{recorded[start : start + 1]}" in shown and f"[{current[start : start + 1]}" in shown
+        end = 0
+        while end < min(len(recorded), len(current)) - start and recorded[-1 - end] == current[-1 - end]:
+            end += 1
+        for side in (recorded, current):
+            assert f"[{side[start : len(side) - end][:120]}" in shown
