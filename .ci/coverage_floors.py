@@ -8,9 +8,9 @@ from pathlib import Path
 
 # Floors on the package (anagrapheus/), measured with subprocess coverage on; raise them as coverage rises.
 # The aim, 95% of lines and 90% of branches (docs/testing.md), is met; the floors are the last measurement on
-# main rounded down (97.55% / 93.83%, .ci/run at eba0645 on 2026-12-01), so new code comes with its tests.
-LINE_FLOOR = 97.0
-BRANCH_FLOOR = 93.0
+# main rounded down (98.29% / 95.44%, .ci/run at 004fa80 on 2026-12-01), so new code comes with its tests.
+LINE_FLOOR = 98.0
+BRANCH_FLOOR = 95.0
 
 
 def main(path: str) -> int:
