@@ -9,7 +9,7 @@ from pathlib import Path
 # Floors on the package (anagrapheus/), measured with subprocess coverage on; raise them as coverage rises.
 # The aim, 95% of lines and 90% of branches (docs/testing.md), is met; the floors are the last measurement on
 # main rounded down to the half percent (98.27% to 98.29% / 95.37% to 95.44% in two .ci/run at 004fa80 and after
-on 2026-12-01; the half percent leaves room for the few lines only a race reaches), so new code comes with its tests.
+# on 2026-12-01; the half percent leaves room for the few lines only a race reaches), so new code comes with its tests.
 LINE_FLOOR = 97.5
 BRANCH_FLOOR = 94.5
 
