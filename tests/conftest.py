@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -27,6 +28,9 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from anagrapheus import register_builtin_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import bounds
+
+if TYPE_CHECKING:
+    from anagrapheus.timeline.postgres import PostgresEventStore
 
 # A test that reaches a real provider is a bug: pydantic-ai refuses every model but its test doubles.
 models.ALLOW_MODEL_REQUESTS = False
@@ -97,6 +101,23 @@ def pg_schema(postgres_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")  # pyright: ignore
+
+
+@pytest.fixture
+def open_pg(postgres_dsn: str, pg_schema: str) -> Iterator[Callable[..., PostgresEventStore]]:
+    """Open stores in this test's schema (keyword options pass through); all are closed afterwards."""
+    opened: list[PostgresEventStore] = []
+
+    from anagrapheus.timeline.postgres import PostgresEventStore  # psycopg is needed here only
+
+    def make(**options: object) -> PostgresEventStore:
+        store = PostgresEventStore(postgres_dsn, **{"schema": pg_schema, **options})  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
 
 
 @pytest.hookimpl(wrapper=True)

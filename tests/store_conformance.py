@@ -16,6 +16,13 @@ def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingE
     return PendingEvent(namespace=namespace, type=type, schema_version=1, payload=f'{{"n":{n}}}')
 
 
+def copied_event(seq: int) -> StoredEvent:
+    """An event as another log stored it at `seq`, for `append_stored`."""
+    return StoredEvent(
+        seq, f"01900000-0000-7000-8000-{seq:012d}", "t", "x", 1, None, None, "2026-01-01T00:00:00Z", "{}"
+    )
+
+
 class StoreConformance:
     """Every `TimelineStore` implementation must pass these."""
 
@@ -84,12 +91,7 @@ class StoreConformance:
 
     def test_copied_events_must_follow_the_last_seq(self, store: TimelineStore) -> None:
         store.append([pending(1), pending(2)])
-        copied = [
-            StoredEvent(
-                seq, f"01900000-0000-7000-8000-{seq:012d}", "t", "x", 1, None, None, "2026-01-01T00:00:00Z", "{}"
-            )
-            for seq in (5, 6)
-        ]
+        copied = [copied_event(5), copied_event(6)]
         with pytest.raises(SeqConflict) as caught:
             store.append_stored(copied)
         assert (caught.value.expected, caught.value.actual) == (4, 2)

@@ -13,18 +13,13 @@ from typing import Any
 
 import pytest
 from fastmcp.client.transports import StdioTransport
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import RunContext
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     InstructionId,
     InstructionPart,
-    ModelMessage,
-    ModelResponse,
     RunInstructionSource,
-    TextPart,
-    ToolCallPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
@@ -34,6 +29,7 @@ from anagrapheus.provider.discovery import TOOLSET_INSTRUCTIONS, TOOLSET_TOOLS, 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from tests.test_capability_clock import Damaged
+from tests.test_capability_mcp import agent
 
 PROMPT = "Where can the fleet berth?"
 BERTHS = ToolDefinition(
@@ -90,18 +86,6 @@ class Harbour(MCPToolset[None]):
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[None], tool: Any) -> Any:
         self.log.append(f"call {self.id}")
         return f"{tool_args['port']}: 4 free berths ({self.id})"
-
-
-def berthing(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """Ask every tool offered for Brest once, then repeat what they said and what the instructions told."""
-    if len(messages) == 1:
-        return ModelResponse(parts=[ToolCallPart(tool.name, {"port": "Brest"}) for tool in info.function_tools])
-    said = "; ".join(str(part.content) for part in messages[-1].parts)
-    return ModelResponse(parts=[TextPart(f"{said} (told: {info.instructions})")])
-
-
-def agent(pinning: Pinning, *toolsets: AbstractToolset[None]) -> Agent[None, str]:
-    return Agent(FunctionModel(berthing, model_name="scripted-uk"), toolsets=list(toolsets), capabilities=[pinning])
 
 
 def harbours(log: list[str]) -> list[AbstractToolset[None]]:

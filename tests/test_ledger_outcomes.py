@@ -13,8 +13,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +33,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence
+from tests.test_ledger_failures import Stream, open_stream
 
 K1 = pin_key("model_call", {"prompt": "one"})
 K2 = pin_key("model_call", {"prompt": "two"})
@@ -392,16 +392,6 @@ def test_an_adopted_failed_pin_stays_a_failure(store: SQLiteEventStore, types: E
     ]
     with pytest.raises(ValueError, match=r"^again: refused then$"):
         ledger.resolve(K1, kind="model_call", effect=lambda: "never", interpret=str, failure=Codec())
-
-
-class Stream:
-    def __init__(self) -> None:
-        self.chunks: list[str] = []
-
-
-@asynccontextmanager
-async def open_stream() -> AsyncIterator[Stream]:
-    yield Stream()
 
 
 def test_a_stream_keeps_its_fingerprint_and_pins_a_described_failure(

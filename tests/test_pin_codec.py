@@ -21,24 +21,10 @@ from anagrapheus.timeline.events import (
     EventTypeRegistry,
     PinPromoted,
     PinText,
-    StoredEvent,
 )
+from tests.test_replay_corrupt_pins import stored
 
 KEY = "p1:model_call:" + "a" * 64
-
-
-def stored(payload: str, *, schema_version: int = PinPromoted.schema_version, seq: int = 7) -> StoredEvent:
-    return StoredEvent(
-        seq=seq,
-        event_id="00000000-0000-7000-8000-000000000007",
-        namespace=BUILTIN_NAMESPACE,
-        type=PinPromoted.event_type,
-        schema_version=schema_version,
-        causation_id=None,
-        correlation_id="u1",
-        created_at="2026-01-01T00:00:00.000000Z",
-        payload=payload,
-    )
 
 
 def parsed(text: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from itertools import count
 
@@ -18,21 +18,6 @@ from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 from .store_conformance import StoreConformance, pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def open_pg(postgres_dsn: str, pg_schema: str) -> Iterator[Callable[..., PostgresEventStore]]:
-    """Open stores in this test's schema (keyword options pass through); all are closed afterwards."""
-    opened: list[PostgresEventStore] = []
-
-    def make(**options: object) -> PostgresEventStore:
-        store = PostgresEventStore(postgres_dsn, **{"schema": pg_schema, **options})  # type: ignore[arg-type]
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
 
 
 class TestPostgresConformance(StoreConformance):

@@ -5,35 +5,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[dev]')")
 
 from anagrapheus.errors import StoreError, UnitBusy, UsageError  # noqa: E402
-from anagrapheus.timeline import StoredEvent  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 from anagrapheus.timeline.postgres_schema import PostgresPlace  # noqa: E402
 
-from .store_conformance import pending  # noqa: E402
+from .store_conformance import copied_event, pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def open_pg(postgres_dsn: str, pg_schema: str) -> Iterator[Callable[..., PostgresEventStore]]:
-    """Open stores in this test's schema (keyword options pass through); all are closed afterwards."""
-    opened: list[PostgresEventStore] = []
-
-    def make(**options: object) -> PostgresEventStore:
-        store = PostgresEventStore(postgres_dsn, **{"schema": pg_schema, **options})  # type: ignore[arg-type]
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
 
 
 def sql(dsn: str, statement: str) -> list[tuple[object, ...]]:
@@ -62,12 +46,6 @@ def failure(call: Callable[[], object]) -> str:
     return str(caught.value)
 
 
-def stored(seq: int) -> StoredEvent:
-    return StoredEvent(
-        seq, f"01900000-0000-7000-8000-{seq:012d}", "test", "thing", 1, None, None, "2026-01-01T00:00:00.000000Z", "{}"
-    )
-
-
 def test_a_refused_seq_number_names_the_step(
     open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
 ) -> None:
@@ -75,7 +53,7 @@ def test_a_refused_seq_number_names_the_step(
     refuse(postgres_dsn, pg_schema, "BEFORE UPDATE", "log_head")
     where = f"on {store.place}: refused here"
     assert failure(lambda: store.append([pending(1)])).startswith(f"taking seq numbers failed {where}")
-    assert failure(lambda: store.append_stored([stored(1)])).startswith(f"taking seq numbers failed {where}")
+    assert failure(lambda: store.append_stored([copied_event(1)])).startswith(f"taking seq numbers failed {where}")
 
 
 def test_a_refused_scratch_write_names_the_step(

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.errors import StoreError
-from anagrapheus.timeline import SQLiteEventStore, StoredEvent
+from anagrapheus.timeline import SQLiteEventStore
 
-from .store_conformance import pending
+from .store_conformance import copied_event, pending
 
 
 def execute(path: Path, *statements: str) -> None:
@@ -37,18 +37,12 @@ def failure(call: Callable[[], object]) -> str:
     return str(caught.value)
 
 
-def copied(seq: int) -> StoredEvent:
-    return StoredEvent(
-        seq, f"01900000-0000-7000-8000-{seq:012d}", "t", "x", 1, None, None, "2026-01-01T00:00:00Z", "{}"
-    )
-
-
 def test_a_refused_append_names_the_step(db_path: Path) -> None:
     with SQLiteEventStore(db_path) as store:
         refuse(db_path, "BEFORE INSERT", "events")
         assert failure(lambda: store.append([pending(1)])) == f"{db_path}: appending events failed: refused here"
         assert (
-            failure(lambda: store.append_stored([copied(1)]))
+            failure(lambda: store.append_stored([copied_event(1)]))
             == f"{db_path}: appending copied events failed: refused here"
         )
         assert store.last_seq() == 0

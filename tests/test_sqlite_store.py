@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus.errors import SchemaTooNew, StoreError, UsageError
+from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore, TimelineStore
 
 from .store_conformance import StoreConformance, pending
@@ -57,17 +57,6 @@ def test_reopening_keeps_the_log_and_applies_nothing_twice(tmp_path: Path) -> No
     with SQLiteEventStore(path) as store:
         assert [e.payload for e in store.read()] == ['{"n":1}']
         assert [p.key for p in store.scratch_list("u")] == ["k"]
-
-
-def test_a_database_newer_than_the_code_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "log.db"
-    SQLiteEventStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO anagrapheus_migrations VALUES ('0099_from_the_future', '2030-01-01T00:00:00Z')")
-    conn.commit()
-    conn.close()
-    with pytest.raises(SchemaTooNew, match="0099_from_the_future"):
-        SQLiteEventStore(path)
 
 
 def test_the_log_refuses_updates_and_deletes(tmp_path: Path) -> None:

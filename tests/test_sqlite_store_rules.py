@@ -125,6 +125,7 @@ def test_a_database_newer_than_the_code_is_refused_naming_it(tmp_path: Path, rea
     with pytest.raises(SchemaTooNew) as raised:
         SQLiteEventStore(path, read_only=read_only)
     assert str(raised.value).startswith(f"{path} was migrated by a newer anagrapheus")
+    assert "0099_from_the_future" in str(raised.value)
 
 
 def test_the_migrations_table_is_strict_and_keyed_by_name(tmp_path: Path) -> None:
