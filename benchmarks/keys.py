@@ -74,10 +74,11 @@ def key_cost(*, n: int, rounds: int) -> None:
     """Figure 1: the cost of one key at 200 messages against 2, the same objects re-sent each time."""
     model = PinnedModel(FunctionModel(lambda m, i: ModelResponse(parts=[]), model_name="keys"), ReplayPins({}))
     settings: ModelSettings = {"temperature": 0.0}
-    whole = history(200)
 
     def keying(size: int) -> Variant:
-        messages = whole[:size]
+        # Each size its own conversation: two that share their first message are one conversation cut short and
+        # grown again, so every sample would begin by walking the 198 messages between them anew.
+        messages = history(size)
 
         def sample(count: int) -> float:
             start = time.perf_counter()

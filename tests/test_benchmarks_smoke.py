@@ -66,3 +66,11 @@ def test_recording_benchmark_runs() -> None:
     out = run_quick("recording.py")
     assert "baseline: write, no scan" in out
     assert "write with the default scan" in out
+
+
+def test_key_floor_benchmark_takes_the_check_apart() -> None:
+    out = run_quick("key_floor.py")
+    assert "checked: 200 messages" in out
+    assert "identity comparison alone (no reading)" in out
+    # The compiled check is measured where a C compiler and Python's headers are, and says why not elsewhere.
+    assert ("the check compiled (C)" in out) or ("the compiled check is not measured" in out)
