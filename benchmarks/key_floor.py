@@ -38,7 +38,7 @@ from pydantic_ai.settings import ModelSettings
 
 from anagrapheus import PinnedModel, ReplayPins
 from anagrapheus.provider import SemanticCallPolicy
-from anagrapheus.provider.policy_history import SEEN_BEFORE_KEPT, _reading  # pyright: ignore[reportPrivateUsage]
+from anagrapheus.provider.policy_history import SEEN_BEFORE_KEPT, _read  # pyright: ignore[reportPrivateUsage]
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     same = list(values)
 
     def check_today() -> bool:
-        now = list(_reading(getters, watched))  # as `_Chain.unchanged` does
+        now = _read(getters, watched)  # as `_Chain.unchanged` does
         return len(now) == len(values) and all(map(is_, now, values))
 
     assert check_today()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import pytest
@@ -310,6 +311,89 @@ def test_an_object_whose_class_is_swapped_is_read_by_its_new_class() -> None:
     prompt.__class__ = Stamped
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
     assert pin_of(policy, messages, PLAIN).key != before
+
+
+class Zone(int):
+    """A number written as a key through `__int__`, which reads a field that can change."""
+
+    name = 1
+
+    def __int__(self) -> int:
+        return self.name
+
+
+class Colour(Enum):
+    """An enum member is written as a key by its value."""
+
+    RED = "red"
+
+
+def test_a_key_whose_written_form_changes_in_place_changes_the_key() -> None:
+    # The key object stays the very same, and so does every value of its dict: only the key's own state moves.
+    policy = SemanticCallPolicy()
+    zone = Zone(0)
+    messages: list[ModelMessage] = [request("question 0"), *turn(0, {"n": 1})]
+    returned = messages[2].parts[0]
+    assert isinstance(returned, ToolReturnPart)
+    returned.content = {zone: "north", Colour.RED: "east"}
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    before = pin_of(policy, messages, PLAIN).key
+    zone.name = 2
+    check(policy, messages)
+    assert pin_of(policy, messages, PLAIN).key != before
+    before = pin_of(policy, messages, PLAIN).key
+    Colour.RED._value_ = "blue"  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        check(policy, messages)
+        assert pin_of(policy, messages, PLAIN).key != before
+    finally:
+        Colour.RED._value_ = "red"  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_a_swapped_class_missing_a_field_the_old_one_read_is_keyed_as_from_scratch() -> None:
+    policy = SemanticCallPolicy()
+    returned = ToolReturnPart("quota", "12 tonnes", tool_call_id="call_r")
+    messages: list[ModelMessage] = [request("question 0"), ModelRequest(parts=[returned]), request("question 1")]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    returned.__class__ = UserPromptPart
+    del returned.tool_name  # read by the old class's watch; a user prompt has no such field
+    check(policy, messages)
+
+
+def test_a_part_missing_a_field_its_walk_leaves_out_is_keyed_as_from_scratch() -> None:
+    from pydantic_ai.messages import ImageUrl
+
+    @dataclass
+    class TaggedImage(ImageUrl):
+        """An image with a field the walk leaves out (a volatile name) and no class default to fall back on."""
+
+        metadata: dict[str, str] = field(default_factory=dict[str, str])
+
+    policy = SemanticCallPolicy()
+    image = TaggedImage(url="https://example.com/north.png")
+    del image.metadata  # a class with a property field has every field watched: this one cannot be read
+    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(["Look:", image])]), *turn(0, {"n": 0})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    image.url = "https://example.com/south.png"  # walked on every request, so a change is still seen
+    check(policy, messages)
+
+
+def test_of_two_broken_messages_the_first_is_named_as_from_scratch() -> None:
+    # The check of the kept messages reads every one of them before any is walked again: a message it cannot
+    # read must not be reported ahead of an earlier one the walk refuses.
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0"), *turn(0, {"n": 1})]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    call = messages[1].parts[0]
+    answer = messages[3].parts[0]
+    assert isinstance(call, ToolCallPart) and isinstance(call.args, dict) and isinstance(answer, TextPart)
+    call.args["n"] = float("nan")
+    del answer.content
+    with pytest.raises(CanonicalError) as refused:
+        pin_of(policy, messages, PLAIN)
+    assert refused.value.path == "$.messages[1].parts[0].args.n"
+    with pytest.raises(CanonicalError):
+        from_scratch(messages, PLAIN)
 
 
 def test_more_conversations_than_are_kept_still_key_as_from_scratch() -> None:

@@ -25,6 +25,9 @@ __all__ = ["KeyedHistory", "split_material"]
 
 # Immutable, so reading the same object is reading the same value.
 _LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes})
+# Keys the walk writes from the key alone. A subclass may write itself through `__int__` or `__float__`, and an
+# enum member through its value, either of which can change while the key stays the same object.
+_PLAIN_KEYS: Final = frozenset({str, int, float})
 _Getter = Callable[[Any], Iterable[object]]
 _KEYS: Final[_Getter] = dict[Any, Any].keys
 _VALUES: Final[_Getter] = dict[Any, Any].values
@@ -73,9 +76,10 @@ def _watch(value: object, getters: list[_Getter], objects: list[object]) -> None
         for item in held:
             _watch(item, getters, objects)
     elif kind is dict:
-        # Its keys are read by identity too: any key the walk accepts (a string, a number, an enum member) is
-        # written from a value that cannot change while the key is the same object.
+        # Its keys are read by identity too, which is exact for plain keys only: any other is the walk's to read.
         mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
+        if not all(type(key) in _PLAIN_KEYS for key in mapping):
+            raise _Unwatched
         getters += (_KEYS, _VALUES)
         objects += (mapping, mapping)
         for item in mapping.values():
@@ -96,22 +100,30 @@ def _watched(message: ModelMessage) -> _Watch | None:
     objects: list[object] = []
     try:
         _watch(message, getters, objects)
-    except (_Unwatched, RecursionError):
+        return getters, objects, _read(getters, objects)
+    except (_Unwatched, RecursionError, AttributeError):
+        # (A class with a property field has all its fields watched, and one the walk skips may be missing.)
         return None
-    return getters, objects, list(_reading(getters, objects))
 
 
-def _reading(getters: Sequence[_Getter], objects: Sequence[object]) -> Iterable[object]:
-    return chain.from_iterable(map(_CALL, getters, objects))
+def _read(getters: Sequence[_Getter], objects: Sequence[object]) -> list[object]:
+    return list(chain.from_iterable(map(_CALL, getters, objects)))
+
+
+def _reads_as_walked(getters: Sequence[_Getter], objects: Sequence[object], values: Sequence[object]) -> bool:
+    """Whether each watched object still holds, by identity, what it held when walked."""
+    try:
+        now = _read(getters, objects)
+    except AttributeError:
+        # An object whose class was swapped for one lacking a field the old one read: changed, and the walk reads
+        # it as it is now (raising, in message order, where the messages really are broken).
+        return False
+    # By identity: an equal value of another type (1 for True) or an equal copy of a list can key otherwise.
+    return len(now) == len(values) and all(map(is_, now, values))
 
 
 def _same(watch: _Watch | None) -> bool:
-    if watch is None:
-        return False
-    getters, objects, values = watch
-    now = list(_reading(getters, objects))
-    # By identity: an equal value of another type (1 for True) or an equal copy of a list can key otherwise.
-    return len(now) == len(values) and all(map(is_, now, values))
+    return watch is not None and _reads_as_walked(*watch)
 
 
 class _Node:
@@ -209,8 +221,7 @@ class _Chain:
 
     def unchanged(self) -> bool:
         """Whether every watched node reads what it read when walked."""
-        now = list(_reading(self.getters, self.objects))
-        return len(now) == len(self.values) and all(map(is_, now, self.values))
+        return _reads_as_walked(self.getters, self.objects, self.values)
 
     def rehash(self, start: int) -> None:
         """Recompute the hash states from node `start` on."""
