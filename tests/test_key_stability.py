@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -39,12 +40,23 @@ values = st.recursive(
 
 CHILD = """
 import json, sys
+from dataclasses import dataclass
+from typing import Any
 from pydantic import BaseModel
 from anagrapheus.provider.tools import tool_pin
 
 class Tags(BaseModel):
     tags: set[str]
     ranks: frozenset[int]
+
+@dataclass
+class Found:
+    tags: frozenset[str]
+    note: bytes = b"kept"
+
+@dataclass
+class Holder:
+    inner: Any
 
 for line in sys.stdin:
     keys = [tool_pin("lookup", {"value": value}).key for value in eval(line)]
@@ -57,7 +69,25 @@ class Tags(BaseModel):
     ranks: frozenset[int]
 
 
+@dataclass
+class Found:
+    """A plain dataclass, which pydantic dumps with its sets in the process's hash order."""
+
+    tags: frozenset[str]
+    note: bytes = b"kept"
+
+
+@dataclass
+class Holder:
+    inner: Any
+
+
 MODEL_CASE = "Tags(tags={'fish', 'cod', 'quota', 'eu', 'uk'}, ranks=frozenset({3, 11, 19, 27}))"
+DATACLASS_CASES = (
+    "Found(frozenset({'fish', 'cod', 'quota', 'eu', 'uk', 'north', 'south'}))",
+    "Holder([{'found': Found(frozenset({'alpha', 'beta', 'gamma', 'delta', 'epsilon'}))}])",
+    "Holder(Tags(tags={'fish', 'cod', 'quota', 'eu', 'uk'}, ranks=frozenset({3, 11, 19, 27})))",
+)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +124,7 @@ def keys_in_child(child: subprocess.Popen[str], cases_repr: str) -> list[str]:
 def test_tool_keys_are_the_same_under_every_hash_seed(
     children: dict[str, subprocess.Popen[str]], cases: list[Any]
 ) -> None:
-    cases_repr = "[" + ", ".join([repr(case) for case in cases] + [MODEL_CASE]) + "]"
+    cases_repr = "[" + ", ".join([repr(case) for case in cases] + [MODEL_CASE, *DATACLASS_CASES]) + "]"
     expected = [tool_pin("lookup", {"value": value}).key for value in eval(cases_repr)]
     for seed, child in children.items():
         assert keys_in_child(child, cases_repr) == expected, f"PYTHONHASHSEED={seed}"
@@ -104,6 +134,15 @@ def test_a_set_keys_like_its_sorted_members() -> None:
     assert tool_pin("t", {"x": {"b", "a", "c"}}).key == tool_pin("t", {"x": frozenset({"c", "b", "a"})}).key
     assert tool_pin("t", {"x": {"b", "a"}}).key != tool_pin("t", {"x": {"a"}}).key
     assert tool_pin("t", {"x": {1: "a"}}).key == tool_pin("t", {"x": {"1": "a"}}).key  # as pydantic sends it
+
+
+def test_a_plain_dataclass_keys_its_sets_sorted_and_otherwise_as_pydantic_dumps_it() -> None:
+    # With a set, its fields are walked: the set sorted, and its bytes by digest as anywhere else in a walk.
+    walked = {"tags": ["a", "b"], "note": b"kept"}
+    assert tool_pin("t", {"x": Found(frozenset({"b", "a"}))}).key == tool_pin("t", {"x": walked}).key
+    assert tool_pin("t", {"x": Found(frozenset({"b", "a"}))}).key != tool_pin("t", {"x": Found(frozenset({"a"}))}).key
+    # Without a set, keyed as before: pydantic writes its bytes as base64.
+    assert tool_pin("t", {"x": Holder(b"ab")}).key == tool_pin("t", {"x": {"inner": "YWI="}}).key
 
 
 def test_undecodable_bytes_are_keyed_by_value() -> None:

@@ -340,11 +340,39 @@ class MaterialWalk:
             return dict(cast(Mapping[Any, Any], value))
         if isinstance(value, list | tuple):
             return list(cast(list[Any], value))
-        # Anything else (a pydantic model, a user dataclass, a datetime) is keyed as pydantic serialises it,
-        # which is how pydantic-ai renders such a value for the model.
+        fields = _fields_holding_a_set(value)
+        if fields is not None:
+            return fields
+        # Anything else (a user dataclass, a datetime) is keyed as pydantic serialises it, which is how pydantic-ai
+        # renders such a value for the model.
         try:
             return pydantic_core.to_jsonable_python(value, bytes_mode="base64")
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError):
             raise _Refused(
                 f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
             ) from None
+
+
+def _fields_holding_a_set(value: object) -> dict[str, Any] | None:
+    """A plain dataclass's fields, to be walked, where a set sits in them; None for anything else."""
+    if not (dataclasses.is_dataclass(value) and not isinstance(value, type) and _holds_set(value)):
+        return None
+    # pydantic would list its sets in the process's hash order, so its fields are walked, which sorts them. Only
+    # then: the walk also keys bytes by digest where pydantic writes base64, so other keys stay as they were.
+    return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+
+
+def _holds_set(value: object) -> bool:
+    """Whether a set sits anywhere in `value`: in a container, a dataclass's field, or a pydantic model's dump."""
+    if isinstance(value, set | frozenset):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_set(key) or _holds_set(item) for key, item in cast(Mapping[Any, Any], value).items())
+    if isinstance(value, list | tuple):
+        return any(map(_holds_set, cast(list[Any], value)))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(_holds_set(getattr(value, field.name)) for field in dataclasses.fields(value))
+    serializer = getattr(cast(object, type(value)), "__pydantic_serializer__", None)
+    if isinstance(serializer, pydantic_core.SchemaSerializer):
+        return _holds_set(serializer.to_python(value))
+    return False
