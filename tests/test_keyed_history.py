@@ -512,6 +512,24 @@ def test_a_tool_call_id_changed_in_place_renumbers_the_calls_after_it() -> None:
     check(policy, messages)
 
 
+def test_a_call_renamed_right_after_another_numbers_from_the_ids_before_it() -> None:
+    # Walked again alone, the renamed call starts from the ids its predecessors numbered: here, exactly one.
+    policy = SemanticCallPolicy()
+    first = ToolCallPart("quota", {"n": 0}, tool_call_id="call_a")
+    second = ToolCallPart("quota", {"n": 1}, tool_call_id="call_b")
+    messages: list[ModelMessage] = [
+        request("question 0"),
+        ModelResponse(parts=[first]),
+        ModelResponse(parts=[second]),
+        ModelRequest(parts=[ToolReturnPart("quota", "1", tool_call_id="call_a")]),
+        *turn(0, {"n": 2}),
+    ]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    second.tool_call_id = "call_renamed"
+    check(policy, messages)
+    check(policy, messages)
+
+
 def test_a_history_opening_with_a_tool_call_renamed_in_place_keys_as_from_scratch() -> None:
     policy = SemanticCallPolicy()
     call = ToolCallPart("quota", {"n": 0}, tool_call_id="call_first")

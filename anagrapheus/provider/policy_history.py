@@ -88,10 +88,15 @@ def _watch(value: object, getters: list[_Getter], objects: list[object]) -> None
         getter = _getter(kind)
         if getter is None:
             raise _Unwatched
+        try:
+            read = getter(value)
+        except AttributeError:
+            # A class with a property field has all its fields watched, and one the walk leaves out may be missing.
+            raise _Unwatched from None
         getters.append(getter)
         objects.append(value)
         # The values a getter returns (after the class) are the fields the walk reads.
-        for item in islice(getter(value), 1, None):
+        for item in islice(read, 1, None):
             _watch(item, getters, objects)
 
 
@@ -100,10 +105,9 @@ def _watched(message: ModelMessage) -> _Watch | None:
     objects: list[object] = []
     try:
         _watch(message, getters, objects)
-        return getters, objects, _read(getters, objects)
-    except (_Unwatched, RecursionError, AttributeError):
-        # (A class with a property field has all its fields watched, and one the walk skips may be missing.)
+    except (_Unwatched, RecursionError):
         return None
+    return getters, objects, _read(getters, objects)
 
 
 def _read(getters: Sequence[_Getter], objects: Sequence[object]) -> list[object]:
