@@ -616,6 +616,18 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return list(cast(None, value))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
+    "anagrapheus.provider.policy_material.x__holds_set__mutmut_6": (
+        "return any(_holds_set(key) or _holds_set(item) for key, item in cast(None, value).items())",
+        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
+    ),
+    "anagrapheus.provider.policy_material.x__holds_set__mutmut_15": (
+        "return any(map(_holds_set, cast(None, value)))",
+        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
+    ),
+    "anagrapheus.provider.policy_material.x__holds_set__mutmut_35": (
+        'serializer = getattr(cast(None, type(value)), "__pydantic_serializer__", None)',
+        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
+    ),
     "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_dataclass__mutmut_22": (
         "kind: type[Any] = None  # pyright: ignore[reportUnknownVariableType]",
         "the inline cases of an ASCII str and a list are what _value does with them: with no kind matched, _value"

@@ -142,6 +142,7 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_policy.py",
         "tests/test_key_rules.py",
         "tests/test_policy_material.py",
+        "tests/test_key_stability.py",
     ],
     "anagrapheus/provider/policy.py": [
         "tests/test_policy.py",

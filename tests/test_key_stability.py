@@ -145,6 +145,12 @@ def test_a_plain_dataclass_keys_its_sets_sorted_and_otherwise_as_pydantic_dumps_
     assert tool_pin("t", {"x": Holder(b"ab")}).key == tool_pin("t", {"x": {"inner": "YWI="}}).key
 
 
+def test_a_set_as_a_key_in_a_plain_dataclass_is_refused_where_it_stands() -> None:
+    with pytest.raises(CanonicalError, match="object key") as caught:
+        tool_pin("t", {"x": Holder({frozenset({"a", "b"}): 1})})
+    assert caught.value.path == "$.args.x.inner"
+
+
 def test_undecodable_bytes_are_keyed_by_value() -> None:
     assert tool_pin("t", {"x": b"\xff\xfe"}).key == tool_pin("t", {"x": bytearray(b"\xff\xfe")}).key
     assert tool_pin("t", {"x": b"\xff\xfe"}).key != tool_pin("t", {"x": b"\xff\xff"}).key
