@@ -58,10 +58,12 @@ SHAPES = {
     "bearer-auth": "Authorization: Bear" + "er " + ALNUM + "xyz",
     "basic-auth": "Authorization: Bas" + "ic " + base64.b64encode(b"admin:hunter2-" + ALNUM.encode()).decode(),
     "url-credentials": "postgres://admin:" + "hunter2" + "@db.example.com:5432/app",
+    "url-password-only": "redis://:" + "hunter2-cache" + "@cache.example.com:6379/0",
 }
 RULE_OF = {
     "openai-project-key": "openai-key",
     "github-fine-grained": "github-token",
+    "url-password-only": "url-credentials",
 }
 
 

@@ -127,7 +127,8 @@ DEFAULT_RULES: tuple[SecretRule, ...] = (
     SecretRule(
         "basic-auth", r"asic(?<=[Bb]asic)(?<![A-Za-z][Bb]asic)[ \t]+[A-Za-z0-9+/]{8,}={0,2}", check=_basic_credentials
     ),
-    SecretRule("url-credentials", r"://[^/\s:@\"]+:[^/\s@\"]+@"),
+    # The user may be empty: `redis://:password@host` is how a password-only server is named.
+    SecretRule("url-credentials", r"://[^/\s:@\"]*:[^/\s@\"]+@"),
 )
 """The credential shapes every recording is checked against: provider API keys, auth headers, cloud and chat tokens."""
 
