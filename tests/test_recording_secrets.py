@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import stat
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,23 @@ def test_each_secret_shape_is_refused_naming_seq_path_and_rule_but_never_the_val
         assert fragment not in str(error) and fragment not in repr(error.args)
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary file left behind either
+
+
+def test_a_secret_is_searched_for_as_written_after_unicode_normalisation(tmp_path: Path) -> None:
+    # U+212A KELVIN SIGN is written as the letter K: the key is whole in the file, so it is refused before.
+    secret = "sk-" + "proj-" + "FAKE" * 8
+    disguised = secret.replace("K", "\u212a")
+    assert disguised != secret and unicodedata.normalize("NFC", disguised) == secret
+    with pytest.raises(SecretInRecording) as caught:
+        write_recording(
+            tmp_path / "run.jsonl", [clean_pin(1), pin(2, {"note": disguised}, key_char="b")], header=HEADER
+        )
+    assert (caught.value.seq, caught.value.json_path, caught.value.rule) == (2, "$.payload.raw.note", "openai-key")
+    header = {**HEADER.model_dump(), "details": {"note": disguised}}
+    with pytest.raises(SecretInRecording) as in_header:
+        write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=header)
+    assert (in_header.value.seq, in_header.value.rule) == (None, "openai-key")
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 def test_a_refused_rewrite_leaves_the_previous_recording_alone(tmp_path: Path) -> None:

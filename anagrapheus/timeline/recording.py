@@ -14,7 +14,14 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import AnagrapheusError, RecordingError, SecretInRecording, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, canonical_number
+from anagrapheus.timeline.canonical import (
+    JSONValue,
+    canonical_json,
+    canonical_json_of_parsed,
+    canonical_number,
+    canonical_value,
+    encode_normalised,
+)
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
     Event,
@@ -153,7 +160,10 @@ class _LineWriter:
         self._refuse = refuse
 
     def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
-        text = canonical_json(line)
+        # Searched as it is written: canonical text is NFC, which turns a look-alike (U+212A KELVIN SIGN) into the
+        # very letter a rule looks for.
+        line = cast(dict[str, JSONValue], canonical_value(line))
+        text = encode_normalised(line)
         # Each policy first searches the whole line once; only a line that may hold a match is walked.
         if self._redact is not None and self._redactor is not None and self._redact.may_hold(text):
             redacted = self._redactor.redact(line)
