@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from anagrapheus.cli import check, copy, diff, export, regress, show, upcast
+from anagrapheus.cli import check, copy, diff, export, regress, show, upcast, view
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
 
 __all__ = ["Exit", "main", "parser"]
 
 # Each command module registers its subcommand; a new command is one more module here.
-COMMANDS = (show, diff, check, export, upcast, regress, copy)
+COMMANDS = (show, diff, check, export, upcast, regress, copy, view)
 
 
 def parser() -> argparse.ArgumentParser:

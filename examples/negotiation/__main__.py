@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import sys
 from pathlib import Path
 
-from anagrapheus import AnagrapheusError
+from anagrapheus import AnagrapheusError, cli
+from anagrapheus.testing.miss import write_miss
 from examples.negotiation.candidates import CANDIDATES
 from examples.negotiation.runs import (
     DEFAULT_SEED,
@@ -71,6 +74,17 @@ def _print_replay(report: ReplayReport) -> None:
     print(f"Model calls: {sum(report.model_calls.values())} ({calls}); world readings: {report.world_readings}")
 
 
+def _write_view(recording: Path, report: ReplayReport, page: Path) -> None:
+    """Write `anagrapheus view`'s page of the recording, showing the divergence when the replay left it."""
+    command = ["view", str(recording), "-o", str(page)]
+    if report.diverged is not None:
+        miss = write_miss(report.diverged.divergence, page.with_suffix(".miss.json"), recording=recording)
+        command += ["--miss", str(miss)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli.main(command)
+    print(f"Wrote {_shown(page)}: open it in a browser (j/k move between pins, d jumps to the divergence)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m examples.negotiation",
@@ -93,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         "--provider",
         choices=sorted(PROVIDERS),
         help="with --record: real models through this provider (needs its extra and API key)",
+    )
+    parser.add_argument(
+        "--view",
+        type=Path,
+        metavar="PAGE",
+        help="after a replay, write a page of it (with --diverge, of where it left the recording) to open in a browser",
     )
     parser.add_argument("--eu-model", help="with --provider: the EU negotiator's model name")
     parser.add_argument("--uk-model", help="with --provider: the UK negotiator's model name")
@@ -149,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Recorded with: {report.recording.header.recorded_with}")
     print()
     _print_replay(report)
+    if args.view is not None:
+        _write_view(path, report, args.view)
     if report.diverged is not None and not args.diverge:
         return 1
     return 0

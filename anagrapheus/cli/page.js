@@ -1,0 +1,16 @@
+// anagrapheus view: keyboard moves between pins (j/k), to the divergence (d) and to the next unit (u).
+(function(){
+  var pins=Array.prototype.slice.call(document.querySelectorAll('.pin'));
+  var units=Array.prototype.slice.call(document.querySelectorAll('section.unit'));
+  function at(){var a=document.activeElement;var i=pins.indexOf(a);if(i>=0)return i;
+    var y=window.scrollY;for(var j=0;j<pins.length;j++){if(pins[j].offsetTop>=y)return j-1;}return pins.length-1;}
+  function go(el){if(el){el.focus();el.scrollIntoView({block:'center'});}}
+  document.addEventListener('keydown',function(e){
+    if(e.ctrlKey||e.metaKey||e.altKey)return;var i=at();
+    if(e.key==='j'||e.key==='ArrowDown'&&e.target.classList.contains('pin')){go(pins[Math.min(i+1,pins.length-1)]);e.preventDefault();}
+    else if(e.key==='k'||e.key==='ArrowUp'&&e.target.classList.contains('pin')){go(pins[Math.max(i-1,0)]);e.preventDefault();}
+    else if(e.key==='d'){var d=document.querySelector('.pin.focus')||document.getElementById('divergence');go(d);}
+    else if(e.key==='u'){var c=pins[Math.max(i,0)];var n=units[units.indexOf(c?c.closest('section.unit'):null)+1];
+      if(n){go(n.querySelector('.pin')||n);}}
+  });
+})();
