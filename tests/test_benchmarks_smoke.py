@@ -74,3 +74,9 @@ def test_key_floor_benchmark_takes_the_check_apart() -> None:
     assert "identity comparison alone (no reading)" in out
     # The compiled check is measured where a C compiler and Python's headers are, and says why not elsewhere.
     assert ("the check compiled (C)" in out) or ("the compiled check is not measured" in out)
+
+
+def test_view_benchmark_runs() -> None:
+    out = run_quick("view.py")
+    assert "anagrapheus view writing its page" in out
+    assert "page size:" in out

@@ -1,0 +1,114 @@
+"""Spans for pins: every resolve, commit and abandon reported through OpenTelemetry's API (no SDK needed).
+
+A span is made only where a tracer provider is set (the user's, or logfire's); without one, opening a pin's span
+costs one check of OpenTelemetry's global. Inside `answers_untraced()` (which `Pinning` opens with pydantic-ai's
+replay scope) a span whose pin was answered, not drawn, is never ended, so never exported: replayed work stays
+out of traces, as pydantic-ai keeps a durable engine's replayed work out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Literal
+
+from opentelemetry import trace
+from opentelemetry.trace import ProxyTracerProvider, Span, use_span
+
+__all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "unit_span"]
+
+Outcome = Literal["drawn", "answered", "reused", "missed", "failed"]
+"""What became of one resolve: drawn live, answered from the log, reused from scratch, missed, or failed."""
+
+KEY_CHARS = 12
+"""Hex characters of a key's digest a span keeps: enough to find the pin, short enough to read."""
+
+_NAMESPACE = "anagrapheus"
+_ANSWERS: frozenset[str] = frozenset({"answered", "reused"})
+_untraced_answers: ContextVar[bool] = ContextVar("anagrapheus_untraced_answers", default=False)
+
+
+def _tracer() -> trace.Tracer | None:
+    """The tracer of the global provider, or None while none is set (the API's proxy stands in for it)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider):
+        return None
+    return provider.get_tracer(_NAMESPACE)
+
+
+def short_key(key: str) -> str:
+    """A key cut to its scheme, kind and the first `KEY_CHARS` of its digest."""
+    head, colon, digest = key.rpartition(":")
+    return f"{head}{colon}{digest[:KEY_CHARS]}" if colon else key[:KEY_CHARS]
+
+
+@contextmanager
+def answers_untraced() -> Iterator[None]:
+    """Within: the spans of pins answered (from the log or from scratch) are never ended, so never exported."""
+    token = _untraced_answers.set(True)
+    try:
+        yield
+    finally:
+        _untraced_answers.reset(token)
+
+
+class PinSpan:
+    """The span of one resolve, told its outcome by the resolver; a no-op without a tracer."""
+
+    __slots__ = ("_span", "outcome")
+
+    def __init__(self, span: Span | None) -> None:
+        self._span = span
+        self.outcome: Outcome | None = None
+
+    def set(self, outcome: Outcome, *, attempts: int | None = None, moved: Sequence[str] = ()) -> None:
+        """Say what became of the resolve (the last outcome set stands), its attempts and, on a miss, what moved."""
+        self.outcome = outcome
+        span = self._span
+        if span is None:
+            return
+        span.set_attribute("anagrapheus.pin.outcome", outcome)
+        if attempts is not None:
+            span.set_attribute("anagrapheus.pin.attempts", attempts)
+        if moved:
+            span.set_attribute("anagrapheus.pin.moved", list(moved))
+
+
+_NO_SPAN = PinSpan(None)
+
+
+@contextmanager
+def pin_span(kind: str, key: str, unit_id: str | None) -> Iterator[PinSpan]:
+    """Open the span of one resolve of `key`; an exception that escapes it without an outcome marks it `failed`."""
+    tracer = _tracer()
+    if tracer is None:
+        yield _NO_SPAN
+        return
+    attributes: dict[str, str] = {"anagrapheus.pin.kind": kind, "anagrapheus.pin.key": short_key(key)}
+    if unit_id is not None:
+        attributes["anagrapheus.unit.id"] = unit_id
+    span = tracer.start_span(f"pin {kind}", attributes=attributes)
+    pinned = PinSpan(span)
+    try:
+        with use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
+            yield pinned
+    except BaseException:
+        if pinned.outcome is None:
+            pinned.set("failed")
+        raise
+    finally:
+        # An answer replayed under a replay scope was already traced when it was drawn: leave it unended.
+        if not (_untraced_answers.get() and pinned.outcome in _ANSWERS):
+            span.end()
+
+
+@contextmanager
+def unit_span(action: Literal["commit", "abandon"], unit_id: str) -> Iterator[Span | None]:
+    """Open the span of a unit's commit or abandon; the caller sets `anagrapheus.unit.pins` on it."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span(f"pins {action}", attributes={"anagrapheus.unit.id": unit_id}) as span:
+        yield span
