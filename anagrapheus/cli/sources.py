@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sqlite3
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,8 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
 _LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
 _BUILTIN = "anagrapheus"
+PIPE_WAIT = 30.0
+"""How long a command waits for a process to open a named pipe (FIFO) it was given for writing, in seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +103,49 @@ def _is_log(path: Path) -> bool:
         raise BadInput(f"cannot read the database ({e})", path=str(path)) from e
 
 
-def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
-    """Read a recording or a database's log, keeping only `units` when some are named."""
-    path = Path(name)
+def _read_pipe(path: Path, name: str) -> bytes:
+    """Read a pipe (a FIFO, or `/dev/fd/N` from `<(...)`) once and whole, waiting `PIPE_WAIT` s at most for a writer."""
     try:
-        with path.open("rb") as file:
-            magic = file.read(len(_SQLITE_MAGIC))
+        # Not blocking: a FIFO no process writes to would otherwise hold the open for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        # Readable once a writer has written or come and gone; nothing at all while no writer opened it.
+        if not poller.poll(int(PIPE_WAIT * 1000)):
+            raise BadInput(
+                f"a pipe no process opened for writing within {PIPE_WAIT:g} s; start the command that writes"
+                " it first, or name the file itself",
+                path=name,
+            )
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
+    """Read a recording or a database's log, keeping only `units` when some are named.
+
+    A regular file is sniffed for SQLite's magic; a pipe is read once, whole, as a recording (a
+    sniff would eat its first bytes, and SQLite cannot read a pipe).
+    """
+    path = Path(name)
+    piped: bytes | None = None
+    try:
+        if stat.S_ISFIFO(path.stat().st_mode):
+            piped = _read_pipe(path, name)
+            magic = piped[: len(_SQLITE_MAGIC)]
+            if magic == _SQLITE_MAGIC:
+                raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
+        else:
+            with path.open("rb") as file:
+                magic = file.read(len(_SQLITE_MAGIC))
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
@@ -117,7 +158,7 @@ def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
                 source = Source(path, "database", None, tuple(store.read()), scratch)
         else:
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
-            recording = read_recording(path, provenance="ignore")
+            recording = read_recording(path, provenance="ignore", data=piped)
             lines = tuple(range(2, len(recording.events) + 2))
             source = Source(path, "recording", recording.header, recording.events, lines=lines)
     except AnagrapheusError as e:
