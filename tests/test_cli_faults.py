@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -143,3 +147,111 @@ def test_a_database_through_a_pipe_is_refused_naming_the_file_to_give(
         writer.wait(timeout=60)
     assert code == 2, out + err
     assert "a SQLite database cannot be read through a pipe; name the database file" in err
+
+
+# read-only folders
+
+# The command run as an unprivileged user (as root nothing is read-only), after its imports.
+AS_NOBODY = """
+import os, sys
+from anagrapheus.cli import main
+os.setgid(65534); os.setuid(65534)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", AS_NOBODY, *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def read_only_folder() -> Iterator[Path]:
+    """A folder under /tmp that an unprivileged user may read and not write, once its files are in (`seal`)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the command as another user")
+    folder = Path(tempfile.mkdtemp(prefix="anagrapheus-ro-"))
+    try:
+        yield folder
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder)
+
+
+def seal(folder: Path) -> None:
+    for file in folder.iterdir():
+        file.chmod(0o444)
+    folder.chmod(0o555)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.setgid(65534); os.setuid(65534); print(os.access(sys.argv[1], os.W_OK))",
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "False"
+
+
+def log_with_commits_in_its_wal(folder: Path, *, shm: bool) -> Path:
+    """40 committed units, 20 of them only in the write-ahead log: copied while the writer still has it open."""
+    source = Path(tempfile.mkdtemp(prefix="anagrapheus-writer-"))
+    try:
+        with SQLiteEventStore(source / "log.db") as store:
+            for n in range(1, 41):
+                ledger = PinLedger(store, builtin_types(), unit_id=f"unit-{n}")
+                ledger.resolve(f"k-{n}", kind="model_call", effect=lambda n=n: f"drawn {n}", interpret=str)
+                ledger.commit()
+                if n == 20:
+                    with sqlite3.connect(source / "log.db") as checkpoint:
+                        checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            names = ["log.db", "log.db-wal", *(["log.db-shm"] if shm else [])]
+            for name in names:
+                shutil.copy(source / name, folder / name)
+    finally:
+        shutil.rmtree(source)
+    assert (folder / "log.db-wal").stat().st_size > 0
+    seal(folder)
+    return folder / "log.db"
+
+
+def test_show_and_export_read_the_wal_of_a_log_in_a_read_only_folder(read_only_folder: Path) -> None:
+    database = log_with_commits_in_its_wal(read_only_folder, shm=True)
+    shown = as_nobody("show", "--json", str(database))
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)["units"]) == 40
+    checked = as_nobody("check", str(database))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok, 40 event(s)" in checked.stdout
+    out = Path(tempfile.mkdtemp(prefix="anagrapheus-out-"))
+    try:
+        out.chmod(0o777)
+        exported = as_nobody("export", str(database), "--unit", "unit-40", "-o", str(out / "unit-40.jsonl"))
+        assert exported.returncode == 0, exported.stdout + exported.stderr
+        assert '"unit_id":"unit-40"' in (out / "unit-40.jsonl").read_text(encoding="utf-8")
+    finally:
+        shutil.rmtree(out)
+    assert sorted(p.name for p in read_only_folder.iterdir()) == ["log.db", "log.db-shm", "log.db-wal"]
+
+
+def test_a_wal_that_cannot_be_read_in_a_read_only_folder_is_refused_naming_it(read_only_folder: Path) -> None:
+    database = log_with_commits_in_its_wal(read_only_folder, shm=False)
+    for command in ("show", "check"):
+        done = as_nobody(command, str(database))
+        assert done.returncode == 2, done.stdout + done.stderr
+        said = done.stdout + done.stderr
+        assert f"its write-ahead log {database}-wal holds commits not yet in the main file" in said
+        assert "Copy the database with its -wal file to a folder it can write" in said
+    assert sorted(p.name for p in read_only_folder.iterdir()) == ["log.db", "log.db-wal"]
+
+
+def test_a_checkpointed_log_in_a_read_only_folder_is_shown(read_only_folder: Path) -> None:
+    database = small_log(read_only_folder / "log.db", units=3)
+    seal(read_only_folder)
+    shown = as_nobody("show", "--json", str(database))
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)["units"]) == 3

@@ -17,7 +17,7 @@ from typing import Literal
 import sqlite_utils
 
 from anagrapheus.cli.report import BadInput, bad_input
-from anagrapheus.errors import AnagrapheusError
+from anagrapheus.errors import AnagrapheusError, StoreError
 from anagrapheus.timeline import (
     Event,
     EventTypeRegistry,
@@ -28,6 +28,7 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     read_recording,
 )
+from anagrapheus.timeline.sqlite import read_only_uri
 
 __all__ = ["Source", "add_registry_options", "event_types", "load_object", "open_source", "unit_of", "upcasts_of"]
 
@@ -92,7 +93,7 @@ def unit_of(event: StoredEvent) -> str | None:
 def _is_log(path: Path) -> bool:
     # A read-only connection of our own: looking must not migrate, create tables in, or switch the journal of a file.
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             # Without side effects: no recursive_triggers switch, no installed plugin's connection hook.
             database = sqlite_utils.Database(connection, recursive_triggers=False, execute_plugins=False)
@@ -101,6 +102,8 @@ def _is_log(path: Path) -> bool:
             connection.close()
     except sqlite3.Error as e:
         raise BadInput(f"cannot read the database ({e})", path=str(path)) from e
+    except StoreError as e:
+        raise BadInput(str(e).removeprefix(f"{path}: "), path=str(path)) from e
 
 
 def _read_pipe(path: Path, name: str) -> bytes:

@@ -31,7 +31,7 @@ from anagrapheus.timeline.store import (
     refuse_unknown_migrations,
 )
 
-__all__ = ["SQLiteEventStore"]
+__all__ = ["SQLiteEventStore", "read_only_uri"]
 
 # Each migration is a name and its statements; applied with its record in one transaction.
 _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -189,13 +189,7 @@ class SQLiteEventStore:
     def _read_only_uri(self) -> str:
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no database to open read-only")
-        uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        # Reading a WAL database needs its -shm file, which SQLite creates beside it. Where this process
-        # cannot create files (a read-only checkout or mount), the file is opened as immutable: no locks,
-        # no -shm, which is right only while nothing writes to it, as is the case for a committed log.
-        if not os.access(self.path.parent, os.W_OK):
-            uri += "&immutable=1"
-        return uri
+        return read_only_uri(self.path)
 
     def _open_read_only(self, busy_timeout: float) -> None:
         with self._sql("opening the database read-only"):
@@ -545,6 +539,32 @@ class SQLiteEventStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def read_only_uri(path: str | os.PathLike[str]) -> str:
+    """The URI that opens a SQLite file for reading only, its WAL included; `StoreError` where the WAL cannot be read.
+
+    Reading a WAL database needs its -shm file, which SQLite creates beside it. In a folder this
+    process cannot write (a read-only checkout or mount), a WAL with commits in it is read through
+    the -shm file already there; with none, reading would answer from the main file alone and miss
+    those commits, so it is refused. With no WAL to read, the file is opened as immutable (no locks,
+    no -shm), which is right while nothing writes to it, as is the case for a committed log.
+    """
+    database = Path(path)
+    uri = f"{database.resolve().as_uri()}?mode=ro"
+    if os.access(database.parent, os.W_OK):
+        return uri
+    wal = Path(f"{database}-wal")
+    if not (wal.is_file() and wal.stat().st_size > 0):
+        return uri + "&immutable=1"
+    if Path(f"{database}-shm").is_file():
+        return uri
+    raise StoreError(
+        f"{database}: its write-ahead log {wal} holds commits not yet in the main file, and they cannot be read"
+        f" here: this process cannot create {database.name}-shm in {database.parent}. Copy the database with its"
+        " -wal file to a folder it can write, or checkpoint it where it is written"
+        f" (sqlite3 {database.name} 'PRAGMA wal_checkpoint(TRUNCATE)'), then read it again"
+    )
 
 
 def _holder_alive(holder: str, host: str, pid: int) -> bool:
