@@ -30,7 +30,16 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.sqlite import read_only_uri
 
-__all__ = ["Source", "add_registry_options", "event_types", "load_object", "open_source", "unit_of", "upcasts_of"]
+__all__ = [
+    "Source",
+    "add_registry_options",
+    "event_types",
+    "load_object",
+    "open_source",
+    "refuse_foreign_database",
+    "unit_of",
+    "upcasts_of",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
@@ -90,20 +99,42 @@ def unit_of(event: StoredEvent) -> str | None:
     return event.correlation_id
 
 
-def _is_log(path: Path) -> bool:
+def _tables(path: Path) -> set[str]:
     # A read-only connection of our own: looking must not migrate, create tables in, or switch the journal of a file.
     try:
         connection = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             # Without side effects: no recursive_triggers switch, no installed plugin's connection hook.
             database = sqlite_utils.Database(connection, recursive_triggers=False, execute_plugins=False)
-            return set(database.table_names()) >= _LOG_TABLES
+            return {name for name in database.table_names() if not name.startswith("sqlite_")}
         finally:
             connection.close()
     except sqlite3.Error as e:
         raise BadInput(f"cannot read the database ({e})", path=str(path)) from e
     except StoreError as e:
         raise BadInput(str(e).removeprefix(f"{path}: "), path=str(path)) from e
+
+
+def _is_log(path: Path) -> bool:
+    return _tables(path) >= _LOG_TABLES
+
+
+def refuse_foreign_database(name: str, *, role: str) -> None:
+    """Refuse a SQLite file that holds other tables and no anagrapheus log: opening it as a store would add ours."""
+    path = Path(name)
+    if not path.is_file():
+        return
+    with path.open("rb") as file:
+        if file.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+            return
+    tables = _tables(path)
+    if tables and not tables >= _LOG_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise BadInput(
+            f"a SQLite database of something else (tables {shown}), not an anagrapheus log; it is not used as the"
+            f" {role} and is left untouched. Name an anagrapheus log, a new file or an empty one",
+            path=name,
+        )
 
 
 def _read_pipe(path: Path, name: str) -> bytes:

@@ -41,6 +41,8 @@ from anagrapheus.timeline.secrets import (
 from anagrapheus.timeline.seeded import SeededRun
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import (
+    ClosedUnit,
+    ClosedUnitLog,
     EventStore,
     LogImport,
     OpenUnit,
@@ -59,6 +61,8 @@ __all__ = [
     "RECORDING_VERSION",
     "AmbiguousPin",
     "AmbiguousPinWarning",
+    "ClosedUnit",
+    "ClosedUnitLog",
     "Divergence",
     "Event",
     "EventStore",

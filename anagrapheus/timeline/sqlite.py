@@ -21,6 +21,7 @@ from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
 from anagrapheus.timeline.store import (
+    ClosedUnit,
     OpenUnit,
     ScratchPin,
     UnitLeases,
@@ -502,6 +503,34 @@ class SQLiteEventStore:
         """Return how the unit was closed, or None while it is open (or unknown)."""
         with self._owner.held():
             return self._outcome(unit_id)
+
+    def closed_units(self) -> Iterator[ClosedUnit]:
+        """Stream the units closed for good, by unit id, a page at a time."""
+        after: str | None = None
+        while True:
+            with self._owner.held(), self._sql("listing closed units"):
+                rows = self._conn.execute(
+                    "SELECT unit_id, outcome FROM closed_units WHERE ?1 IS NULL OR unit_id > ?1"
+                    " ORDER BY unit_id LIMIT ?2",
+                    (after, _READ_PAGE),
+                ).fetchall()
+            for unit_id, outcome in rows:
+                yield ClosedUnit(unit_id, outcome)
+            if len(rows) < _READ_PAGE:
+                return
+            after = rows[-1][0]
+
+    def import_closed_units(self, units: Sequence[ClosedUnit]) -> int:
+        """Record units closed in another store (an outcome recorded here already is kept); return how many are new."""
+        for unit in units:
+            check_outcome(unit.outcome)
+        with self.transaction(), self._sql("recording closed units"):
+            before = self._conn.total_changes
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO closed_units (unit_id, outcome) VALUES (?, ?)",
+                [(unit.unit_id, unit.outcome) for unit in units],
+            )
+            return self._conn.total_changes - before
 
     def settle_unit(
         self,
