@@ -153,7 +153,9 @@ class UnitBusy(StoreError):
     def __init__(self, unit_id: str, *, waited: float) -> None:
         super().__init__(
             f"unit {unit_id} is held by another worker (waited {waited:g} s for it); one worker draws in a unit at a"
-            " time: resume it once that worker has settled it or died"
+            " time: resume it once that worker has settled it or died (a SQLite lease left on another host, by a"
+            " container that restarted under a new host name say, is freed with `anagrapheus unlock DB --unit ID`"
+            " or SQLiteEventStore.break_lease)"
         )
         self.unit_id = unit_id
         self.waited = waited

@@ -34,6 +34,7 @@ __all__ = [
     "Source",
     "add_registry_options",
     "event_types",
+    "is_log",
     "load_object",
     "open_source",
     "refuse_foreign_database",
@@ -115,7 +116,8 @@ def _tables(path: Path) -> set[str]:
         raise BadInput(str(e).removeprefix(f"{path}: "), path=str(path)) from e
 
 
-def _is_log(path: Path) -> bool:
+def is_log(path: Path) -> bool:
+    """Whether a SQLite file holds an anagrapheus log (`BadInput` if it cannot be read as SQLite)."""
     return _tables(path) >= _LOG_TABLES
 
 
@@ -184,7 +186,7 @@ def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
         if magic == _SQLITE_MAGIC:
-            if not _is_log(path):
+            if not is_log(path):
                 raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
             # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
             with SQLiteEventStore(path, read_only=True) as store:

@@ -39,7 +39,7 @@ from anagrapheus.timeline.secrets import (
     SecretRule,
 )
 from anagrapheus.timeline.seeded import SeededRun
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
 from anagrapheus.timeline.store import (
     ClosedUnit,
     ClosedUnitLog,
@@ -68,6 +68,7 @@ __all__ = [
     "EventStore",
     "EventTypeRegistry",
     "JSONValue",
+    "LeaseHolder",
     "LogImport",
     "OpenUnit",
     "PendingEvent",

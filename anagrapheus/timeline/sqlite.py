@@ -10,13 +10,14 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
@@ -32,7 +33,7 @@ from anagrapheus.timeline.store import (
     refuse_unknown_migrations,
 )
 
-__all__ = ["SQLiteEventStore", "read_only_uri"]
+__all__ = ["LeaseHolder", "SQLiteEventStore", "read_only_uri"]
 
 # Each migration is a name and its statements; applied with its record in one transaction.
 _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -122,6 +123,20 @@ _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
 _SCRATCH_COLUMNS = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who held a unit's lease: one store object in one process on one host."""
+
+    unit_id: str
+    """The unit held."""
+    host: str
+    """The host name of the holder's machine (or container), as `socket.gethostname()` gave it."""
+    pid: int
+    """The holder's process id on that host."""
+    holder: str
+    """The holder store's own id."""
 
 
 @contextmanager
@@ -430,6 +445,37 @@ class SQLiteEventStore:
                 (unit_id, self._holder, _HOST, os.getpid()),
             )
         return True
+
+    def lease_holder(self, unit_id: str) -> LeaseHolder | None:
+        """Return who holds the unit's lease, or None when no store does."""
+        with self._owner.held(), self._sql("reading a unit's lease"):
+            row = self._conn.execute(
+                "SELECT host, pid, holder FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            ).fetchone()
+        return None if row is None else LeaseHolder(unit_id, row[0], int(row[1]), row[2])
+
+    def break_lease(self, unit_id: str, *, force: bool = False) -> LeaseHolder | None:
+        """Free the unit's lease, whoever holds it, so a store can take the unit over; return who held it.
+
+        A lease left by a process that died on this host is taken over without this. One left on
+        another host cannot be checked from here, and stands until it is broken: call this once that
+        worker is gone for good (a container that restarted under a new host name, say); the unit
+        then resumes with the pins it drew. A holder alive on this host (another process, or another
+        open store of this one) is refused with `UnitBusy` unless `force=True`: breaking a live
+        worker's lease lets two workers draw in one unit.
+        """
+        with self.transaction(), self._sql(f"breaking the lease of unit {unit_id}"):
+            row = self._conn.execute(
+                "SELECT holder, host, pid FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            holder, host, pid = row[0], row[1], int(row[2])
+            if not force and holder != self._holder and host == _HOST and _holder_alive(holder, host, pid):
+                raise UnitBusy(unit_id, waited=0.0)
+            self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
+        self._leases.held.discard(unit_id)
+        return LeaseHolder(unit_id, host, pid, holder)
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
