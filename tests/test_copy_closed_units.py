@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,11 @@ from anagrapheus.errors import UnitClosed, UsageError
 from anagrapheus.timeline import (
     ClosedUnit,
     EventTypeRegistry,
+    PendingEvent,
     PinLedger,
     ReplayPins,
     SQLiteEventStore,
+    StoredEvent,
     TimelineStore,
     copy_log,
 )
@@ -163,3 +165,33 @@ def test_copy_into_an_empty_or_non_sqlite_file(tmp_path: Path, capsys: pytest.Ca
     code, out, err = cli(capsys, "copy", str(tmp_path / "a.db"), str(tmp_path / "notes.txt"))
     assert code == 2, out + err
     assert "cannot open the destination" in err
+
+
+class ListLog:
+    """A log kept in a list: a store of someone else's that takes copied events and keeps no closed units."""
+
+    def __init__(self) -> None:
+        self.events: list[StoredEvent] = []
+
+    def append(self, events: Sequence[PendingEvent], *, expected_last_seq: int | None = None) -> list[StoredEvent]:
+        raise NotImplementedError
+
+    def append_stored(self, events: Sequence[StoredEvent]) -> None:
+        self.events.extend(events)
+
+    def read(self, *, since: int = 0, limit: int | None = None, **_: object) -> Iterator[StoredEvent]:
+        return iter([event for event in self.events if event.seq > since][:limit])
+
+    def last_seq(self) -> int:
+        return self.events[-1].seq if self.events else 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_destination_that_keeps_no_closed_units_takes_the_events_alone(tmp_path: Path) -> None:
+    destination = ListLog()
+    with SQLiteEventStore(tmp_path / "a.db") as source:
+        settled_units(source)
+        assert copy_log(source, destination) == len(list(source.read()))
+        assert destination.events == list(source.read())

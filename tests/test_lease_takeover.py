@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,18 @@ def test_unlock_with_nothing_to_free_or_nothing_to_open(tmp_path: Path, capsys: 
     (tmp_path / "notes.db").write_text("not a database\n" * 20, encoding="utf-8")
     assert main(["unlock", str(tmp_path / "notes.db"), "--unit", "x"]) == 2
     assert "cannot read the database" in capsys.readouterr().err
+    (tmp_path / "empty.db").touch()
+    assert main(["unlock", str(tmp_path / "empty.db"), "--unit", "x"]) == 2
+    assert "not an anagrapheus event log" in capsys.readouterr().err
+    assert (tmp_path / "empty.db").read_bytes() == b""
+
+
+def test_unlock_a_log_made_by_a_newer_anagrapheus_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "log.db"
+    SQLiteEventStore(database).close()
+    with sqlite3.connect(database) as connection:
+        connection.execute("INSERT INTO anagrapheus_migrations (name, applied_at) VALUES ('9999_future', 'now')")
+    assert main(["unlock", str(database), "--unit", "x"]) == 2
+    assert "migrated by a newer anagrapheus" in capsys.readouterr().err

@@ -141,11 +141,9 @@ def refuse_foreign_database(name: str, *, role: str) -> None:
 
 def _read_pipe(path: Path, name: str) -> bytes:
     """Read a pipe (a FIFO, or `/dev/fd/N` from `<(...)`) once and whole, waiting `PIPE_WAIT` s at most for a writer."""
-    try:
-        # Not blocking: a FIFO no process writes to would otherwise hold the open for ever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
+    # Not blocking: a FIFO no process writes to would otherwise hold the open for ever. An OSError is
+    # reported by the caller, naming the file.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
