@@ -255,3 +255,16 @@ def test_a_checkpointed_log_in_a_read_only_folder_is_shown(read_only_folder: Pat
     shown = as_nobody("show", "--json", str(database))
     assert shown.returncode == 0, shown.stderr
     assert len(json.loads(shown.stdout)["units"]) == 3
+
+
+def test_upcast_reads_a_pipe_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "in"
+    os.mkfifo(fifo)
+    # The writer opens the pipe itself: opening it here would wait for the reader, which comes only below.
+    writer = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" "{RECORDING}" > "{fifo}"', HALVES])
+    try:
+        code, out, err = cli(capsys, "upcast", str(fifo), "-o", str(tmp_path / "out.jsonl"))
+    finally:
+        writer.wait(timeout=60)
+    assert code == 0, out + err
+    assert (tmp_path / "out.jsonl").read_bytes() == RECORDING.read_bytes()
