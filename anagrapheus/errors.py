@@ -38,7 +38,20 @@ __all__ = [
 
 
 class AnagrapheusError(Exception):
-    """Root of every error raised by anagrapheus."""
+    """Root of every error raised by anagrapheus.
+
+    Every one pickles with its message and attributes (so it crosses a process pool), whatever its
+    `__init__` takes: it is rebuilt from its `args` and `__dict__`, without calling `__init__` again.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild as this class with these args and attributes (the default calls `__init__(*args)`, which fails)."""
+        return (_rebuilt, (type(self), self.args), dict(self.__dict__))
+
+
+def _rebuilt(cls: type[AnagrapheusError], args: tuple[object, ...]) -> AnagrapheusError:
+    """An error of `cls` holding `args`, made without its `__init__`; unpickling then restores its attributes."""
+    return cls.__new__(cls, *args)
 
 
 class UsageError(AnagrapheusError):
@@ -140,7 +153,9 @@ class UnitBusy(StoreError):
     def __init__(self, unit_id: str, *, waited: float) -> None:
         super().__init__(
             f"unit {unit_id} is held by another worker (waited {waited:g} s for it); one worker draws in a unit at a"
-            " time: resume it once that worker has settled it or died"
+            " time: resume it once that worker has settled it or died (a SQLite lease left on another host, by a"
+            " container that restarted under a new host name say, is freed with `anagrapheus unlock DB --unit ID`"
+            " or SQLiteEventStore.break_lease)"
         )
         self.unit_id = unit_id
         self.waited = waited

@@ -10,7 +10,7 @@ from typing import Any
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.errors import AnagrapheusError, ProvenanceMismatch
+from anagrapheus.errors import AnagrapheusError, CorruptEvent, ProvenanceMismatch
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinPromoted,
@@ -65,6 +65,11 @@ def events_decode(source: Source, context: CheckContext) -> Iterable[Problem]:
             context.types.decode(stored, upcasts=context.upcasts)
         except AnagrapheusError as e:
             hint = "; pass the application's types with --events MODULE:NAME" if "unknown event type" in str(e) else ""
+            if isinstance(e, CorruptEvent):
+                hint = (
+                    f" (event type {stored.namespace}:{stored.type}; its row was altered outside anagrapheus,"
+                    " or the file is damaged)"
+                )
             yield Problem(Exit.BAD_INPUT, f"{e}{hint}", **_at(source, index))
 
 
@@ -97,7 +102,11 @@ def no_secrets(source: Source, context: CheckContext) -> Iterable[Problem]:
     if source.header is not None:
         findings.extend((None, finding) for finding in policy.scan(source.header.model_dump(mode="json")))
     for index, stored in enumerate(source.events):
-        findings.extend((index, finding) for finding in policy.scan(stored.to_json(), seq=stored.seq))
+        try:
+            line = stored.to_json()
+        except CorruptEvent:
+            continue  # a payload that does not parse is reported by events_decode, naming its seq and type
+        findings.extend((index, finding) for finding in policy.scan(line, seq=stored.seq))
     for index, finding in findings:
         where = {"line": 1, "seq": None} if index is None else _at(source, index)
         yield Problem(Exit.FAILED, f"{finding.describe()}; redact or re-record it before committing", **where)

@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
+from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import copy_log, open_store
 from anagrapheus.timeline.copying import POSTGRES_SCHEMES
@@ -51,6 +52,10 @@ def run(args: argparse.Namespace) -> Outcome:
     if not args.source.startswith(POSTGRES_SCHEMES) and not Path(args.source).is_file():
         # Opening a SQLite store creates its file: a mistyped source would copy an empty log.
         raise BadInput("no such log file", path=args.source)
+    for address, role in ((args.source, "source"), (args.destination, "destination")):
+        if not address.startswith(POSTGRES_SCHEMES):
+            # Opening it as a store would add anagrapheus's tables to someone else's database.
+            refuse_foreign_database(address, role=role)
     source_schema = args.source_schema or args.schema
     destination_schema = args.destination_schema or args.schema
     try:

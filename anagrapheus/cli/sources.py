@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sqlite3
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from typing import Literal
 import sqlite_utils
 
 from anagrapheus.cli.report import BadInput, bad_input
-from anagrapheus.errors import AnagrapheusError
+from anagrapheus.errors import AnagrapheusError, StoreError
 from anagrapheus.timeline import (
     Event,
     EventTypeRegistry,
@@ -26,13 +28,26 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     read_recording,
 )
+from anagrapheus.timeline.sqlite import read_only_uri
 
-__all__ = ["Source", "add_registry_options", "event_types", "load_object", "open_source", "unit_of", "upcasts_of"]
+__all__ = [
+    "Source",
+    "add_registry_options",
+    "event_types",
+    "is_log",
+    "load_object",
+    "open_source",
+    "refuse_foreign_database",
+    "unit_of",
+    "upcasts_of",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
 _LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
 _BUILTIN = "anagrapheus"
+PIPE_WAIT = 30.0
+"""How long a command waits for a process to open a named pipe (FIFO) it was given for writing, in seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,31 +100,91 @@ def unit_of(event: StoredEvent) -> str | None:
     return event.correlation_id
 
 
-def _is_log(path: Path) -> bool:
+def _tables(path: Path) -> set[str]:
     # A read-only connection of our own: looking must not migrate, create tables in, or switch the journal of a file.
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             # Without side effects: no recursive_triggers switch, no installed plugin's connection hook.
             database = sqlite_utils.Database(connection, recursive_triggers=False, execute_plugins=False)
-            return set(database.table_names()) >= _LOG_TABLES
+            return {name for name in database.table_names() if not name.startswith("sqlite_")}
         finally:
             connection.close()
     except sqlite3.Error as e:
         raise BadInput(f"cannot read the database ({e})", path=str(path)) from e
+    except StoreError as e:
+        raise BadInput(str(e).removeprefix(f"{path}: "), path=str(path)) from e
+
+
+def is_log(path: Path) -> bool:
+    """Whether a SQLite file holds an anagrapheus log (`BadInput` if it cannot be read as SQLite)."""
+    return _tables(path) >= _LOG_TABLES
+
+
+def refuse_foreign_database(name: str, *, role: str) -> None:
+    """Refuse a SQLite file that holds other tables and no anagrapheus log: opening it as a store would add ours."""
+    path = Path(name)
+    if not path.is_file():
+        return
+    with path.open("rb") as file:
+        if file.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+            return
+    tables = _tables(path)
+    if tables and not tables >= _LOG_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise BadInput(
+            f"a SQLite database of something else (tables {shown}), not an anagrapheus log; it is not used as the"
+            f" {role} and is left untouched. Name an anagrapheus log, a new file or an empty one",
+            path=name,
+        )
+
+
+def _read_pipe(path: Path, name: str) -> bytes:
+    """Read a pipe (a FIFO, or `/dev/fd/N` from `<(...)`) once and whole, waiting `PIPE_WAIT` s at most for a writer."""
+    # Not blocking: a FIFO no process writes to would otherwise hold the open for ever. An OSError is
+    # reported by the caller, naming the file.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        # Readable once a writer has written or come and gone; nothing at all while no writer opened it.
+        if not poller.poll(int(PIPE_WAIT * 1000)):
+            raise BadInput(
+                f"a pipe no process opened for writing within {PIPE_WAIT:g} s; start the command that writes"
+                " it first, or name the file itself",
+                path=name,
+            )
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
-    """Read a recording or a database's log, keeping only `units` when some are named."""
+    """Read a recording or a database's log, keeping only `units` when some are named.
+
+    A regular file is sniffed for SQLite's magic; a pipe is read once, whole, as a recording (a
+    sniff would eat its first bytes, and SQLite cannot read a pipe).
+    """
     path = Path(name)
+    piped: bytes | None = None
     try:
-        with path.open("rb") as file:
-            magic = file.read(len(_SQLITE_MAGIC))
+        if stat.S_ISFIFO(path.stat().st_mode):
+            piped = _read_pipe(path, name)
+            magic = piped[: len(_SQLITE_MAGIC)]
+            if magic == _SQLITE_MAGIC:
+                raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
+        else:
+            with path.open("rb") as file:
+                magic = file.read(len(_SQLITE_MAGIC))
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
         if magic == _SQLITE_MAGIC:
-            if not _is_log(path):
+            if not is_log(path):
                 raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
             # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
             with SQLiteEventStore(path, read_only=True) as store:
@@ -117,7 +192,7 @@ def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
                 source = Source(path, "database", None, tuple(store.read()), scratch)
         else:
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
-            recording = read_recording(path, provenance="ignore")
+            recording = read_recording(path, provenance="ignore", data=piped)
             lines = tuple(range(2, len(recording.events) + 2))
             source = Source(path, "recording", recording.header, recording.events, lines=lines)
     except AnagrapheusError as e:

@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 from collections import Counter
 
-from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
+from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
-from anagrapheus.timeline import StoredEvent, read_recording, write_recording
+from anagrapheus.timeline import StoredEvent, write_recording
 
 __all__ = ["add_parser", "run"]
 
@@ -32,18 +32,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
 def run(args: argparse.Namespace) -> Outcome:
     """Upcast IN into OUT."""
     types, upcasts = event_types(args.events), upcasts_of(args.upcasts)
-    if open_source(args.input).kind == "database":
+    # Read once: a recording given through a pipe cannot be read a second time.
+    source = open_source(args.input)
+    if source.header is None:
         raise BadInput(
             "upcast rewrites recordings; a log is never rewritten (upcasts apply when it is read)", path=args.input
         )
-    try:
-        # Upcasting keeps the header, provenance included: what made the pins is still what made them.
-        recording = read_recording(args.input, provenance="ignore")
-    except AnagrapheusError as e:
-        raise bad_input(e, path=args.input) from e
     events: list[StoredEvent] = []
     moved: Counter[str] = Counter()
-    for line, stored in enumerate(recording.events, start=2):
+    for line, stored in enumerate(source.events, start=2):
         try:
             event = types.decode(stored, upcasts=upcasts)
         except AnagrapheusError as e:
@@ -55,7 +52,8 @@ def run(args: argparse.Namespace) -> Outcome:
         events.append(dataclasses.replace(stored, schema_version=encoded.schema_version, payload=encoded.payload))
         moved[f"{stored.namespace}:{stored.type} v{stored.schema_version}->v{encoded.schema_version}"] += 1
     try:
-        written = write_recording(args.output, events, header=recording.header)
+        # Upcasting keeps the header, provenance included: what made the pins is still what made them.
+        written = write_recording(args.output, events, header=source.header)
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
     steps = ", ".join(f"{name} x{count}" for name, count in sorted(moved.items())) or "none were old"

@@ -39,8 +39,10 @@ from anagrapheus.timeline.secrets import (
     SecretRule,
 )
 from anagrapheus.timeline.seeded import SeededRun
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
 from anagrapheus.timeline.store import (
+    ClosedUnit,
+    ClosedUnitLog,
     EventStore,
     LogImport,
     OpenUnit,
@@ -59,11 +61,14 @@ __all__ = [
     "RECORDING_VERSION",
     "AmbiguousPin",
     "AmbiguousPinWarning",
+    "ClosedUnit",
+    "ClosedUnitLog",
     "Divergence",
     "Event",
     "EventStore",
     "EventTypeRegistry",
     "JSONValue",
+    "LeaseHolder",
     "LogImport",
     "OpenUnit",
     "PendingEvent",

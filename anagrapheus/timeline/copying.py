@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import StoredEvent
 from anagrapheus.timeline.sqlite import SQLiteEventStore
-from anagrapheus.timeline.store import EventStore, LogImport
+from anagrapheus.timeline.store import ClosedUnit, ClosedUnitLog, EventStore, LogImport
 
 if TYPE_CHECKING:
     from anagrapheus.timeline.postgres import PostgresEventStore
@@ -23,7 +23,10 @@ def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -
 
     The destination must be empty or hold a prefix of the source (its last event equal to the
     source's at that seq), so an interrupted copy resumes where it stopped. Each batch is one
-    transaction. Scratch pins of open units are not copied: commit or abandon them first.
+    transaction. The record of which units are closed (committed or abandoned) is carried too, when
+    both stores keep one (`ClosedUnitLog`, as both built-in stores do), so a unit committed in the
+    source is refused in the copy rather than drawn and committed twice. Scratch pins of open units
+    are not copied: commit or abandon them first.
     """
     if batch < 1:
         raise UsageError("batch must be >= 1")
@@ -47,7 +50,21 @@ def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -
             copied += len(chunk)
             chunk = []
     destination.append_stored(chunk)
-    return copied + len(chunk)
+    copied += len(chunk)
+    if isinstance(source, ClosedUnitLog) and isinstance(destination, ClosedUnitLog):
+        _copy_closed_units(source, destination, batch=batch)
+    return copied
+
+
+def _copy_closed_units(source: ClosedUnitLog, destination: ClosedUnitLog, *, batch: int) -> None:
+    """Record in `destination` every unit closed in `source`, `batch` per transaction (after the events they close)."""
+    units: list[ClosedUnit] = []
+    for unit in source.closed_units():
+        units.append(unit)
+        if len(units) == batch:
+            destination.import_closed_units(units)
+            units = []
+    destination.import_closed_units(units)
 
 
 def open_store(address: str, *, schema: str = "anagrapheus") -> SQLiteEventStore | PostgresEventStore:

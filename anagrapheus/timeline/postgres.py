@@ -18,6 +18,7 @@ from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
 from anagrapheus.timeline.store import (
+    ClosedUnit,
     OpenUnit,
     ScratchPin,
     UnitLeases,
@@ -312,6 +313,38 @@ class PostgresEventStore:
         """Return how the unit was closed, or None while it is open (or unknown)."""
         with self._connection() as conn:
             return self._outcome(conn, unit_id)
+
+    def closed_units(self) -> Iterator[ClosedUnit]:
+        """Stream the units closed for good, by unit id, a page at a time."""
+        query = sql.SQL(
+            'SELECT unit_id, outcome FROM {u} WHERE %(after)s::text IS NULL OR unit_id COLLATE "C" > %(after)s'
+            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s'
+        ).format(u=self._closed)
+        after: str | None = None
+        while True:
+            with self._connection() as conn, self.place.translated("listing closed units"):
+                rows = conn.execute(query, {"after": after, "page": _READ_PAGE}).fetchall()
+            for unit_id, outcome in rows:
+                yield ClosedUnit(str(unit_id), outcome)
+            if len(rows) < _READ_PAGE:
+                return
+            after = str(rows[-1][0])
+
+    def import_closed_units(self, units: Sequence[ClosedUnit]) -> int:
+        """Record units closed in another store (an outcome recorded here already is kept); return how many are new."""
+        for unit in units:
+            check_outcome(unit.outcome)
+        if not units:
+            return 0
+        with self.transaction(), self._connection() as conn, self.place.translated("recording closed units"):
+            row = conn.execute(
+                sql.SQL(
+                    "WITH new AS (INSERT INTO {u} (unit_id, outcome) SELECT * FROM unnest(%s::text[], %s::text[])"
+                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new"
+                ).format(u=self._closed),
+                ([unit.unit_id for unit in units], [unit.outcome for unit in units]),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).

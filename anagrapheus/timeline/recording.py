@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import tempfile
@@ -399,6 +400,7 @@ def read_recording(
     max_line_bytes: int = MAX_LINE_BYTES,
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
+    data: bytes | None = None,
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -412,11 +414,14 @@ def read_recording(
     anagrapheus or pydantic-ai version warns (`ProvenanceWarning`), or raises with
     `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
     and are read as they are.
+
+    With `data`, the recording is those bytes, already read (a pipe can be read only once), and
+    `path` only names it in messages.
     """
     source = Path(path)
-    header, events = stream_recording(
-        source, max_line_bytes=max_line_bytes, call_policy=call_policy, provenance=provenance
-    )
+    where = str(path)
+    header, entries = _opened(source, where, max_line_bytes, call_policy, provenance, data=data)
+    events = (_stored(fields, where=where, line=number) for number, fields in entries)
     recording = Recording(path=source, header=header, events=tuple(events))
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
@@ -484,12 +489,18 @@ def _pins(
 
 
 def _opened(
-    source: Path, where: str, max_line_bytes: int, call_policy: object | None, provenance: ProvenanceCheck
+    source: Path,
+    where: str,
+    max_line_bytes: int,
+    call_policy: object | None,
+    provenance: ProvenanceCheck,
+    *,
+    data: bytes | None = None,
 ) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
-    lines = _lines(source, where, max_line_bytes)
+    lines = _lines(source, where, max_line_bytes, data)
     first = next(lines, None)
     if first is None:
         raise RecordingError("empty file: missing header", path=where, line=1)
@@ -498,9 +509,9 @@ def _opened(
     return header, _entries(lines, where)
 
 
-def _lines(source: Path, where: str, limit: int) -> Iterator[tuple[int, str]]:
+def _lines(source: Path, where: str, limit: int, data: bytes | None = None) -> Iterator[tuple[int, str]]:
     try:
-        with source.open("rb") as lines:
+        with io.BytesIO(data) if data is not None else source.open("rb") as lines:
             number = 0
             # At most the limit and its newline are read, so a huge line costs the limit, never the line.
             while raw := lines.readline(limit + 1):

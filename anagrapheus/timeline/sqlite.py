@@ -10,17 +10,19 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
 from anagrapheus.timeline.store import (
+    ClosedUnit,
     OpenUnit,
     ScratchPin,
     UnitLeases,
@@ -31,7 +33,7 @@ from anagrapheus.timeline.store import (
     refuse_unknown_migrations,
 )
 
-__all__ = ["SQLiteEventStore"]
+__all__ = ["LeaseHolder", "SQLiteEventStore", "read_only_uri"]
 
 # Each migration is a name and its statements; applied with its record in one transaction.
 _MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -123,6 +125,20 @@ _SCRATCH_COLUMNS = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who held a unit's lease: one store object in one process on one host."""
+
+    unit_id: str
+    """The unit held."""
+    host: str
+    """The host name of the holder's machine (or container), as `socket.gethostname()` gave it."""
+    pid: int
+    """The holder's process id on that host."""
+    holder: str
+    """The holder store's own id."""
+
+
 @contextmanager
 def _translated(where: object, action: str) -> Generator[None]:
     """The one choke point where sqlite3 errors become the library's own, naming the database."""
@@ -189,13 +205,7 @@ class SQLiteEventStore:
     def _read_only_uri(self) -> str:
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no database to open read-only")
-        uri = f"{self.path.resolve().as_uri()}?mode=ro"
-        # Reading a WAL database needs its -shm file, which SQLite creates beside it. Where this process
-        # cannot create files (a read-only checkout or mount), the file is opened as immutable: no locks,
-        # no -shm, which is right only while nothing writes to it, as is the case for a committed log.
-        if not os.access(self.path.parent, os.W_OK):
-            uri += "&immutable=1"
-        return uri
+        return read_only_uri(self.path)
 
     def _open_read_only(self, busy_timeout: float) -> None:
         with self._sql("opening the database read-only"):
@@ -436,6 +446,37 @@ class SQLiteEventStore:
             )
         return True
 
+    def lease_holder(self, unit_id: str) -> LeaseHolder | None:
+        """Return who holds the unit's lease, or None when no store does."""
+        with self._owner.held(), self._sql("reading a unit's lease"):
+            row = self._conn.execute(
+                "SELECT host, pid, holder FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            ).fetchone()
+        return None if row is None else LeaseHolder(unit_id, row[0], int(row[1]), row[2])
+
+    def break_lease(self, unit_id: str, *, force: bool = False) -> LeaseHolder | None:
+        """Free the unit's lease, whoever holds it, so a store can take the unit over; return who held it.
+
+        A lease left by a process that died on this host is taken over without this. One left on
+        another host cannot be checked from here, and stands until it is broken: call this once that
+        worker is gone for good (a container that restarted under a new host name, say); the unit
+        then resumes with the pins it drew. A holder alive on this host (another process, or another
+        open store of this one) is refused with `UnitBusy` unless `force=True`: breaking a live
+        worker's lease lets two workers draw in one unit.
+        """
+        with self.transaction(), self._sql(f"breaking the lease of unit {unit_id}"):
+            row = self._conn.execute(
+                "SELECT holder, host, pid FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            holder, host, pid = row[0], row[1], int(row[2])
+            if not force and holder != self._holder and host == _HOST and _holder_alive(holder, host, pid):
+                raise UnitBusy(unit_id, waited=0.0)
+            self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
+        self._leases.held.discard(unit_id)
+        return LeaseHolder(unit_id, host, pid, holder)
+
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
@@ -509,6 +550,34 @@ class SQLiteEventStore:
         with self._owner.held():
             return self._outcome(unit_id)
 
+    def closed_units(self) -> Iterator[ClosedUnit]:
+        """Stream the units closed for good, by unit id, a page at a time."""
+        after: str | None = None
+        while True:
+            with self._owner.held(), self._sql("listing closed units"):
+                rows = self._conn.execute(
+                    "SELECT unit_id, outcome FROM closed_units WHERE ?1 IS NULL OR unit_id > ?1"
+                    " ORDER BY unit_id LIMIT ?2",
+                    (after, _READ_PAGE),
+                ).fetchall()
+            for unit_id, outcome in rows:
+                yield ClosedUnit(unit_id, outcome)
+            if len(rows) < _READ_PAGE:
+                return
+            after = rows[-1][0]
+
+    def import_closed_units(self, units: Sequence[ClosedUnit]) -> int:
+        """Record units closed in another store (an outcome recorded here already is kept); return how many are new."""
+        for unit in units:
+            check_outcome(unit.outcome)
+        with self.transaction(), self._sql("recording closed units"):
+            before = self._conn.total_changes
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO closed_units (unit_id, outcome) VALUES (?, ?)",
+                [(unit.unit_id, unit.outcome) for unit in units],
+            )
+            return self._conn.total_changes - before
+
     def settle_unit(
         self,
         unit_id: str,
@@ -545,6 +614,32 @@ class SQLiteEventStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def read_only_uri(path: str | os.PathLike[str]) -> str:
+    """The URI that opens a SQLite file for reading only, its WAL included; `StoreError` where the WAL cannot be read.
+
+    Reading a WAL database needs its -shm file, which SQLite creates beside it. In a folder this
+    process cannot write (a read-only checkout or mount), a WAL with commits in it is read through
+    the -shm file already there; with none, reading would answer from the main file alone and miss
+    those commits, so it is refused. With no WAL to read, the file is opened as immutable (no locks,
+    no -shm), which is right while nothing writes to it, as is the case for a committed log.
+    """
+    database = Path(path)
+    uri = f"{database.resolve().as_uri()}?mode=ro"
+    if os.access(database.parent, os.W_OK):
+        return uri
+    wal = Path(f"{database}-wal")
+    if not (wal.is_file() and wal.stat().st_size > 0):
+        return uri + "&immutable=1"
+    if Path(f"{database}-shm").is_file():
+        return uri
+    raise StoreError(
+        f"{database}: its write-ahead log {wal} holds commits not yet in the main file, and they cannot be read"
+        f" here: this process cannot create {database.name}-shm in {database.parent}. Copy the database with its"
+        " -wal file to a folder it can write, or checkpoint it where it is written"
+        f" (sqlite3 {database.name} 'PRAGMA wal_checkpoint(TRUNCATE)'), then read it again"
+    )
 
 
 def _holder_alive(holder: str, host: str, pid: int) -> bool:

@@ -13,6 +13,8 @@ from anagrapheus.errors import SchemaTooNew, UnitBusy, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
 __all__ = [
+    "ClosedUnit",
+    "ClosedUnitLog",
     "EventStore",
     "LogImport",
     "OpenUnit",
@@ -56,6 +58,16 @@ class OpenUnit:
     """The unit's id."""
     pins: int
     """How many pins it has drawn."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedUnit:
+    """A unit of work closed for good: its id takes no more draws."""
+
+    unit_id: str
+    """The unit's id."""
+    outcome: UnitOutcome
+    """How it was closed."""
 
 
 @runtime_checkable
@@ -139,6 +151,23 @@ class PinScratchStore(Protocol):
         Listing and clearing are one step, so no pin drawn meanwhile is cleared unseen; a closed unit
         keeps no scratch and takes no more pins. Raises `UnitClosed` if the unit is already closed.
         """
+        ...
+
+
+@runtime_checkable
+class ClosedUnitLog(Protocol):
+    """A store's record of the units closed for good, which a copy of its log carries (see `copy_log`).
+
+    A closed unit is not always visible in the events (a unit committed with no pins appends none),
+    so a copy that carried only the events would let the copy draw and commit the unit again.
+    """
+
+    def closed_units(self) -> Iterator[ClosedUnit]:
+        """Stream the units closed for good, by unit id."""
+        ...
+
+    def import_closed_units(self, units: Sequence[ClosedUnit]) -> int:
+        """Record units closed in another store (an outcome recorded here already is kept); return how many are new."""
         ...
 
 
