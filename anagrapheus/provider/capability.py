@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -24,9 +24,17 @@ from anagrapheus.provider.compat import fallback_with_models, in_replay_scope, i
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
+from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.provider.tools import (
+    TOOL_CALL,
+    holds_content,
+    is_pinned_tool,
+    tool_pin,
+    tool_result_from_raw,
+    tool_result_raw,
+)
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
@@ -47,7 +55,9 @@ class Pinning(AbstractCapability[Any]):
     (its keys, its `policy`) and every toolset's calls are keyed as `pinned_tool` keys them: name and
     arguments, never the `RunContext` or the run's deps, unless `tool_deps` names the part of the
     deps a tool's answer depends on. An MCP server's tool list and instructions are pinned too. A model
-    or tool that already pins its own calls is passed through.
+    or tool that already pins its own calls is passed through. A request or tool call asked again in one
+    run after its answer arrived reaches the world again, as it does unpinned (the repeat rule), unless
+    `dedupe_repeats` says otherwise; an approved tool call is keyed apart from the unapproved one.
     """
 
     resolver: PinResolver
@@ -60,6 +70,9 @@ class Pinning(AbstractCapability[Any]):
     """Where a live run's pinned timestamps come from; None keeps the ones pydantic-ai stamped."""
     new_id: Callable[[], str]
     """Where a live run's pinned `run_id` comes from: a fresh UUIDv7 unless a test seeds it."""
+    dedupe_repeats: bool | Collection[str]
+    """The repeat rule's opt-out: True answers every request and tool call asked again in one run from the first
+    asking's pin, as before the rule; a collection of tool names does so for those tools only."""
 
     def __init__(
         self,
@@ -69,8 +82,10 @@ class Pinning(AbstractCapability[Any]):
         tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], str] = new_uuid7,
+        dedupe_repeats: bool | Collection[str] = False,
     ) -> None:
         self.resolver = resolver
+        self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
         self.policy = policy
         self.tool_deps = dict(tool_deps or {})
         self.clock = clock
@@ -132,7 +147,10 @@ class Pinning(AbstractCapability[Any]):
                 members = [self.get_wrapper_model(member) or member for member in model.models]
                 wrapper = (model, fallback_with_models(model, members))
             else:
-                wrapper = (model, PinnedModel(model, self.resolver, policy=self.policy))
+                wrapper = (
+                    model,
+                    PinnedModel(model, self.resolver, policy=self.policy, dedupe_repeats=self.dedupe_repeats is True),
+                )
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
@@ -172,7 +190,12 @@ class Pinning(AbstractCapability[Any]):
             name = leaf.id if leaf.id is not None else f"#{next(unnamed)}"
             return PinnedDiscovery(leaf, resolver=self.resolver, name=name)
 
-        return PinnedToolset(toolset.visit_and_replace(pin_discovery), resolver=self.resolver, tool_deps=self.tool_deps)
+        return PinnedToolset(
+            toolset.visit_and_replace(pin_discovery),
+            resolver=self.resolver,
+            tool_deps=self.tool_deps,
+            dedupe_repeats=self.dedupe_repeats,
+        )
 
 
 @dataclass
@@ -185,6 +208,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
     """Tool name to the part of the run's deps that joins the tool's key (deps are otherwise not keyed)."""
     draws: DrawSequence = field(default_factory=DrawSequence)
     """Counts each call's pinned failures, so a call retried after a failure is drawn anew."""
+    dedupe_repeats: bool | Collection[str] = False
+    """Answer a repeated call in one run from the first call's pin: every tool's (True), or the named tools'."""
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
@@ -196,20 +221,36 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         keyed_deps = self.tool_deps.get(name)
         arguments = _keyed_arguments(function, tool_args)
-        call = tool_pin(name, arguments) if keyed_deps is None else tool_pin(name, arguments, deps=keyed_deps(ctx.deps))
+        if keyed_deps is None:
+            call = tool_pin(name, arguments, ctx=ctx)
+        else:
+            call = tool_pin(name, arguments, deps=keyed_deps(ctx.deps), ctx=ctx)
+        asking = ask(
+            call.key, kind=TOOL_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
+        )
 
         async def draw() -> JSONValue:
             result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-            return tool_result_raw(name, _jsonable(name, result))
+            # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
+            return tool_result_raw(name, result if holds_content(result) else _jsonable(name, result))
 
-        return await self.draws.resolve(
+        answer = await self.draws.resolve(
             self.resolver,
-            call.key,
+            asking.key,
             kind=TOOL_CALL,
             effect=draw,
             interpret=tool_result_from_raw,
             fingerprint=call.fingerprint,
         )
+        asking.arrived()
+        return answer
+
+
+def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:
+    """Whether a repeated call of `tool` in one run is answered from the first call's pin (the opt-out)."""
+    if isinstance(dedupe_repeats, bool):
+        return dedupe_repeats
+    return tool in dedupe_repeats
 
 
 def _attempt_times(raw: JSONValue) -> list[tuple[datetime, timedelta]]:

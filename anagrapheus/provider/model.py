@@ -22,6 +22,7 @@ from pydantic_ai.usage import RequestUsage
 from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
+from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
@@ -134,13 +135,17 @@ class PinnedModel(WrapperModel):
     Live (`PinLedger`) the first request for a key reaches the wrapped model and its response is
     pinned; under replay (`ReplayPins`) the response comes from the log and the wrapped model is
     never reached. Streamed and plain requests of the same call share one key. Batch calls are
-    refused: their results arrive outside any request a pin can see.
+    refused: their results arrive outside any request a pin can see. A request asked again in one
+    agent run after its answer arrived (a poll, a sample) is a request of its own (the repeat rule,
+    `anagrapheus.provider.occurrence`), unless `dedupe_repeats` answers it from the first.
     """
 
     resolver: PinResolver
     """Answers each keyed request: draws it live, or answers it from pins."""
     policy: CallPolicy
     """Decides what goes into a request's key material."""
+    dedupe_repeats: bool
+    """Answer a request asked again in one run from the first asking's pin, as before the repeat rule."""
 
     def __init__(
         self,
@@ -148,9 +153,11 @@ class PinnedModel(WrapperModel):
         resolver: PinResolver,
         *,
         policy: CallPolicy | None = None,
+        dedupe_repeats: bool = False,
     ) -> None:
         super().__init__(wrapped)
         self.resolver = resolver
+        self.dedupe_repeats = dedupe_repeats
         self.policy = policy if policy is not None else SemanticCallPolicy()
         # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
@@ -191,14 +198,16 @@ class PinnedModel(WrapperModel):
             # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
             return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
+        asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
         response = await self._draws.resolve(
             self.resolver,
-            call.key,
+            asking.key,
             kind=MODEL_CALL,
             effect=draw,
             interpret=response_from_raw,
             fingerprint=call.fingerprint,
         )
+        asking.arrived()
         if not drawn:
             if response.state in PARTIAL_STATES:
                 # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
@@ -222,10 +231,13 @@ class PinnedModel(WrapperModel):
         def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
             return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
 
+        asking = ask(
+            call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
+        )
         try:
             async with _exit_shielded(
                 self.resolver.resolve_stream(
-                    self._draws.key(call.key, kind=MODEL_CALL),
+                    self._draws.key(asking.key, kind=MODEL_CALL),
                     kind=MODEL_CALL,
                     effect=open_stream,
                     capture=_captured,
@@ -238,22 +250,23 @@ class PinnedModel(WrapperModel):
                 record_durable_unit(executed=draw.live is not None)
                 if draw.live is not None:
                     yield draw.live
-                    return
-                pinned = draw.pinned
-                if pinned is None:  # pragma: no cover - a resolver yields one or the other
-                    raise UsageError("the resolver yielded neither a live stream nor a pinned response")
-                self._mark_answered(pinned)
-                replayed = PinnedStreamedResponse(
-                    pinned, key=call.key, model_request_parameters=model_request_parameters, failure=draw.failure
-                )
-                try:
-                    yield replayed
-                finally:
-                    # A read waiting past where the recorded stream stopped need wait no longer: the request is over.
-                    await replayed.close_stream()
+                else:
+                    pinned = draw.pinned
+                    if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                        raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+                    self._mark_answered(pinned)
+                    replayed = PinnedStreamedResponse(
+                        pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
+                    )
+                    try:
+                        yield replayed
+                    finally:
+                        # A read waiting past where the recorded stream stopped need wait no longer: it is over.
+                        await replayed.close_stream()
         except Exception as e:
-            self._draws.note(call.key, e)
+            self._draws.note(asking.key, e)
             raise
+        asking.arrived()
 
     async def count_tokens(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -9,10 +10,14 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
-from pydantic_ai import RunContext
+from pydantic import TypeAdapter
+from pydantic_ai import RunContext, messages
+from pydantic_ai.messages import MULTI_MODAL_CONTENT_TYPES, CachePoint, TextContent, ToolReturn
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
@@ -50,11 +55,21 @@ class ToolPin:
 _UNKEYED: object = object()
 
 
-def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKEYED) -> ToolPin:
+def tool_pin(
+    tool: str,
+    arguments: Mapping[str, object],
+    *,
+    deps: object = _UNKEYED,
+    ctx: RunContext[Any] | None = None,
+) -> ToolPin:
     """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key.
 
     The run's deps are not in a tool's key. Pass `deps=` (JSON-shaped, or a pydantic model) to key the part
-    of the deps that decides what the tool reads, such as a region or an account.
+    of the deps that decides what the tool reads, such as a region or an account. What the call's
+    `RunContext` (`ctx`, or one among the arguments) says about the call itself joins the key (the
+    approval rule): an approved call (`tool_call_approved`) and the metadata its approval carried
+    (`tool_call_metadata`), so an approved call is never answered by the pin of the unapproved one.
+    A call that is neither approved nor carries metadata keeps the key it always had.
     """
     material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
     if deps is not _UNKEYED:
@@ -62,7 +77,34 @@ def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKE
             material["deps"] = MaterialWalk().value(deps, at="$.deps")
         except CanonicalError as e:
             raise CanonicalError(f"the deps keyed for tool {tool!r} cannot be keyed: {e.reason}", path=e.path) from e
+    context = ctx if ctx is not None else _context_among(arguments)
+    if context is not None:
+        material.update(_call_context(tool, context))
     return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
+
+
+def _context_among(arguments: Mapping[str, object]) -> RunContext[Any] | None:
+    """The `RunContext` the run passed among a tool's arguments, if the tool takes one."""
+    for value in arguments.values():
+        if isinstance(value, RunContext):
+            return cast("RunContext[Any]", value)
+    return None
+
+
+def _call_context(tool: str, ctx: RunContext[Any]) -> dict[str, JSONValue]:
+    """What a call's `RunContext` says about the call that can change the tool's answer: its approval."""
+    material: dict[str, JSONValue] = {}
+    # A context made by hand (a test calling the tool directly) may lack the fields: such a call is not approved.
+    if getattr(ctx, "tool_call_approved", False):
+        material["approved"] = True
+    metadata: object = getattr(ctx, "tool_call_metadata", None)
+    if metadata is not None:
+        try:
+            material["approval_metadata"] = MaterialWalk().value(metadata, at="$.approval_metadata")
+        except CanonicalError as e:
+            message = f"the approval metadata of a call of tool {tool!r} cannot be keyed: {e.reason}"
+            raise CanonicalError(message, path=e.path) from e
+    return material
 
 
 def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
@@ -85,7 +127,13 @@ def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
 
 
 def tool_result_raw(tool: str, result: object) -> JSONValue:
-    """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be."""
+    """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
+
+    A result holding what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image or other
+    `BinaryContent`, a URL to a file) is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
+    """
+    if holds_content(result):
+        return {_TAGGED: 1, "value": _tagged(tool, result)}
     try:
         return canonical_value(result)
     except CanonicalError as e:
@@ -95,9 +143,79 @@ def tool_result_raw(tool: str, result: object) -> JSONValue:
         ) from e
 
 
-def tool_result_from_raw(raw: JSONValue) -> JSONValue:
-    """Return a tool pin's raw JSON as the run receives it: JSON on every path, so a replay sees what the run saw."""
+def tool_result_from_raw(raw: JSONValue) -> Any:
+    """Return a tool pin's raw JSON as the run receives it, on every path, so a replay sees what the run saw.
+
+    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
+    """
+    if isinstance(raw, dict) and raw.keys() == {_TAGGED, "value"}:
+        return _untagged(raw["value"])
     return raw
+
+
+# A tool's result holding pydantic-ai message content is kept as {_TAGGED: 1, "value": <tagged tree>}, in which every
+# node says what it is ({"$t": "json" | "list" | "dict" | "content" | "ToolReturn", ...}), so nothing is guessed back.
+_TAGGED = "$anagrapheus.tool_result"
+_CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
+
+
+def holds_content(value: object) -> bool:
+    """Whether `value` is, or holds in a list, tuple or dict, something pydantic-ai sends as more than JSON."""
+    if isinstance(value, (ToolReturn, *_CONTENT_TYPES)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(holds_content(item) for item in cast("list[object] | tuple[object, ...]", value))
+    if isinstance(value, dict):
+        return any(holds_content(item) for item in cast("dict[object, object]", value).values())
+    return False
+
+
+def _tagged(tool: str, value: object) -> JSONValue:
+    """`value` as a tree of type-tagged JSON nodes."""
+    if isinstance(value, ToolReturn):
+        returned = cast("ToolReturn[object]", value)
+        names = [f.name for f in dataclasses.fields(returned) if f.name != "kind"]
+        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name)) for name in names}}
+    if isinstance(value, _CONTENT_TYPES):
+        dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
+        return {"$t": "content", "class": type(value).__name__, "v": canonical_value(dumped)}
+    if isinstance(value, (list, tuple)):
+        items = cast("list[object] | tuple[object, ...]", value)
+        return {"$t": "list", "v": [_tagged(tool, item) for item in items]}
+    if isinstance(value, dict):
+        entries = cast("dict[object, object]", value)
+        if holds_content(entries):
+            return {"$t": "dict", "v": {str(name): _tagged(tool, item) for name, item in entries.items()}}
+    return _json_leaf(tool, cast(object, value))
+
+
+def _json_leaf(tool: str, value: object) -> JSONValue:
+    """A part of a tagged result that holds no message content, as its JSON."""
+    try:
+        return {"$t": "json", "v": canonical_value(to_jsonable_python(value))}
+    except (CanonicalError, PydanticSerializationError) as e:
+        held = type(value).__qualname__
+        raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e
+
+
+def _untagged(node: JSONValue) -> Any:
+    """Rebuild what `_tagged` wrote, or raise `PinResultError` for a node it could not have written."""
+    if not isinstance(node, dict):
+        raise PinResultError(f"a tagged tool result holds {node!r}, not a tagged node")
+    tag, value = node.get("$t"), node.get("v")
+    if tag == "json":
+        return value
+    if tag == "list" and isinstance(value, list):
+        return [_untagged(item) for item in value]
+    if tag == "dict" and isinstance(value, dict):
+        return {name: _untagged(item) for name, item in value.items()}
+    if tag == "ToolReturn" and isinstance(value, dict):
+        return ToolReturn(**{name: _untagged(item) for name, item in value.items()})
+    if tag == "content":
+        found = getattr(messages, str(node.get("class")), None)
+        if isinstance(found, type) and issubclass(found, _CONTENT_TYPES):
+            return TypeAdapter(found).validate_python(value)
+    raise PinResultError(f"a tagged tool result holds a node anagrapheus cannot rebuild: {node!r}")
 
 
 def pinned_tool(
@@ -105,13 +223,17 @@ def pinned_tool(
     func: Callable[P, R] | Callable[P, Awaitable[R]],
     *,
     name: str | None = None,
-) -> Callable[P, Awaitable[JSONValue]]:
+    dedupe_repeats: bool = False,
+) -> Callable[P, Awaitable[Any]]:
     """Wrap a world-reading tool so its result is pinned under its name and arguments (without the `RunContext`).
 
     The wrapper is always a coroutine function with the tool's signature and docstring, so pydantic-ai
     builds the same schema. A synchronous body runs in a worker thread while the resolver is touched
-    only on the calling thread. The result must be JSON-shaped; it is returned as JSON on every path.
-    `name` names both the pin and the tool pydantic-ai registers; it defaults to the function's name.
+    only on the calling thread. The result must be JSON-shaped, or hold pydantic-ai message content
+    (`ToolReturn`, `BinaryContent`, ...); it is returned as the same JSON, or rebuilt as the same objects,
+    on every path. `name` names both the pin and the tool pydantic-ai registers; it defaults to the
+    function's name. A call made again with the same arguments in one agent run, after the first
+    returned, runs again (the repeat rule); `dedupe_repeats=True` answers it from the first call's pin.
     """
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
@@ -122,10 +244,17 @@ def pinned_tool(
     draws = DrawSequence()
 
     @functools.wraps(func)
-    async def pinned(*args: P.args, **kwargs: P.kwargs) -> JSONValue:
+    async def pinned(*args: P.args, **kwargs: P.kwargs) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         call = tool_pin(tool, bound.arguments)
+        asking = ask(
+            call.key,
+            kind=TOOL_CALL,
+            resolver=resolver,
+            ctx=_context_among(bound.arguments),
+            per_run=not dedupe_repeats,
+        )
 
         async def draw() -> JSONValue:
             if is_async:
@@ -136,14 +265,16 @@ def pinned_tool(
                 )
             return tool_result_raw(tool, result)
 
-        return await draws.resolve(
+        answer = await draws.resolve(
             resolver,
-            call.key,
+            asking.key,
             kind=TOOL_CALL,
             effect=draw,
             interpret=tool_result_from_raw,
             fingerprint=call.fingerprint,
         )
+        asking.arrived()
+        return answer
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool

@@ -41,6 +41,8 @@ class _Pin:
     fingerprint: str | None
     unit_id: str
     failed: bool = False
+    # How many times the recording's unit asked for the key: the repeat rule's reading of an older recording.
+    attempts: int = 1
 
 
 class ReplayPins:
@@ -117,6 +119,7 @@ class ReplayPins:
                 fingerprint=pin.fingerprint,
                 unit_id=sys.intern(pin.unit_id),
                 failed=pin.failed,
+                attempts=pin.attempts,
             )
             seen = pins.get(key)
             if seen is None:
@@ -176,6 +179,11 @@ class ReplayPins:
 
     def __contains__(self, key: object) -> bool:
         return key in self._pins
+
+    def asked(self, key: str) -> int:
+        """How many times the recorded unit asked for `key` (its pin's `attempts`); 0 when it has no pin."""
+        pin = self._pins.get(key)
+        return 0 if pin is None else pin.attempts
 
     @property
     def hits(self) -> int:
