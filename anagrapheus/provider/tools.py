@@ -181,7 +181,7 @@ def _tagged(tool: str, value: object) -> JSONValue:
         return {"$t": "content", "class": type(value).__name__, "v": canonical_value(dumped)}
     if isinstance(value, (list, tuple)):
         items = cast("list[object] | tuple[object, ...]", value)
-        return {"$t": "list", "v": [_tagged(tool, item) for item in items]}
+        return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
     if isinstance(value, dict):
         entries = cast("dict[object, object]", value)
         if holds_content(entries):
@@ -207,6 +207,8 @@ def _untagged(node: JSONValue) -> Any:
         return value
     if tag == "list" and isinstance(value, list):
         return [_untagged(item) for item in value]
+    if tag == "tuple" and isinstance(value, list):
+        return tuple(_untagged(item) for item in value)
     if tag == "dict" and isinstance(value, dict):
         return {name: _untagged(item) for name, item in value.items()}
     if tag == "ToolReturn" and isinstance(value, dict):

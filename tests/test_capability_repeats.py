@@ -1,0 +1,418 @@
+"""The repeat rule and the approval rule: a live run under `Pinning` reaches the world as often as it does unpinned.
+
+Each test runs one agent unpinned and pinned, counting what reaches the world, then replays the pinned
+run strictly: same output, same messages, and nothing reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from anagrapheus import Pinning
+from anagrapheus.errors import PinMiss, PinResultError
+from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider.occurrence import ask, occurrence_key
+from anagrapheus.provider.policy import MODEL_CALL
+from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.events import PinText
+
+PROMPT = "Settle the quota with the UK."
+PNG = b"\x89PNG\r\n\x1a\n-a-survey-chart"
+
+
+def tool_returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    last = messages[-1]
+    return [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+
+
+def scripted(*steps: ModelResponse) -> FunctionModel:
+    """A model answering its nth request with the nth step, then with a closing text that counts the returns."""
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if sent < len(steps):
+            return steps[sent]
+        returns = [p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts]
+        return ModelResponse(parts=[TextPart(f"done after {len(returns)} parts")])
+
+    return FunctionModel(answer, model_name="scripted-eu")
+
+
+def replay_of(store: SQLiteEventStore, types: EventTypeRegistry) -> ReplayPins:
+    return ReplayPins.from_store(store, types)
+
+
+def dumped(messages: list[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(messages)
+
+
+# --- the repeat rule: a side effect called twice in one run runs twice ---------------------------------------------
+
+
+@dataclass
+class Outbox:
+    """A tool with a side effect: each call sends one message."""
+
+    sent: list[str] = field(default_factory=list[str])
+
+    def send(self, to: str) -> str:
+        """Send the position paper to a delegation."""
+        self.sent.append(to)
+        return f"sent #{len(self.sent)} to {to}"
+
+
+def twice_to_brussels() -> FunctionModel:
+    call = ModelResponse(parts=[ToolCallPart("send", {"to": "Brussels"})])
+    return scripted(call, call)
+
+
+def test_a_tool_called_twice_with_the_same_arguments_in_one_run_runs_twice_then_replays(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = Outbox()
+    plain = Agent(twice_to_brussels(), tools=[unpinned.send]).run_sync(PROMPT)
+
+    pinned = Outbox()
+    ledger = PinLedger(store, types)
+    live = Agent(twice_to_brussels(), tools=[pinned.send], capabilities=[Pinning(ledger)]).run_sync(PROMPT)
+    ledger.commit()
+    assert pinned.sent == unpinned.sent == ["Brussels", "Brussels"]
+    assert live.output == plain.output
+    contents = [p.content for m in live.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert contents == ["sent #1 to Brussels", "sent #2 to Brussels"]
+
+    replayed = Outbox()
+    replay = replay_of(store, types)
+    again = Agent(twice_to_brussels(), tools=[replayed.send], capabilities=[Pinning(replay)]).run_sync(PROMPT)
+    assert replayed.sent == []
+    assert dumped(again.all_messages()) == dumped(live.all_messages())
+    assert replay.unused() == {}
+
+
+def test_the_opt_out_answers_a_repeated_call_from_the_first_pin_as_before_the_rule(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    for dedupe in (True, ["send"]):
+        outbox = Outbox()
+        ledger = PinLedger(store, types)
+        Agent(twice_to_brussels(), tools=[outbox.send], capabilities=[Pinning(ledger, dedupe_repeats=dedupe)]).run_sync(
+            PROMPT
+        )
+        ledger.abandon(reason="a test of the opt-out")
+        assert outbox.sent == ["Brussels"]
+
+    outbox = Outbox()
+    ledger = PinLedger(store, types)
+    tool = pinned_tool(ledger, outbox.send, dedupe_repeats=True)
+    Agent(twice_to_brussels(), tools=[tool]).run_sync(PROMPT)
+    assert outbox.sent == ["Brussels"]
+
+
+def test_a_pinned_tool_called_twice_in_one_run_runs_twice_and_a_retried_run_is_answered_from_its_pins(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    outbox = Outbox()
+    ledger = PinLedger(store, types)
+    agent = Agent(twice_to_brussels(), tools=[pinned_tool(ledger, outbox.send)])
+    first = agent.run_sync(PROMPT)
+    assert outbox.sent == ["Brussels", "Brussels"]
+    # A retried run in the same unit counts its occurrences from 1 again: both calls are answered from the pins.
+    retried = agent.run_sync(PROMPT)
+    assert outbox.sent == ["Brussels", "Brussels"]
+    assert retried.output == first.output
+
+
+# --- the repeat rule: three identical sampling requests draw three samples -----------------------------------------
+
+
+def test_three_identical_sampling_requests_in_one_run_draw_three_samples(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    drawn: list[str] = []
+
+    def sampler(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        drawn.append(f"sample {len(drawn) + 1}")
+        return ModelResponse(parts=[TextPart(drawn[-1])])
+
+    ask_three = ModelResponse(parts=[ToolCallPart("sample_three", {})])
+
+    def agent_with(model: Any) -> Agent[None, str]:
+        agent = Agent(scripted(ask_three), name="sampler")
+
+        @agent.tool_plain
+        async def sample_three() -> list[str]:
+            """Sample the same question three times."""
+            asked = [ModelRequest.user_text_prompt("Name a fish.")]
+            return [str((await model.request(asked, None, ModelRequestParameters())).parts[0]) for _ in range(3)]
+
+        return agent
+
+    plain = agent_with(FunctionModel(sampler)).run_sync(PROMPT)
+    assert len(drawn) == 3
+    ledger = PinLedger(store, types)
+    live = agent_with(PinnedModel(FunctionModel(sampler), ledger)).run_sync(PROMPT)
+    ledger.commit()
+    assert len(drawn) == 6
+    assert live.output == plain.output
+    samples = [p.content for m in live.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert samples == [["TextPart(content='sample 4')", "TextPart(content='sample 5')", "TextPart(content='sample 6')"]]
+
+    replayed = agent_with(PinnedModel(FunctionModel(sampler), replay_of(store, types))).run_sync(PROMPT)
+    assert len(drawn) == 6
+    assert [p.content for p in replayed.all_messages()[-2].parts] == [p.content for p in live.all_messages()[-2].parts]
+
+
+# --- the repeat rule: a polling loop polls until the job is done ------------------------------------------------------
+
+
+@dataclass
+class BackgroundJob:
+    """A provider job answered `in progress` to the first polls, then done; it counts the requests reaching it."""
+
+    polls_before_done: int = 3
+    reached: int = 0
+
+    def model(self) -> FunctionModel:
+        inner = FunctionModel(self._answer, model_name="scripted-uk")
+        inner.continuation_delay = lambda response: 0.0  # type: ignore[method-assign]
+        return inner
+
+    def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.reached += 1
+        if self.reached > 10:
+            raise RuntimeError("the job was polled past any reason: a poll is answered from a stale pin")
+        if self.reached <= self.polls_before_done:
+            return ModelResponse(parts=[], state="suspended", provider_response_id="job-7")
+        return ModelResponse(parts=[TextPart("the quota is 410 t")], provider_response_id="job-7")
+
+
+def test_a_background_job_is_polled_as_often_pinned_as_unpinned_and_replays(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = BackgroundJob()
+    plain = Agent(unpinned.model()).run_sync(PROMPT)
+
+    pinned = BackgroundJob()
+    ledger = PinLedger(store, types)
+    live = Agent(pinned.model(), capabilities=[Pinning(ledger)]).run_sync(PROMPT)
+    ledger.commit()
+    assert pinned.reached == unpinned.reached == 4
+    assert live.output == plain.output == "the quota is 410 t"
+
+    replayed = BackgroundJob()
+    again = Agent(replayed.model(), capabilities=[Pinning(replay_of(store, types))]).run_sync(PROMPT)
+    assert replayed.reached == 0
+    assert dumped(again.all_messages()) == dumped(live.all_messages())
+
+
+# --- recordings made before the rule ---------------------------------------------------------------------------------
+
+
+def test_a_recording_made_before_the_rule_answers_a_repeat_from_the_first_pin_as_often_as_it_was_asked() -> None:
+    first = tool_pin("send", {"to": "Brussels"}).key
+    raw = tool_result_raw("send", "sent #1 to Brussels")
+    # Before the rule the second call was answered from the first call's pin: one pin, asked twice.
+    old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=f'"{raw}"', attempts=2, fingerprint=None)],
+        unit_id=None,
+        on_miss="strict",
+        into=None,
+    )
+    outbox = Outbox()
+    result = Agent(twice_to_brussels(), tools=[pinned_tool(old, outbox.send)]).run_sync(PROMPT)
+    assert outbox.sent == []
+    contents = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert contents == ["sent #1 to Brussels", "sent #1 to Brussels"]
+
+    # A third call is past what the recording asked: a miss, not a third answer from the first pin.
+    thrice = scripted(*[ModelResponse(parts=[ToolCallPart("send", {"to": "Brussels"})])] * 3)
+    old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=f'"{raw}"', attempts=2, fingerprint=None)],
+        unit_id=None,
+        on_miss="strict",
+        into=None,
+    )
+    with pytest.raises(PinMiss):
+        Agent(thrice, tools=[pinned_tool(old, outbox.send)]).run_sync(PROMPT)
+
+
+def test_outside_an_agent_run_every_asking_is_the_first() -> None:
+    ledger_free = ReplayPins({})
+    assert ask("p1:model_call:ab", kind=MODEL_CALL, resolver=ledger_free).key == "p1:model_call:ab"
+    assert occurrence_key("p1:model_call:ab", kind=MODEL_CALL, occurrence=1) == "p1:model_call:ab"
+    assert occurrence_key("p1:model_call:ab", kind=MODEL_CALL, occurrence=2) != "p1:model_call:ab"
+
+
+# --- the approval rule ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Treasury:
+    """A transfer that needs a human's approval before it moves any money."""
+
+    moved: list[int] = field(default_factory=list[int])
+
+    def transfer(self, ctx: RunContext[None], amount: int) -> str:
+        """Transfer the quota fee."""
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired
+        self.moved.append(amount)
+        return f"moved {amount}"
+
+
+def approvals_model() -> FunctionModel:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if returns := tool_returns(messages):
+            return ModelResponse(parts=[TextPart(f"told: {returns[0].content}")])
+        return ModelResponse(parts=[ToolCallPart("transfer", {"amount": 900}, tool_call_id="pay-1")])
+
+    return FunctionModel(answer, model_name="scripted-uk")
+
+
+def approve(
+    agent: Agent[None, str | DeferredToolRequests], treasury: Treasury
+) -> tuple[Any, Any]:  # the two runs' results
+    asked = agent.run_sync(PROMPT)
+    assert isinstance(asked.output, DeferredToolRequests)
+    approved = agent.run_sync(
+        message_history=asked.all_messages(), deferred_tool_results=DeferredToolResults(approvals={"pay-1": True})
+    )
+    return asked, approved
+
+
+def approvals_agent(treasury: Treasury, *capabilities: Any) -> Agent[None, str | DeferredToolRequests]:
+    return Agent(
+        approvals_model(),
+        output_type=[str, DeferredToolRequests],
+        tools=[treasury.transfer],
+        capabilities=list(capabilities),
+    )
+
+
+def test_an_approved_tool_call_executes_pinned_as_unpinned_and_replays(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = Treasury()
+    _, plain = approve(approvals_agent(unpinned), unpinned)
+
+    pinned = Treasury()
+    ledger = PinLedger(store, types)
+    _, live = approve(approvals_agent(pinned, Pinning(ledger)), pinned)
+    ledger.commit()
+    assert pinned.moved == unpinned.moved == [900]
+    assert live.output == plain.output == "told: moved 900"
+
+    replayed = Treasury()
+    _, again = approve(approvals_agent(replayed, Pinning(replay_of(store, types))), replayed)
+    assert replayed.moved == []
+    assert again.output == live.output
+
+
+def test_the_approval_joins_a_tool_key_only_when_given() -> None:
+    plain = tool_pin("transfer", {"amount": 900}).key
+    approved = RunContext.__new__(RunContext)
+    approved.tool_call_approved = True
+    approved.tool_call_metadata = {"by": "the minister"}
+    assert tool_pin("transfer", {"amount": 900}, ctx=approved).key != plain
+    unapproved = RunContext.__new__(RunContext)
+    unapproved.tool_call_approved = False
+    unapproved.tool_call_metadata = None
+    assert tool_pin("transfer", {"amount": 900}, ctx=unapproved).key == plain
+    assert tool_pin("transfer", {"amount": 900, "ctx": unapproved}).key == plain
+    bad = RunContext.__new__(RunContext)
+    bad.tool_call_metadata = {"at": object()}
+    with pytest.raises(Exception, match="approval metadata of a call of tool 'transfer'"):
+        tool_pin("transfer", {"amount": 900}, ctx=bad)
+
+
+# --- images returned by tools reach the model as images ------------------------------------------------------------
+
+
+def chart_tools() -> dict[str, Callable[..., Any]]:
+    def chart(region: str) -> ToolReturn:
+        """Draw the stock survey chart of a region."""
+        return ToolReturn(
+            return_value={"region": region, "chart": "attached"},
+            content=["The survey chart:", BinaryContent(data=PNG, media_type="image/png")],
+            metadata={"survey": 2022},
+        )
+
+    def picture(region: str) -> BinaryContent:
+        """Photograph the harbour of a region."""
+        return BinaryContent(data=PNG + region.encode(), media_type="image/png")
+
+    def pictures(region: str) -> dict[str, Any]:
+        """Photographs of the region's harbours, with their names."""
+        return {"harbours": ["Brest", (BinaryContent(data=PNG, media_type="image/png"),)], "count": 1}
+
+    return {"chart": chart, "picture": picture, "pictures": pictures}
+
+
+def seen_by_model(tool: str, wrap: Callable[[Callable[..., Any]], Any] | None, *capabilities: Any) -> list[Any]:
+    """The requests the model receives in a run calling `tool` once (under replay: the run's, as it would send)."""
+    seen: list[ModelMessage] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen[:] = messages
+        if len(messages) > 1:
+            return ModelResponse(parts=[TextPart("seen")])
+        return ModelResponse(parts=[ToolCallPart(tool, {"region": "Biscay"}, tool_call_id="c1")])
+
+    func = chart_tools()[tool]
+    agent = Agent(FunctionModel(answer), tools=[wrap(func) if wrap else func], capabilities=list(capabilities))
+    result = agent.run_sync(PROMPT)
+    sent = seen or result.all_messages()[:-1]
+    return [(type(p).__name__, p.content) for m in sent if isinstance(m, ModelRequest) for p in m.parts]
+
+
+@pytest.mark.parametrize("tool", ["chart", "picture", "pictures"])
+def test_a_tool_returning_images_sends_the_model_images_pinned_and_replayed(
+    tool: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    plain = seen_by_model(tool, None)
+    assert "BinaryContent" in repr(plain)
+
+    ledger = PinLedger(store, types)
+    assert seen_by_model(tool, None, Pinning(ledger)) == plain
+    ledger.commit()
+    assert seen_by_model(tool, None, Pinning(replay_of(store, types))) == plain
+
+    own = PinLedger(store, types, unit_id=f"pinned-{tool}")
+    assert seen_by_model(tool, lambda f: pinned_tool(own, f)) == plain
+    own.commit()
+    replay = ReplayPins.from_store(store, types, unit_id=f"pinned-{tool}")
+    assert seen_by_model(tool, lambda f: pinned_tool(replay, f)) == plain
+
+
+def test_a_tagged_tool_result_is_rebuilt_only_from_what_it_could_have_written() -> None:
+    raw = tool_result_raw("picture", [BinaryContent(data=PNG, media_type="image/png"), {"n": 1}])
+    assert tool_result_from_raw(raw) == [BinaryContent(data=PNG, media_type="image/png"), {"n": 1}]
+    for forged in (
+        {"$anagrapheus.tool_result": 1, "value": "no node"},
+        {"$anagrapheus.tool_result": 1, "value": {"$t": "content", "class": "ModelRequest", "v": {}}},
+    ):
+        with pytest.raises(PinResultError):
+            tool_result_from_raw(forged)
+    with pytest.raises(PinResultError, match="inside its result"):
+        tool_result_raw("picture", [BinaryContent(data=PNG, media_type="image/png"), object()])
+    assert UserPromptPart  # the import is part of the module's vocabulary for readers
