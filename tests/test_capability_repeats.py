@@ -18,11 +18,11 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    SystemPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturn,
     ToolReturnPart,
-    UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -415,4 +415,56 @@ def test_a_tagged_tool_result_is_rebuilt_only_from_what_it_could_have_written() 
             tool_result_from_raw(forged)
     with pytest.raises(PinResultError, match="inside its result"):
         tool_result_raw("picture", [BinaryContent(data=PNG, media_type="image/png"), object()])
-    assert UserPromptPart  # the import is part of the module's vocabulary for readers
+
+
+# --- what a tool enqueues into its run is enqueued again when its pin answers -----------------------------------
+
+
+def noting_tool(ctx: RunContext[None], region: str) -> str:
+    """Survey a region, and tell the model about the survey in the next request."""
+    ctx.enqueue("The survey was late.", BinaryContent(data=PNG, media_type="image/png"))
+    ctx.enqueue(SystemPromptPart("Quote the survey."), priority="when_idle")
+    return f"{region}: 410 t"
+
+
+def enqueuing_model() -> FunctionModel:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("noting_tool", {"region": "Biscay"}, tool_call_id="s1")])
+        return ModelResponse(parts=[TextPart(f"seen {len(messages)} messages")])
+
+    return FunctionModel(answer, model_name="scripted-eu")
+
+
+@pytest.mark.parametrize("how", ["capability", "pinned_tool"])
+def test_what_a_tool_enqueues_reaches_the_model_again_on_strict_replay(
+    how: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def run(resolver: Any) -> Any:
+        if how == "capability":
+            return Agent(enqueuing_model(), tools=[noting_tool], capabilities=[Pinning(resolver)]).run_sync(PROMPT)
+        return Agent(enqueuing_model(), tools=[pinned_tool(resolver, noting_tool)]).run_sync(PROMPT)
+
+    plain = Agent(enqueuing_model(), tools=[noting_tool]).run_sync(PROMPT)
+    ledger = PinLedger(store, types)
+    live = run(ledger)
+    ledger.commit()
+    assert live.output == plain.output
+    again = run(replay_of(store, types))
+    if how == "capability":
+        assert dumped(again.all_messages()) == dumped(live.all_messages())
+    else:
+        # Without the capability the run's own clock is not pinned: compare what the model was sent.
+        def sent(result: Any) -> list[Any]:
+            return [(type(p).__name__, getattr(p, "content", None)) for m in result.all_messages() for p in m.parts]
+
+        assert sent(again) == sent(live)
+
+
+def test_an_enqueued_record_is_rebuilt_only_from_what_it_could_have_written() -> None:
+    for forged in (
+        {"$anagrapheus.tool_result": 1, "value": {"$t": "json", "v": 1}, "enqueued": "no list"},
+        {"$anagrapheus.tool_result": 1, "value": {"$t": "json", "v": 1}, "enqueued": [{"content": []}]},
+    ):
+        with pytest.raises(PinResultError):
+            tool_result_from_raw(forged)

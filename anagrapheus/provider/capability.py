@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -29,10 +29,12 @@ from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import (
     TOOL_CALL,
+    enqueue_again,
     holds_content,
     is_pinned_tool,
+    noting_enqueues,
+    tool_answer_from_raw,
     tool_pin,
-    tool_result_from_raw,
     tool_result_raw,
 )
 from anagrapheus.timeline.canonical import JSONValue, pin_key
@@ -229,20 +231,29 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             call.key, kind=TOOL_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
         )
 
-        async def draw() -> JSONValue:
-            result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-            # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
-            return tool_result_raw(name, result if holds_content(result) else _jsonable(name, result))
+        drawn = False
 
-        answer = await self.draws.resolve(
+        async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            enqueued: list[tuple[Sequence[object], str]] = []
+            result = await self.wrapped.call_tool(name, tool_args, noting_enqueues(ctx, enqueued), tool)
+            # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
+            kept = result if holds_content(result) else _jsonable(name, result)
+            return tool_result_raw(name, kept, enqueued=enqueued)
+
+        answer, enqueued = await self.draws.resolve(
             self.resolver,
             asking.key,
             kind=TOOL_CALL,
             effect=draw,
-            interpret=tool_result_from_raw,
+            interpret=tool_answer_from_raw,
             fingerprint=call.fingerprint,
         )
         asking.arrived()
+        if not drawn:
+            # What the tool enqueued when it ran is enqueued again when its pin answers (the drawn call did it itself).
+            enqueue_again(ctx, enqueued)
         return answer
 
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext, messages
-from pydantic_ai.messages import MULTI_MODAL_CONTENT_TYPES, CachePoint, TextContent, ToolReturn
+from pydantic_ai.messages import (
+    MULTI_MODAL_CONTENT_TYPES,
+    CachePoint,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    TextContent,
+    ToolReturn,
+)
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
@@ -126,12 +135,14 @@ def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
     return arguments
 
 
-def tool_result_raw(tool: str, result: object) -> JSONValue:
+def tool_result_raw(tool: str, result: object, *, enqueued: Sequence[tuple[Sequence[object], str]] = ()) -> JSONValue:
     """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
 
     A result holding what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image or other
     `BinaryContent`, a URL to a file) is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
     """
+    if enqueued:
+        return {_TAGGED: 1, "value": _tagged(tool, result), "enqueued": enqueued_raw(tool, enqueued)}
     if holds_content(result):
         return {_TAGGED: 1, "value": _tagged(tool, result)}
     try:
@@ -148,9 +159,37 @@ def tool_result_from_raw(raw: JSONValue) -> Any:
 
     JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
     """
-    if isinstance(raw, dict) and raw.keys() == {_TAGGED, "value"}:
-        return _untagged(raw["value"])
-    return raw
+    return tool_answer_from_raw(raw)[0]
+
+
+def tool_answer_from_raw(raw: JSONValue) -> tuple[Any, list[tuple[list[Any], str]]]:
+    """A tool pin's result as the run receives it, and what the tool enqueued into its run (`ctx.enqueue`)."""
+    if isinstance(raw, dict) and raw.keys() in ({_TAGGED, "value"}, {_TAGGED, "value", "enqueued"}):
+        enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
+        return _untagged(raw["value"]), enqueued
+    return raw, []
+
+
+def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]]) -> JSONValue:
+    """What a tool enqueued into its run (`ctx.enqueue`), each call's content type-tagged with its priority."""
+    return [
+        {"content": [_tagged(tool, item) for item in content], "priority": priority} for content, priority in enqueued
+    ]
+
+
+def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
+    """Rebuild what `enqueued_raw` wrote: each `ctx.enqueue` call's content and priority, in order."""
+    if not isinstance(raw, list):
+        raise PinResultError(f"a tool pin's enqueued messages are {raw!r}, not a list")
+    calls: list[tuple[list[Any], str]] = []
+    for call in raw:
+        if not (
+            isinstance(call, dict) and isinstance(call.get("content"), list) and isinstance(call.get("priority"), str)
+        ):
+            raise PinResultError(f"a tool pin's enqueued message is {call!r}, not its content and priority")
+        content = cast("list[JSONValue]", call["content"])
+        calls.append(([_untagged(item) for item in content], cast(str, call["priority"])))
+    return calls
 
 
 # A tool's result holding pydantic-ai message content is kept as {_TAGGED: 1, "value": <tagged tree>}, in which every
@@ -159,9 +198,18 @@ _TAGGED = "$anagrapheus.tool_result"
 _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
 
 
+_messages = ModelMessagesTypeAdapter
+_request_parts: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
+
+
+def _is_request_part(value: object) -> bool:
+    """Whether `value` is a part of a model request (what a tool may enqueue), as pydantic-ai defines them."""
+    return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
+
+
 def holds_content(value: object) -> bool:
     """Whether `value` is, or holds in a list, tuple or dict, something pydantic-ai sends as more than JSON."""
-    if isinstance(value, (ToolReturn, *_CONTENT_TYPES)):
+    if isinstance(value, (ToolReturn, ModelRequest, ModelResponse, *_CONTENT_TYPES)) or _is_request_part(value):
         return True
     if isinstance(value, (list, tuple)):
         return any(holds_content(item) for item in cast("list[object] | tuple[object, ...]", value))
@@ -179,6 +227,10 @@ def _tagged(tool: str, value: object) -> JSONValue:
     if isinstance(value, _CONTENT_TYPES):
         dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
         return {"$t": "content", "class": type(value).__name__, "v": canonical_value(dumped)}
+    if isinstance(value, (ModelRequest, ModelResponse)):
+        return {"$t": "message", "v": canonical_value(_messages.dump_python([value], mode="json")[0])}
+    if _is_request_part(value):
+        return {"$t": "request_part", "v": canonical_value(_request_parts.dump_python(cast(Any, value), mode="json"))}
     if isinstance(value, (list, tuple)):
         items = cast("list[object] | tuple[object, ...]", value)
         return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
@@ -213,6 +265,10 @@ def _untagged(node: JSONValue) -> Any:
         return {name: _untagged(item) for name, item in value.items()}
     if tag == "ToolReturn" and isinstance(value, dict):
         return ToolReturn(**{name: _untagged(item) for name, item in value.items()})
+    if tag == "message":
+        return _messages.validate_python([value])[0]
+    if tag == "request_part":
+        return _request_parts.validate_python(value)
     if tag == "content":
         found = getattr(messages, str(node.get("class")), None)
         if isinstance(found, type) and issubclass(found, _CONTENT_TYPES):
@@ -258,24 +314,33 @@ def pinned_tool(
             per_run=not dedupe_repeats,
         )
 
+        drawn = False
+
         async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            enqueued: list[tuple[Sequence[object], str]] = []
+            call_args, call_kwargs = _with_noting_context(signature, bound.arguments, enqueued, args, kwargs)
             if is_async:
-                result: object = await cast(Callable[P, Awaitable[R]], func)(*args, **kwargs)
+                result: object = await cast(Callable[..., Awaitable[R]], func)(*call_args, **call_kwargs)
             else:
                 result = await anyio.to_thread.run_sync(
-                    functools.partial(cast(Callable[..., Any], func), *args, **kwargs)
+                    functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
                 )
-            return tool_result_raw(tool, result)
+            return tool_result_raw(tool, result, enqueued=enqueued)
 
-        answer = await draws.resolve(
+        answer, enqueued = await draws.resolve(
             resolver,
             asking.key,
             kind=TOOL_CALL,
             effect=draw,
-            interpret=tool_result_from_raw,
+            interpret=tool_answer_from_raw,
             fingerprint=call.fingerprint,
         )
         asking.arrived()
+        context = _context_among(bound.arguments)
+        if not drawn and context is not None:
+            enqueue_again(context, enqueued)
         return answer
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
@@ -283,6 +348,44 @@ def pinned_tool(
     # Lets the `Pinning` capability pass the call through rather than pin it twice under one key.
     setattr(pinned, _PINNED_MARK, True)
     return pinned
+
+
+def noting_enqueues(ctx: RunContext[Any], enqueued: list[tuple[Sequence[object], str]]) -> RunContext[Any]:
+    """A copy of a call's context whose `enqueue` also notes what the tool enqueued, to pin with its result."""
+    noting = dataclasses.replace(ctx)
+    deliver = ctx.enqueue
+
+    def enqueue(*content: Any, priority: Any = "asap") -> str | None:
+        enqueued.append((content, priority))
+        return deliver(*content, priority=priority)
+
+    noting.enqueue = enqueue  # type: ignore[method-assign]
+    return noting
+
+
+def enqueue_again(ctx: RunContext[Any], enqueued: list[tuple[list[Any], str]]) -> None:
+    """Enqueue into the run what a tool enqueued when it ran, now that its pin answers it instead."""
+    for content, priority in enqueued:
+        ctx.enqueue(*content, priority=cast(Any, priority))
+
+
+def _with_noting_context(
+    signature: inspect.Signature,
+    arguments: Mapping[str, object],
+    enqueued: list[tuple[Sequence[object], str]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments, with the `RunContext` among them (if any) swapped for one noting its enqueues."""
+    context = _context_among(arguments)
+    if context is None:
+        return args, kwargs
+    swapped = {
+        name: noting_enqueues(context, enqueued) if value is context else value for name, value in arguments.items()
+    }
+    rebound = signature.bind_partial()
+    rebound.arguments.update(swapped)
+    return rebound.args, rebound.kwargs
 
 
 def is_pinned_tool(func: object) -> bool:
