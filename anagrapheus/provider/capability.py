@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -29,13 +29,12 @@ from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import (
     TOOL_CALL,
-    enqueue_again,
+    CallWatch,
     holds_content,
     is_pinned_tool,
-    noting_enqueues,
+    settle,
     tool_answer_from_raw,
     tool_pin,
-    tool_result_raw,
 )
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
@@ -236,13 +235,13 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
         async def draw() -> JSONValue:
             nonlocal drawn
             drawn = True
-            enqueued: list[tuple[Sequence[object], str]] = []
-            result = await self.wrapped.call_tool(name, tool_args, noting_enqueues(ctx, enqueued), tool)
+            watch = CallWatch(ctx, self.resolver)
+            with watch.running():
+                result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
             # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
-            kept = result if holds_content(result) else _jsonable(name, result)
-            return tool_result_raw(name, kept, enqueued=enqueued)
+            return watch.raw(name, result if holds_content(result) else _jsonable(name, result))
 
-        answer, enqueued = await self.draws.resolve(
+        answer = await self.draws.resolve(
             self.resolver,
             asking.key,
             kind=TOOL_CALL,
@@ -251,10 +250,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             fingerprint=call.fingerprint,
         )
         asking.arrived()
-        if not drawn:
-            # What the tool enqueued when it ran is enqueued again when its pin answers (the drawn call did it itself).
-            enqueue_again(ctx, enqueued)
-        return answer
+        settle(ctx, answer, self.resolver, drawn=drawn)
+        return answer.value
 
 
 def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -22,14 +24,18 @@ from pydantic_ai.messages import (
     TextContent,
     ToolReturn,
 )
+from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy_material import MaterialWalk
+from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.pins import noting_keys
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
 __all__ = [
@@ -135,14 +141,32 @@ def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
     return arguments
 
 
-def tool_result_raw(tool: str, result: object, *, enqueued: Sequence[tuple[Sequence[object], str]] = ()) -> JSONValue:
+def tool_result_raw(
+    tool: str,
+    result: object,
+    *,
+    enqueued: Sequence[tuple[Sequence[object], str]] = (),
+    usage: RunUsage | None = None,
+    runs: int = 0,
+    within: Sequence[str] = (),
+) -> JSONValue:
     """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
 
     A result holding what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image or other
     `BinaryContent`, a URL to a file) is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
     """
-    if enqueued:
-        return {_TAGGED: 1, "value": _tagged(tool, result), "enqueued": enqueued_raw(tool, enqueued)}
+    if enqueued or usage is not None or runs or within:
+        # What the call did to its run besides returning: kept with the result, only when it did anything.
+        raw: dict[str, JSONValue] = {_TAGGED: 1, "value": _tagged(tool, result)}
+        if enqueued:
+            raw["enqueued"] = enqueued_raw(tool, enqueued)
+        if usage is not None:
+            raw["usage"] = canonical_value(_usages.dump_python(usage, mode="json"))
+        if runs:
+            raw["runs"] = runs
+        if within:
+            raw["within"] = list(within)
+        return raw
     if holds_content(result):
         return {_TAGGED: 1, "value": _tagged(tool, result)}
     try:
@@ -159,15 +183,44 @@ def tool_result_from_raw(raw: JSONValue) -> Any:
 
     JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
     """
-    return tool_answer_from_raw(raw)[0]
+    return tool_answer_from_raw(raw).value
 
 
-def tool_answer_from_raw(raw: JSONValue) -> tuple[Any, list[tuple[list[Any], str]]]:
-    """A tool pin's result as the run receives it, and what the tool enqueued into its run (`ctx.enqueue`)."""
-    if isinstance(raw, dict) and raw.keys() in ({_TAGGED, "value"}, {_TAGGED, "value", "enqueued"}):
-        enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
-        return _untagged(raw["value"]), enqueued
-    return raw, []
+@dataclass(frozen=True, slots=True)
+class ToolAnswer:
+    """A tool pin read back: the result, and what the call did to its run besides returning it."""
+
+    value: Any
+    """The result, as the run receives it."""
+    enqueued: list[tuple[list[Any], str]] = dataclasses.field(default_factory=list[tuple[list[Any], str]])
+    """Each `ctx.enqueue` call the tool made: its content and priority, in order."""
+    usage: RunUsage | None = None
+    """The usage the call added to its run (an agent it delegated to, run with `usage=ctx.usage`)."""
+    runs: int = 0
+    """How many agent runs started through the same resolver while the tool ran (the agents it delegated to)."""
+    within: list[str] = dataclasses.field(default_factory=list[str])
+    """The keys the call asked for while it ran (its delegated agent's requests, say), in order."""
+
+
+_ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
+
+
+def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
+    """A tool pin's result as the run receives it, with what the call did to its run besides."""
+    if not (isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE):
+        return ToolAnswer(raw)
+    enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
+    try:
+        usage = _usages.validate_python(raw["usage"]) if "usage" in raw else None
+    except ValueError as e:
+        raise PinResultError(f"a tool pin's usage is {raw['usage']!r}, not a run's usage ({e})") from e
+    runs = raw.get("runs", 0)
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 0:
+        raise PinResultError(f"a tool pin's count of runs is {runs!r}, not a count")
+    within = raw.get("within", [])
+    if not (isinstance(within, list) and all(isinstance(key, str) for key in within)):
+        raise PinResultError(f"a tool pin's keys asked within are {within!r}, not a list of keys")
+    return ToolAnswer(_untagged(raw["value"]), enqueued, usage, runs, cast("list[str]", within))
 
 
 def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]]) -> JSONValue:
@@ -199,6 +252,7 @@ _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, Cac
 
 
 _messages = ModelMessagesTypeAdapter
+_usages: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
 _request_parts: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
 
 
@@ -315,21 +369,23 @@ def pinned_tool(
         )
 
         drawn = False
+        context = _context_among(bound.arguments)
 
         async def draw() -> JSONValue:
             nonlocal drawn
             drawn = True
-            enqueued: list[tuple[Sequence[object], str]] = []
-            call_args, call_kwargs = _with_noting_context(signature, bound.arguments, enqueued, args, kwargs)
-            if is_async:
-                result: object = await cast(Callable[..., Awaitable[R]], func)(*call_args, **call_kwargs)
-            else:
-                result = await anyio.to_thread.run_sync(
-                    functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
-                )
-            return tool_result_raw(tool, result, enqueued=enqueued)
+            watch = CallWatch(context, resolver)
+            call_args, call_kwargs = _swapped(signature, bound.arguments, watch, args, kwargs)
+            with watch.running():
+                if is_async:
+                    result: object = await cast(Callable[..., Awaitable[R]], func)(*call_args, **call_kwargs)
+                else:
+                    result = await anyio.to_thread.run_sync(
+                        functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
+                    )
+            return watch.raw(tool, result)
 
-        answer, enqueued = await draws.resolve(
+        answer = await draws.resolve(
             resolver,
             asking.key,
             kind=TOOL_CALL,
@@ -338,10 +394,8 @@ def pinned_tool(
             fingerprint=call.fingerprint,
         )
         asking.arrived()
-        context = _context_among(bound.arguments)
-        if not drawn and context is not None:
-            enqueue_again(context, enqueued)
-        return answer
+        settle(context, answer, resolver, drawn=drawn)
+        return answer.value
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
@@ -350,41 +404,87 @@ def pinned_tool(
     return pinned
 
 
-def noting_enqueues(ctx: RunContext[Any], enqueued: list[tuple[Sequence[object], str]]) -> RunContext[Any]:
-    """A copy of a call's context whose `enqueue` also notes what the tool enqueued, to pin with its result."""
-    noting = dataclasses.replace(ctx)
-    deliver = ctx.enqueue
+class CallWatch:
+    """Watches one drawn tool call for what it does to its run besides returning, to pin with its result.
 
-    def enqueue(*content: Any, priority: Any = "asap") -> str | None:
-        enqueued.append((content, priority))
-        return deliver(*content, priority=priority)
+    The tool is given a copy of its `RunContext` whose `enqueue` notes what it enqueues (and still
+    delivers it), and whose `usage` is a copy of the run's: what the call adds to it (an agent it
+    delegated to with `usage=ctx.usage`) is pinned, and `settle` adds it to the run's usage on every
+    path. Runs started through the same resolver meanwhile (the delegated agents) are counted, so that
+    when a pin answers and they do not run, the runs after them keep their positions (and their ids).
+    """
 
-    noting.enqueue = enqueue  # type: ignore[method-assign]
-    return noting
+    def __init__(self, ctx: RunContext[Any] | None, resolver: PinResolver) -> None:
+        self.enqueued: list[tuple[Sequence[object], str]] = []
+        self._within: list[str] = []
+        self._clocks = RunClocks.of(resolver)
+        self._runs = self._clocks.runs
+        self.ctx: RunContext[Any] | None = None
+        self._usage: tuple[RunUsage, RunUsage] | None = None
+        usage: object = getattr(ctx, "usage", None)
+        if ctx is None or not isinstance(usage, RunUsage):
+            # No run's context (or one made by hand, as a test calling a tool directly makes it): nothing to watch.
+            return
+        self._usage = (copy.deepcopy(usage), copy.deepcopy(usage))
+        noting = dataclasses.replace(ctx, usage=self._usage[1])
+        deliver = ctx.enqueue
+
+        def enqueue(*content: Any, priority: Any = "asap") -> str | None:
+            self.enqueued.append((content, priority))
+            return deliver(*content, priority=priority)
+
+        noting.enqueue = enqueue  # type: ignore[method-assign]
+        self.ctx = noting
+
+    @contextmanager
+    def running(self) -> Generator[None]:
+        """Around the tool's body: note the keys it asks for (an agent it delegates to, a pinned call it makes)."""
+        with noting_keys() as noted:
+            yield
+        self._within = noted
+
+    def raw(self, tool: str, result: object) -> JSONValue:
+        """The call's result as its pin keeps it, with what the call did to its run."""
+        usage = None
+        if self._usage is not None:
+            before, after = self._usage
+            added = after - before
+            usage = added if added != RunUsage() else None
+        runs = self._clocks.runs - self._runs
+        return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
 
 
-def enqueue_again(ctx: RunContext[Any], enqueued: list[tuple[list[Any], str]]) -> None:
-    """Enqueue into the run what a tool enqueued when it ran, now that its pin answers it instead."""
-    for content, priority in enqueued:
-        ctx.enqueue(*content, priority=cast(Any, priority))
+def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:
+    """Do to the run what the call did besides returning: its usage on every path; the rest when a pin answered."""
+    if ctx is not None and answer.usage is not None:
+        ctx.usage.incr(answer.usage)
+    if drawn:
+        # The drawn call enqueued its messages and started its runs itself.
+        return
+    if isinstance(resolver, ReplayPins):
+        resolver.answered_within(answer.within)
+    if answer.runs:
+        clocks = RunClocks.of(resolver)
+        with clocks.lock:
+            clocks.runs += answer.runs
+    if ctx is not None:
+        for content, priority in answer.enqueued:
+            ctx.enqueue(*content, priority=cast(Any, priority))
 
 
-def _with_noting_context(
+def _swapped(
     signature: inspect.Signature,
     arguments: Mapping[str, object],
-    enqueued: list[tuple[Sequence[object], str]],
+    watch: CallWatch,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments, with the `RunContext` among them (if any) swapped for one noting its enqueues."""
+    """The call's arguments, with the `RunContext` among them (if any) swapped for the watched copy."""
     context = _context_among(arguments)
-    if context is None:
+    if context is None or watch.ctx is None:
         return args, kwargs
-    swapped = {
-        name: noting_enqueues(context, enqueued) if value is context else value for name, value in arguments.items()
-    }
     rebound = signature.bind_partial()
-    rebound.arguments.update(swapped)
+    rebound.arguments.update({name: watch.ctx if value is context else value for name, value in arguments.items()})
     return rebound.args, rebound.kwargs
 
 
