@@ -6,12 +6,14 @@ run strictly: same output, same messages, and nothing reached.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -25,10 +27,12 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 from anagrapheus import Pinning
-from anagrapheus.errors import PinMiss, PinResultError
+from anagrapheus.errors import InexactReplay, PinMiss, PinResultError
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.provider.occurrence import ask, occurrence_key
 from anagrapheus.provider.policy import MODEL_CALL
@@ -468,3 +472,135 @@ def test_an_enqueued_record_is_rebuilt_only_from_what_it_could_have_written() ->
     ):
         with pytest.raises(PinResultError):
             tool_result_from_raw(forged)
+
+
+# --- an agent delegating inside a tool: its usage and the runs after it replay exactly --------------------------------
+
+
+def delegating_agents(pinning: Pinning | None, reached: list[str]) -> Agent[None, str]:
+    def lead(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        reached.append("lead")
+        usage = RequestUsage(input_tokens=5, output_tokens=5)
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"species": "cod"})], usage=usage)
+        return ModelResponse(parts=[TextPart(f"the scientist says: {tool_returns(messages)[0].content}")], usage=usage)
+
+    def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        reached.append("scientist")
+        return ModelResponse(
+            parts=[TextPart("cod is recovering")], usage=RequestUsage(input_tokens=300, output_tokens=200)
+        )
+
+    capabilities = [pinning] if pinning is not None else []
+    agent = Agent(FunctionModel(lead, model_name="scripted-eu"), capabilities=capabilities)
+
+    @agent.tool
+    async def ask_the_scientist(ctx: RunContext[None], species: str) -> str:
+        """Ask the fisheries scientist (a sub-agent) about a species."""
+        sub = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
+        return (await sub.run(f"What is the state of {species}?", usage=ctx.usage)).output
+
+    return agent
+
+
+def test_a_tool_delegating_to_an_agent_replays_its_usage_and_the_run_ids_after_it(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    reached: list[str] = []
+    plain = delegating_agents(None, reached).run_sync(PROMPT)
+    assert (plain.usage.requests, plain.usage.total_tokens) == (3, 520)
+
+    ledger = PinLedger(store, types)
+    pinning = Pinning(ledger)
+    live = [delegating_agents(pinning, reached).run_sync(PROMPT) for _ in range(2)]
+    ledger.commit()
+    assert live[0].usage == plain.usage
+
+    reached.clear()
+    replay = replay_of(store, types)
+    replaying = Pinning(replay)
+    again = [delegating_agents(replaying, reached).run_sync(PROMPT) for _ in range(2)]
+    assert reached == []
+    for recorded, replayed in zip(live, again, strict=True):
+        assert replayed.usage == recorded.usage
+        assert replayed.run_id == recorded.run_id
+        assert dumped(replayed.all_messages()) == dumped(recorded.all_messages())
+    # The scientist's own pins were asked for by the tool when it ran: none is left over as stale.
+    assert replay.unused() == {}
+
+
+def test_a_tool_pin_saying_what_its_call_did_is_read_back_only_when_well_formed() -> None:
+    base = {"$anagrapheus.tool_result": 1, "value": {"$t": "json", "v": 1}}
+    for field_name, value in (("usage", {"requests": "many"}), ("runs", -1), ("runs", True), ("within", [1])):
+        with pytest.raises(PinResultError):
+            tool_result_from_raw({**base, field_name: value})
+    # Anything else beside a result is a plain JSON result that happens to look alike: returned as it is.
+    odd = {**base, "other": 1}
+    assert tool_result_from_raw(odd) == odd
+
+
+# --- a FallbackModel over PinnedModel members: exact with Pinning or one PinnedModel around it; refused without -------
+
+
+def overloaded(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    raise ModelHTTPError(503, "primary", {"error": {"message": "overloaded", "type": "server_error"}})
+
+
+async def overloaded_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    raise ModelHTTPError(503, "primary", {"error": {"message": "overloaded", "type": "server_error"}})
+    yield ""  # pragma: no cover - a stream function is a generator
+
+
+def answering(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    return ModelResponse(parts=[TextPart("the quota is 410 t")])
+
+
+async def answering_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield "the quota is 410 t"
+
+
+def members(resolver: Any) -> FallbackModel:
+    primary = FunctionModel(overloaded, stream_function=overloaded_stream, model_name="primary")
+    secondary = FunctionModel(answering, stream_function=answering_stream, model_name="secondary")
+    return FallbackModel(PinnedModel(primary, resolver), PinnedModel(secondary, resolver))
+
+
+def test_a_fallback_over_pinned_members_without_pinning_refuses_to_replay_its_failed_attempts_inexactly(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = Agent(members(ledger)).run_sync(PROMPT)
+    ledger.commit()
+    assert live.output == "the quota is 410 t"
+    with pytest.raises(InexactReplay, match="FallbackModel over PinnedModel members"):
+        Agent(members(replay_of(store, types))).run_sync(PROMPT)
+
+    async def streamed(resolver: Any) -> str:
+        async with Agent(members(resolver)).run_stream(PROMPT) as stream:
+            return await stream.get_output()
+
+    streaming = PinLedger(store, types, unit_id="streamed")
+    assert asyncio.run(streamed(streaming)) == "the quota is 410 t"
+    streaming.commit()
+    with pytest.raises(InexactReplay):
+        asyncio.run(streamed(ReplayPins.from_store(store, types, unit_id="streamed")))
+
+
+@pytest.mark.parametrize("how", ["capability", "around"])
+def test_a_fallback_replays_its_failed_attempts_exactly_under_pinning_or_one_pinned_model(
+    how: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def run(resolver: Any) -> Any:
+        if how == "capability":
+            return Agent(members(resolver), capabilities=[Pinning(resolver)]).run_sync(PROMPT)
+        primary = FunctionModel(overloaded, model_name="primary")
+        secondary = FunctionModel(answering, model_name="secondary")
+        return Agent(PinnedModel(FallbackModel(primary, secondary), resolver)).run_sync(PROMPT)
+
+    ledger = PinLedger(store, types)
+    live = run(ledger)
+    ledger.commit()
+    again = run(replay_of(store, types))
+    attempts = [m.failed_attempts for m in live.all_messages() if isinstance(m, ModelResponse)]
+    assert attempts[0] and len(attempts[0]) == 1
+    assert [m.failed_attempts for m in again.all_messages() if isinstance(m, ModelResponse)] == attempts

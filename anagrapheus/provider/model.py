@@ -12,21 +12,25 @@ from weakref import WeakValueDictionary
 import anyio
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
+from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 from pydantic_ai.durable_exec import record_durable_unit
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
-from anagrapheus.errors import PartialPin, UsageError
+from anagrapheus.errors import InexactReplay, PartialPin, UsageError
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
+from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
 if TYPE_CHECKING:
@@ -176,6 +180,28 @@ class PinnedModel(WrapperModel):
         settings = merge_model_settings(self.wrapped.settings, model_settings)
         return call_pin(self.policy, messages, settings, model_request_parameters, model_id=self.wrapped.model_id)
 
+    def _refuse_inexact_fallback(self) -> None:
+        """Refuse to replay a failure inside a `FallbackModel` whose attempts no `Pinning` times (see the docs).
+
+        The fallback times each failed attempt from the wall clock around this model, where no pin reaches:
+        answered from a pin, a failure takes another duration and timestamp than it did, and the response
+        that answers would carry them. `Pinning` pins those times; one `PinnedModel` around the whole
+        `FallbackModel` pins the response with its attempts. Without either, the run stops here, loudly.
+        """
+        if not isinstance(self.resolver, ReplayPins):
+            return
+        run = get_current_run_context()
+        fallback = getattr(run, "model", None)
+        if not isinstance(fallback, FallbackModel) or not any(member is self for member in fallback.models):
+            return
+        if run is not None and run.run_id in RunClocks.of(self.resolver).by_id:
+            return
+        raise InexactReplay(
+            "a FallbackModel over PinnedModel members, replayed without the Pinning capability, whose member failed",
+            instead="add Pinning(resolver) to the agent, or wrap the whole FallbackModel in one PinnedModel"
+            " (PinnedModel(FallbackModel(a, b), resolver)), and record again",
+        )
+
     def _mark_answered(self, response: ModelResponse) -> None:
         self._answered[id(response)] = response
 
@@ -199,14 +225,19 @@ class PinnedModel(WrapperModel):
             return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
         asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
-        response = await self._draws.resolve(
-            self.resolver,
-            asking.key,
-            kind=MODEL_CALL,
-            effect=draw,
-            interpret=response_from_raw,
-            fingerprint=call.fingerprint,
-        )
+        try:
+            response = await self._draws.resolve(
+                self.resolver,
+                asking.key,
+                kind=MODEL_CALL,
+                effect=draw,
+                interpret=response_from_raw,
+                fingerprint=call.fingerprint,
+            )
+        except Exception:
+            if not drawn:
+                self._refuse_inexact_fallback()
+            raise
         asking.arrived()
         if not drawn:
             if response.state in PARTIAL_STATES:
@@ -234,6 +265,8 @@ class PinnedModel(WrapperModel):
         asking = ask(
             call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
         )
+        # Until a live stream is drawn, a failure is a pinned one (or the resolver's own).
+        live = False
         try:
             async with _exit_shielded(
                 self.resolver.resolve_stream(
@@ -248,6 +281,7 @@ class PinnedModel(WrapperModel):
             ) as draw:
                 # A durable unit to pydantic-ai's telemetry: drawn live, or answered from a pin (see DrawSequence).
                 record_durable_unit(executed=draw.live is not None)
+                live = draw.live is not None
                 if draw.live is not None:
                     yield draw.live
                 else:
@@ -265,6 +299,8 @@ class PinnedModel(WrapperModel):
                         await replayed.close_stream()
         except Exception as e:
             self._draws.note(asking.key, e)
+            if not live:
+                self._refuse_inexact_fallback()
             raise
         asking.arrived()
 
