@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic import BaseModel
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    TextOutput,
+    ToolOutput,
+)
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     BinaryContent,
@@ -604,3 +613,76 @@ def test_a_fallback_replays_its_failed_attempts_exactly_under_pinning_or_one_pin
     attempts = [m.failed_attempts for m in live.all_messages() if isinstance(m, ModelResponse)]
     assert attempts[0] and len(attempts[0]) == 1
     assert [m.failed_attempts for m in again.all_messages() if isinstance(m, ModelResponse)] == attempts
+
+
+# --- output functions are pinned like tools -----------------------------------------------------------------------
+
+
+class Quota(BaseModel):
+    species: str
+    tonnes: int
+
+
+@dataclass
+class Registry:
+    """An output function's world: each call files the quota and reads back its filing number."""
+
+    filed: list[str] = field(default_factory=list[str])
+
+    def file_quota(self, species: str, tonnes: int) -> Quota:
+        """File the agreed quota."""
+        self.filed.append(species)
+        return Quota(species=species, tonnes=tonnes + len(self.filed))
+
+    def split(self, text: str) -> list[str]:
+        self.filed.append(text)
+        return [*text.split(), str(len(self.filed))]
+
+    def shapeless(self, text: str):  # type: ignore[no-untyped-def]
+        return Registry()
+
+
+def outputting(kind: str) -> FunctionModel:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if kind == "tool":
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"species": "cod", "tonnes": 400})])
+        return ModelResponse(parts=[TextPart("cod four hundred")])
+
+    return FunctionModel(answer, model_name="scripted-eu")
+
+
+@pytest.mark.parametrize("kind", ["tool", "text"])
+def test_an_output_function_runs_once_per_run_pinned_and_never_on_replay(
+    kind: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def agent(registry: Registry, *capabilities: Any) -> Agent[None, Any]:
+        output: Any = ToolOutput(registry.file_quota) if kind == "tool" else TextOutput(registry.split)
+        return Agent(outputting(kind), output_type=output, capabilities=list(capabilities))
+
+    unpinned = Registry()
+    plain = agent(unpinned).run_sync(PROMPT)
+    pinned = Registry()
+    ledger = PinLedger(store, types)
+    live = agent(pinned, Pinning(ledger)).run_sync(PROMPT)
+    ledger.commit()
+    assert pinned.filed == unpinned.filed
+    assert live.output == plain.output
+
+    replayed = Registry()
+    again = agent(replayed, Pinning(replay_of(store, types))).run_sync(PROMPT)
+    assert replayed.filed == []
+    assert again.output == live.output
+    assert type(again.output) is type(live.output)
+    assert dumped(again.all_messages()) == dumped(live.all_messages())
+
+
+def test_an_output_function_whose_result_would_not_replay_equal_is_refused_while_recording(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    agent = Agent(
+        outputting("text"),
+        output_type=TextOutput(Registry().shapeless),
+        capabilities=[Pinning(PinLedger(store, types))],
+    )
+    with pytest.raises(PinResultError, match="output function 'shapeless'"):
+        agent.run_sync(PROMPT)

@@ -10,11 +10,12 @@ from itertools import count
 from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
-from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.capabilities import AbstractCapability, WrapOutputProcessHandler, WrapRunHandler
 from pydantic_ai.durable_exec import conversation_id_from_run_id, replay_scope
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
+from pydantic_ai.output import OutputContext
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -25,6 +26,14 @@ from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
+from anagrapheus.provider.outputs import (
+    OUTPUT_CALL,
+    output_function_named,
+    output_pin,
+    output_result_from_raw,
+    output_result_raw,
+    output_returns,
+)
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import (
@@ -94,6 +103,8 @@ class Pinning(AbstractCapability[Any]):
         # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
         # knows across attempts (responses answered from a pin, failures drawn so far) for the capability's life.
         self._wrappers: dict[int, tuple[Model, Model]] = {}
+        # An output function retried after it failed (a `ModelRetry`) is drawn anew, as a tool call is.
+        self._outputs = DrawSequence()
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -179,6 +190,39 @@ class Pinning(AbstractCapability[Any]):
             return response
         timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
         return replace(response, failed_attempts=timed)
+
+    async def wrap_output_process(
+        self,
+        ctx: RunContext[Any],
+        *,
+        output_context: OutputContext,
+        output: Any,
+        handler: WrapOutputProcessHandler,
+    ) -> Any:
+        """Pin a call of an output function like a tool call: keyed on its name and output, answered from its pin."""
+        name = output_context.function_name
+        if not output_context.has_function or name is None:
+            # No function (a plain output type), or a union whose function is chosen inside: nothing of the world.
+            return await handler(output)
+        key, fingerprint = output_pin(name, output, partial=ctx.partial_output)
+        returns = output_returns(output_function_named(getattr(ctx.agent, "output_type", None), name))
+        asking = ask(
+            key, kind=OUTPUT_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
+        )
+
+        async def draw() -> JSONValue:
+            return output_result_raw(name, returns, await handler(output))
+
+        answer = await self._outputs.resolve(
+            self.resolver,
+            asking.key,
+            kind=OUTPUT_CALL,
+            effect=draw,
+            interpret=lambda raw: output_result_from_raw(returns, raw),
+            fingerprint=fingerprint,
+        )
+        asking.arrived()
+        return answer
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned, and each MCP server's discovery."""
