@@ -18,6 +18,8 @@ from pydantic_ai import (
     ApprovalRequired,
     DeferredToolRequests,
     DeferredToolResults,
+    NativeOutput,
+    PromptedOutput,
     RunContext,
     TextOutput,
     ToolOutput,
@@ -34,6 +36,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturn,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.fallback import FallbackModel
@@ -41,11 +44,18 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from anagrapheus import Pinning
-from anagrapheus.errors import InexactReplay, PinMiss, PinResultError
+from anagrapheus.errors import CanonicalError, InexactReplay, PinMiss, PinResultError
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.provider.occurrence import ask, occurrence_key
+from anagrapheus.provider.outputs import (
+    output_function_named,
+    output_pin,
+    output_result_from_raw,
+    output_result_raw,
+    output_returns,
+)
 from anagrapheus.provider.policy import MODEL_CALL
-from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.provider.tools import TOOL_CALL, tool_answer_from_raw, tool_pin, tool_result_from_raw, tool_result_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import PinText
 
@@ -686,3 +696,55 @@ def test_an_output_function_whose_result_would_not_replay_equal_is_refused_while
     )
     with pytest.raises(PinResultError, match="output function 'shapeless'"):
         agent.run_sync(PROMPT)
+
+
+@dataclass(eq=False)
+class Filing:
+    """A result that is equal only to itself, so no rebuilt copy of it can stand in for it."""
+
+    number: int
+
+
+def filed(text: str) -> Filing:
+    return Filing(len(text))
+
+
+def unannotated(text):  # type: ignore[no-untyped-def]
+    return text.split()
+
+
+def mistyped(text: str) -> UnresolvableName:  # type: ignore[name-defined]  # noqa: F821
+    return text
+
+
+def test_output_functions_are_found_rebuilt_and_refused_by_their_annotations() -> None:
+    spec = [NativeOutput([filed, str]), PromptedOutput(unannotated), Registry().split, TextOutput(mistyped)]
+    assert output_function_named(spec, "filed") is filed
+    assert output_function_named(spec, "unannotated") is unannotated
+    assert output_function_named(spec, "split") is not None
+    assert output_function_named(spec, "nowhere") is None
+    assert output_returns(None) is None
+    assert output_returns(unannotated) is None
+    assert output_returns(mistyped) is None
+    assert output_returns(filed) is Filing
+    # Without an annotation a JSON result comes back as itself; with one, as that type.
+    assert output_result_from_raw(None, output_result_raw("unannotated", None, ["cod", "haddock"])) == [
+        "cod",
+        "haddock",
+    ]
+    with pytest.raises(PinResultError, match="would not replay equal"):
+        output_result_raw("filed", Filing, Filing(3))
+    with pytest.raises(PinResultError, match="does not hold"):
+        output_result_from_raw(int, "many")
+    with pytest.raises(CanonicalError, match="output function 'filed'"):
+        output_pin("filed", object(), partial=False)
+    assert output_pin("filed", "cod", partial=True)[0] != output_pin("filed", "cod", partial=False)[0]
+
+
+def test_whole_messages_enqueued_by_a_tool_are_rebuilt_and_unknown_nodes_refused() -> None:
+    asked = ModelRequest(parts=[UserPromptPart("Quote the survey.")])
+    raw = tool_result_raw("survey", "done", enqueued=[((asked,), "asap")])
+    answer = tool_answer_from_raw(raw)
+    assert answer.enqueued == [([asked], "asap")]
+    with pytest.raises(PinResultError, match="cannot rebuild"):
+        tool_result_from_raw({"$anagrapheus.tool_result": 1, "value": {"$t": "bogus", "v": 1}})
