@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -748,3 +749,25 @@ def test_whole_messages_enqueued_by_a_tool_are_rebuilt_and_unknown_nodes_refused
     assert answer.enqueued == [([asked], "asap")]
     with pytest.raises(PinResultError, match="cannot rebuild"):
         tool_result_from_raw({"$anagrapheus.tool_result": 1, "value": {"$t": "bogus", "v": 1}})
+
+
+def test_a_delegating_tool_replayed_into_a_new_unit_keeps_the_delegated_agents_pins(
+    store: SQLiteEventStore, types: EventTypeRegistry, tmp_path: Path
+) -> None:
+    reached: list[str] = []
+    ledger = PinLedger(store, types)
+    live = delegating_agents(Pinning(ledger), reached).run_sync(PROMPT)
+    ledger.commit()
+
+    with SQLiteEventStore(tmp_path / "again.db") as again_store:
+        into = PinLedger(again_store, types)
+        replay = ReplayPins.from_store(store, types, on_miss="record", into=into)
+        reached.clear()
+        delegating_agents(Pinning(replay), reached).run_sync(PROMPT)
+        assert reached == []
+        into.commit()
+        strict = ReplayPins.from_store(again_store, types)
+        again = delegating_agents(Pinning(strict), reached).run_sync(PROMPT)
+        assert reached == []
+        assert again.usage == live.usage
+        assert strict.unused() == {}
