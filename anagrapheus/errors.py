@@ -78,6 +78,17 @@ class UnitClosed(UsageError):
         """A drawn result (canonical JSON text) that could not be pinned, if the effect ran first; else None."""
 
 
+class InexactReplay(UsageError):
+    """A run is replaying a pattern anagrapheus cannot replay byte for byte, and says so rather than differ quietly."""
+
+    def __init__(self, pattern: str, *, instead: str) -> None:
+        super().__init__(f"{pattern} cannot be replayed exactly; {instead}")
+        self.pattern = pattern
+        """What the run does that cannot replay exactly."""
+        self.instead = instead
+        """What to do instead."""
+
+
 class CanonicalError(AnagrapheusError, TypeError):
     """A value cannot be written as canonical JSON."""
 

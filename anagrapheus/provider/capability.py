@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
 from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
-from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.capabilities import AbstractCapability, WrapOutputProcessHandler, WrapRunHandler
 from pydantic_ai.durable_exec import conversation_id_from_run_id, replay_scope
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
+from pydantic_ai.output import OutputContext
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -24,9 +25,26 @@ from anagrapheus.provider.compat import fallback_with_models, in_replay_scope, i
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
+from anagrapheus.provider.occurrence import ask
+from anagrapheus.provider.outputs import (
+    OUTPUT_CALL,
+    output_function_named,
+    output_pin,
+    output_result_from_raw,
+    output_result_raw,
+    output_returns,
+)
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.tools import TOOL_CALL, is_pinned_tool, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.provider.tools import (
+    TOOL_CALL,
+    CallWatch,
+    holds_content,
+    is_pinned_tool,
+    settle,
+    tool_answer_from_raw,
+    tool_pin,
+)
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
@@ -47,7 +65,9 @@ class Pinning(AbstractCapability[Any]):
     (its keys, its `policy`) and every toolset's calls are keyed as `pinned_tool` keys them: name and
     arguments, never the `RunContext` or the run's deps, unless `tool_deps` names the part of the
     deps a tool's answer depends on. An MCP server's tool list and instructions are pinned too. A model
-    or tool that already pins its own calls is passed through.
+    or tool that already pins its own calls is passed through. A request or tool call asked again in one
+    run after its answer arrived reaches the world again, as it does unpinned (the repeat rule), unless
+    `dedupe_repeats` says otherwise; an approved tool call is keyed apart from the unapproved one.
     """
 
     resolver: PinResolver
@@ -60,6 +80,9 @@ class Pinning(AbstractCapability[Any]):
     """Where a live run's pinned timestamps come from; None keeps the ones pydantic-ai stamped."""
     new_id: Callable[[], str]
     """Where a live run's pinned `run_id` comes from: a fresh UUIDv7 unless a test seeds it."""
+    dedupe_repeats: bool | Collection[str]
+    """The repeat rule's opt-out: True answers every request and tool call asked again in one run from the first
+    asking's pin, as before the rule; a collection of tool names does so for those tools only."""
 
     def __init__(
         self,
@@ -69,8 +92,10 @@ class Pinning(AbstractCapability[Any]):
         tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], str] = new_uuid7,
+        dedupe_repeats: bool | Collection[str] = False,
     ) -> None:
         self.resolver = resolver
+        self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
         self.policy = policy
         self.tool_deps = dict(tool_deps or {})
         self.clock = clock
@@ -78,6 +103,8 @@ class Pinning(AbstractCapability[Any]):
         # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
         # knows across attempts (responses answered from a pin, failures drawn so far) for the capability's life.
         self._wrappers: dict[int, tuple[Model, Model]] = {}
+        # An output function retried after it failed (a `ModelRetry`) is drawn anew, as a tool call is.
+        self._outputs = DrawSequence()
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -132,7 +159,10 @@ class Pinning(AbstractCapability[Any]):
                 members = [self.get_wrapper_model(member) or member for member in model.models]
                 wrapper = (model, fallback_with_models(model, members))
             else:
-                wrapper = (model, PinnedModel(model, self.resolver, policy=self.policy))
+                wrapper = (
+                    model,
+                    PinnedModel(model, self.resolver, policy=self.policy, dedupe_repeats=self.dedupe_repeats is True),
+                )
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
@@ -161,6 +191,39 @@ class Pinning(AbstractCapability[Any]):
         timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
         return replace(response, failed_attempts=timed)
 
+    async def wrap_output_process(
+        self,
+        ctx: RunContext[Any],
+        *,
+        output_context: OutputContext,
+        output: Any,
+        handler: WrapOutputProcessHandler,
+    ) -> Any:
+        """Pin a call of an output function like a tool call: keyed on its name and output, answered from its pin."""
+        name = output_context.function_name
+        if not output_context.has_function or name is None:
+            # No function (a plain output type), or a union whose function is chosen inside: nothing of the world.
+            return await handler(output)
+        key, fingerprint = output_pin(name, output, partial=ctx.partial_output)
+        returns = output_returns(output_function_named(getattr(ctx.agent, "output_type", None), name))
+        asking = ask(
+            key, kind=OUTPUT_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
+        )
+
+        async def draw() -> JSONValue:
+            return output_result_raw(name, returns, await handler(output))
+
+        answer = await self._outputs.resolve(
+            self.resolver,
+            asking.key,
+            kind=OUTPUT_CALL,
+            effect=draw,
+            interpret=lambda raw: output_result_from_raw(returns, raw),
+            fingerprint=fingerprint,
+        )
+        asking.arrived()
+        return answer
+
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned, and each MCP server's discovery."""
         unnamed = count()
@@ -172,7 +235,12 @@ class Pinning(AbstractCapability[Any]):
             name = leaf.id if leaf.id is not None else f"#{next(unnamed)}"
             return PinnedDiscovery(leaf, resolver=self.resolver, name=name)
 
-        return PinnedToolset(toolset.visit_and_replace(pin_discovery), resolver=self.resolver, tool_deps=self.tool_deps)
+        return PinnedToolset(
+            toolset.visit_and_replace(pin_discovery),
+            resolver=self.resolver,
+            tool_deps=self.tool_deps,
+            dedupe_repeats=self.dedupe_repeats,
+        )
 
 
 @dataclass
@@ -185,6 +253,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
     """Tool name to the part of the run's deps that joins the tool's key (deps are otherwise not keyed)."""
     draws: DrawSequence = field(default_factory=DrawSequence)
     """Counts each call's pinned failures, so a call retried after a failure is drawn anew."""
+    dedupe_repeats: bool | Collection[str] = False
+    """Answer a repeated call in one run from the first call's pin: every tool's (True), or the named tools'."""
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
@@ -196,20 +266,43 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         keyed_deps = self.tool_deps.get(name)
         arguments = _keyed_arguments(function, tool_args)
-        call = tool_pin(name, arguments) if keyed_deps is None else tool_pin(name, arguments, deps=keyed_deps(ctx.deps))
+        if keyed_deps is None:
+            call = tool_pin(name, arguments, ctx=ctx)
+        else:
+            call = tool_pin(name, arguments, deps=keyed_deps(ctx.deps), ctx=ctx)
+        asking = ask(
+            call.key, kind=TOOL_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
+        )
+
+        drawn = False
 
         async def draw() -> JSONValue:
-            result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-            return tool_result_raw(name, _jsonable(name, result))
+            nonlocal drawn
+            drawn = True
+            watch = CallWatch(ctx, self.resolver)
+            with watch.running():
+                result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
+            # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
+            return watch.raw(name, result if holds_content(result) else _jsonable(name, result))
 
-        return await self.draws.resolve(
+        answer = await self.draws.resolve(
             self.resolver,
-            call.key,
+            asking.key,
             kind=TOOL_CALL,
             effect=draw,
-            interpret=tool_result_from_raw,
+            interpret=tool_answer_from_raw,
             fingerprint=call.fingerprint,
         )
+        asking.arrived()
+        settle(ctx, answer, self.resolver, drawn=drawn)
+        return answer.value
+
+
+def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:
+    """Whether a repeated call of `tool` in one run is answered from the first call's pin (the opt-out)."""
+    if isinstance(dedupe_repeats, bool):
+        return dedupe_repeats
+    return tool in dedupe_repeats
 
 
 def _attempt_times(raw: JSONValue) -> list[tuple[datetime, timedelta]]:

@@ -12,20 +12,25 @@ from weakref import WeakValueDictionary
 import anyio
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext
+from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 from pydantic_ai.durable_exec import record_durable_unit
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
-from anagrapheus.errors import PartialPin, UsageError
+from anagrapheus.errors import InexactReplay, PartialPin, UsageError
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
+from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
+from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
 if TYPE_CHECKING:
@@ -134,13 +139,17 @@ class PinnedModel(WrapperModel):
     Live (`PinLedger`) the first request for a key reaches the wrapped model and its response is
     pinned; under replay (`ReplayPins`) the response comes from the log and the wrapped model is
     never reached. Streamed and plain requests of the same call share one key. Batch calls are
-    refused: their results arrive outside any request a pin can see.
+    refused: their results arrive outside any request a pin can see. A request asked again in one
+    agent run after its answer arrived (a poll, a sample) is a request of its own (the repeat rule,
+    `anagrapheus.provider.occurrence`), unless `dedupe_repeats` answers it from the first.
     """
 
     resolver: PinResolver
     """Answers each keyed request: draws it live, or answers it from pins."""
     policy: CallPolicy
     """Decides what goes into a request's key material."""
+    dedupe_repeats: bool
+    """Answer a request asked again in one run from the first asking's pin, as before the repeat rule."""
 
     def __init__(
         self,
@@ -148,9 +157,11 @@ class PinnedModel(WrapperModel):
         resolver: PinResolver,
         *,
         policy: CallPolicy | None = None,
+        dedupe_repeats: bool = False,
     ) -> None:
         super().__init__(wrapped)
         self.resolver = resolver
+        self.dedupe_repeats = dedupe_repeats
         self.policy = policy if policy is not None else SemanticCallPolicy()
         # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
@@ -168,6 +179,28 @@ class PinnedModel(WrapperModel):
         # Merging again is idempotent, so both reach the key the same way.
         settings = merge_model_settings(self.wrapped.settings, model_settings)
         return call_pin(self.policy, messages, settings, model_request_parameters, model_id=self.wrapped.model_id)
+
+    def _refuse_inexact_fallback(self) -> None:
+        """Refuse to replay a failure inside a `FallbackModel` whose attempts no `Pinning` times (see the docs).
+
+        The fallback times each failed attempt from the wall clock around this model, where no pin reaches:
+        answered from a pin, a failure takes another duration and timestamp than it did, and the response
+        that answers would carry them. `Pinning` pins those times; one `PinnedModel` around the whole
+        `FallbackModel` pins the response with its attempts. Without either, the run stops here, loudly.
+        """
+        if not isinstance(self.resolver, ReplayPins):
+            return
+        run = get_current_run_context()
+        fallback = getattr(run, "model", None)
+        if not isinstance(fallback, FallbackModel) or not any(member is self for member in fallback.models):
+            return
+        if run is not None and run.run_id in RunClocks.of(self.resolver).by_id:
+            return
+        raise InexactReplay(
+            "a FallbackModel over PinnedModel members, replayed without the Pinning capability, whose member failed",
+            instead="add Pinning(resolver) to the agent, or wrap the whole FallbackModel in one PinnedModel"
+            " (PinnedModel(FallbackModel(a, b), resolver)), and record again",
+        )
 
     def _mark_answered(self, response: ModelResponse) -> None:
         self._answered[id(response)] = response
@@ -191,14 +224,21 @@ class PinnedModel(WrapperModel):
             # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
             return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
-        response = await self._draws.resolve(
-            self.resolver,
-            call.key,
-            kind=MODEL_CALL,
-            effect=draw,
-            interpret=response_from_raw,
-            fingerprint=call.fingerprint,
-        )
+        asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
+        try:
+            response = await self._draws.resolve(
+                self.resolver,
+                asking.key,
+                kind=MODEL_CALL,
+                effect=draw,
+                interpret=response_from_raw,
+                fingerprint=call.fingerprint,
+            )
+        except Exception:
+            if not drawn:
+                self._refuse_inexact_fallback()
+            raise
+        asking.arrived()
         if not drawn:
             if response.state in PARTIAL_STATES:
                 # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
@@ -222,10 +262,15 @@ class PinnedModel(WrapperModel):
         def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
             return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
 
+        asking = ask(
+            call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
+        )
+        # Until a live stream is drawn, a failure is a pinned one (or the resolver's own).
+        live = False
         try:
             async with _exit_shielded(
                 self.resolver.resolve_stream(
-                    self._draws.key(call.key, kind=MODEL_CALL),
+                    self._draws.key(asking.key, kind=MODEL_CALL),
                     kind=MODEL_CALL,
                     effect=open_stream,
                     capture=_captured,
@@ -236,24 +281,28 @@ class PinnedModel(WrapperModel):
             ) as draw:
                 # A durable unit to pydantic-ai's telemetry: drawn live, or answered from a pin (see DrawSequence).
                 record_durable_unit(executed=draw.live is not None)
+                live = draw.live is not None
                 if draw.live is not None:
                     yield draw.live
-                    return
-                pinned = draw.pinned
-                if pinned is None:  # pragma: no cover - a resolver yields one or the other
-                    raise UsageError("the resolver yielded neither a live stream nor a pinned response")
-                self._mark_answered(pinned)
-                replayed = PinnedStreamedResponse(
-                    pinned, key=call.key, model_request_parameters=model_request_parameters, failure=draw.failure
-                )
-                try:
-                    yield replayed
-                finally:
-                    # A read waiting past where the recorded stream stopped need wait no longer: the request is over.
-                    await replayed.close_stream()
+                else:
+                    pinned = draw.pinned
+                    if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                        raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+                    self._mark_answered(pinned)
+                    replayed = PinnedStreamedResponse(
+                        pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
+                    )
+                    try:
+                        yield replayed
+                    finally:
+                        # A read waiting past where the recorded stream stopped need wait no longer: it is over.
+                        await replayed.close_stream()
         except Exception as e:
-            self._draws.note(call.key, e)
+            self._draws.note(asking.key, e)
+            if not live:
+                self._refuse_inexact_fallback()
             raise
+        asking.arrived()
 
     async def count_tokens(
         self,

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
-from pydantic_ai import RunContext
+from pydantic import TypeAdapter
+from pydantic_ai import RunContext, messages
+from pydantic_ai.messages import (
+    MULTI_MODAL_CONTENT_TYPES,
+    CachePoint,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    TextContent,
+    ToolReturn,
+)
+from pydantic_ai.usage import RunUsage
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy_material import MaterialWalk
+from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.pins import noting_keys
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
 __all__ = [
@@ -50,11 +70,21 @@ class ToolPin:
 _UNKEYED: object = object()
 
 
-def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKEYED) -> ToolPin:
+def tool_pin(
+    tool: str,
+    arguments: Mapping[str, object],
+    *,
+    deps: object = _UNKEYED,
+    ctx: RunContext[Any] | None = None,
+) -> ToolPin:
     """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key.
 
     The run's deps are not in a tool's key. Pass `deps=` (JSON-shaped, or a pydantic model) to key the part
-    of the deps that decides what the tool reads, such as a region or an account.
+    of the deps that decides what the tool reads, such as a region or an account. What the call's
+    `RunContext` (`ctx`, or one among the arguments) says about the call itself joins the key (the
+    approval rule): an approved call (`tool_call_approved`) and the metadata its approval carried
+    (`tool_call_metadata`), so an approved call is never answered by the pin of the unapproved one.
+    A call that is neither approved nor carries metadata keeps the key it always had.
     """
     material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
     if deps is not _UNKEYED:
@@ -62,7 +92,34 @@ def tool_pin(tool: str, arguments: Mapping[str, object], *, deps: object = _UNKE
             material["deps"] = MaterialWalk().value(deps, at="$.deps")
         except CanonicalError as e:
             raise CanonicalError(f"the deps keyed for tool {tool!r} cannot be keyed: {e.reason}", path=e.path) from e
+    context = ctx if ctx is not None else _context_among(arguments)
+    if context is not None:
+        material.update(_call_context(tool, context))
     return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
+
+
+def _context_among(arguments: Mapping[str, object]) -> RunContext[Any] | None:
+    """The `RunContext` the run passed among a tool's arguments, if the tool takes one."""
+    for value in arguments.values():
+        if isinstance(value, RunContext):
+            return cast("RunContext[Any]", value)
+    return None
+
+
+def _call_context(tool: str, ctx: RunContext[Any]) -> dict[str, JSONValue]:
+    """What a call's `RunContext` says about the call that can change the tool's answer: its approval."""
+    material: dict[str, JSONValue] = {}
+    # A context made by hand (a test calling the tool directly) may lack the fields: such a call is not approved.
+    if getattr(ctx, "tool_call_approved", False):
+        material["approved"] = True
+    metadata: object = getattr(ctx, "tool_call_metadata", None)
+    if metadata is not None:
+        try:
+            material["approval_metadata"] = MaterialWalk().value(metadata, at="$.approval_metadata")
+        except CanonicalError as e:
+            message = f"the approval metadata of a call of tool {tool!r} cannot be keyed: {e.reason}"
+            raise CanonicalError(message, path=e.path) from e
+    return material
 
 
 def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
@@ -84,8 +141,34 @@ def _arguments(tool: str, given: Mapping[str, object]) -> dict[str, JSONValue]:
     return arguments
 
 
-def tool_result_raw(tool: str, result: object) -> JSONValue:
-    """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be."""
+def tool_result_raw(
+    tool: str,
+    result: object,
+    *,
+    enqueued: Sequence[tuple[Sequence[object], str]] = (),
+    usage: RunUsage | None = None,
+    runs: int = 0,
+    within: Sequence[str] = (),
+) -> JSONValue:
+    """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
+
+    A result holding what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image or other
+    `BinaryContent`, a URL to a file) is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
+    """
+    if enqueued or usage is not None or runs or within:
+        # What the call did to its run besides returning: kept with the result, only when it did anything.
+        raw: dict[str, JSONValue] = {_TAGGED: 1, "value": _tagged(tool, result)}
+        if enqueued:
+            raw["enqueued"] = enqueued_raw(tool, enqueued)
+        if usage is not None:
+            raw["usage"] = canonical_value(_usages.dump_python(usage, mode="json"))
+        if runs:
+            raw["runs"] = runs
+        if within:
+            raw["within"] = list(within)
+        return raw
+    if holds_content(result):
+        return {_TAGGED: 1, "value": _tagged(tool, result)}
     try:
         return canonical_value(result)
     except CanonicalError as e:
@@ -95,9 +178,156 @@ def tool_result_raw(tool: str, result: object) -> JSONValue:
         ) from e
 
 
-def tool_result_from_raw(raw: JSONValue) -> JSONValue:
-    """Return a tool pin's raw JSON as the run receives it: JSON on every path, so a replay sees what the run saw."""
-    return raw
+def tool_result_from_raw(raw: JSONValue) -> Any:
+    """Return a tool pin's raw JSON as the run receives it, on every path, so a replay sees what the run saw.
+
+    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
+    """
+    return tool_answer_from_raw(raw).value
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswer:
+    """A tool pin read back: the result, and what the call did to its run besides returning it."""
+
+    value: Any
+    """The result, as the run receives it."""
+    enqueued: list[tuple[list[Any], str]] = dataclasses.field(default_factory=list[tuple[list[Any], str]])
+    """Each `ctx.enqueue` call the tool made: its content and priority, in order."""
+    usage: RunUsage | None = None
+    """The usage the call added to its run (an agent it delegated to, run with `usage=ctx.usage`)."""
+    runs: int = 0
+    """How many agent runs started through the same resolver while the tool ran (the agents it delegated to)."""
+    within: list[str] = dataclasses.field(default_factory=list[str])
+    """The keys the call asked for while it ran (its delegated agent's requests, say), in order."""
+
+
+_ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
+
+
+def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
+    """A tool pin's result as the run receives it, with what the call did to its run besides."""
+    if not (isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE):
+        return ToolAnswer(raw)
+    enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
+    try:
+        usage = _usages.validate_python(raw["usage"]) if "usage" in raw else None
+    except ValueError as e:
+        raise PinResultError(f"a tool pin's usage is {raw['usage']!r}, not a run's usage ({e})") from e
+    runs = raw.get("runs", 0)
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 0:
+        raise PinResultError(f"a tool pin's count of runs is {runs!r}, not a count")
+    within = raw.get("within", [])
+    if not (isinstance(within, list) and all(isinstance(key, str) for key in within)):
+        raise PinResultError(f"a tool pin's keys asked within are {within!r}, not a list of keys")
+    return ToolAnswer(_untagged(raw["value"]), enqueued, usage, runs, cast("list[str]", within))
+
+
+def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]]) -> JSONValue:
+    """What a tool enqueued into its run (`ctx.enqueue`), each call's content type-tagged with its priority."""
+    return [
+        {"content": [_tagged(tool, item) for item in content], "priority": priority} for content, priority in enqueued
+    ]
+
+
+def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
+    """Rebuild what `enqueued_raw` wrote: each `ctx.enqueue` call's content and priority, in order."""
+    if not isinstance(raw, list):
+        raise PinResultError(f"a tool pin's enqueued messages are {raw!r}, not a list")
+    calls: list[tuple[list[Any], str]] = []
+    for call in raw:
+        if not (
+            isinstance(call, dict) and isinstance(call.get("content"), list) and isinstance(call.get("priority"), str)
+        ):
+            raise PinResultError(f"a tool pin's enqueued message is {call!r}, not its content and priority")
+        content = cast("list[JSONValue]", call["content"])
+        calls.append(([_untagged(item) for item in content], cast(str, call["priority"])))
+    return calls
+
+
+# A tool's result holding pydantic-ai message content is kept as {_TAGGED: 1, "value": <tagged tree>}, in which every
+# node says what it is ({"$t": "json" | "list" | "dict" | "content" | "ToolReturn", ...}), so nothing is guessed back.
+_TAGGED = "$anagrapheus.tool_result"
+_CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
+
+
+_messages = ModelMessagesTypeAdapter
+_usages: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
+_request_parts: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
+
+
+def _is_request_part(value: object) -> bool:
+    """Whether `value` is a part of a model request (what a tool may enqueue), as pydantic-ai defines them."""
+    return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
+
+
+def holds_content(value: object) -> bool:
+    """Whether `value` is, or holds in a list, tuple or dict, something pydantic-ai sends as more than JSON."""
+    if isinstance(value, (ToolReturn, ModelRequest, ModelResponse, *_CONTENT_TYPES)) or _is_request_part(value):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(holds_content(item) for item in cast("list[object] | tuple[object, ...]", value))
+    if isinstance(value, dict):
+        return any(holds_content(item) for item in cast("dict[object, object]", value).values())
+    return False
+
+
+def _tagged(tool: str, value: object) -> JSONValue:
+    """`value` as a tree of type-tagged JSON nodes."""
+    if isinstance(value, ToolReturn):
+        returned = cast("ToolReturn[object]", value)
+        names = [f.name for f in dataclasses.fields(returned) if f.name != "kind"]
+        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name)) for name in names}}
+    if isinstance(value, _CONTENT_TYPES):
+        dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
+        return {"$t": "content", "class": type(value).__name__, "v": canonical_value(dumped)}
+    if isinstance(value, (ModelRequest, ModelResponse)):
+        return {"$t": "message", "v": canonical_value(_messages.dump_python([value], mode="json")[0])}
+    if _is_request_part(value):
+        return {"$t": "request_part", "v": canonical_value(_request_parts.dump_python(cast(Any, value), mode="json"))}
+    if isinstance(value, (list, tuple)):
+        items = cast("list[object] | tuple[object, ...]", value)
+        return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
+    if isinstance(value, dict):
+        entries = cast("dict[object, object]", value)
+        if holds_content(entries):
+            return {"$t": "dict", "v": {str(name): _tagged(tool, item) for name, item in entries.items()}}
+    return _json_leaf(tool, cast(object, value))
+
+
+def _json_leaf(tool: str, value: object) -> JSONValue:
+    """A part of a tagged result that holds no message content, as its JSON."""
+    try:
+        return {"$t": "json", "v": canonical_value(to_jsonable_python(value))}
+    except (CanonicalError, PydanticSerializationError) as e:
+        held = type(value).__qualname__
+        raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e
+
+
+def _untagged(node: JSONValue) -> Any:
+    """Rebuild what `_tagged` wrote, or raise `PinResultError` for a node it could not have written."""
+    if not isinstance(node, dict):
+        raise PinResultError(f"a tagged tool result holds {node!r}, not a tagged node")
+    tag, value = node.get("$t"), node.get("v")
+    if tag == "json":
+        return value
+    if tag == "list" and isinstance(value, list):
+        return [_untagged(item) for item in value]
+    if tag == "tuple" and isinstance(value, list):
+        return tuple(_untagged(item) for item in value)
+    if tag == "dict" and isinstance(value, dict):
+        return {name: _untagged(item) for name, item in value.items()}
+    if tag == "ToolReturn" and isinstance(value, dict):
+        return ToolReturn(**{name: _untagged(item) for name, item in value.items()})
+    if tag == "message":
+        return _messages.validate_python([value])[0]
+    if tag == "request_part":
+        return _request_parts.validate_python(value)
+    if tag == "content":
+        found = getattr(messages, str(node.get("class")), None)
+        if isinstance(found, type) and issubclass(found, _CONTENT_TYPES):
+            return TypeAdapter(found).validate_python(value)
+    raise PinResultError(f"a tagged tool result holds a node anagrapheus cannot rebuild: {node!r}")
 
 
 def pinned_tool(
@@ -105,13 +335,17 @@ def pinned_tool(
     func: Callable[P, R] | Callable[P, Awaitable[R]],
     *,
     name: str | None = None,
-) -> Callable[P, Awaitable[JSONValue]]:
+    dedupe_repeats: bool = False,
+) -> Callable[P, Awaitable[Any]]:
     """Wrap a world-reading tool so its result is pinned under its name and arguments (without the `RunContext`).
 
     The wrapper is always a coroutine function with the tool's signature and docstring, so pydantic-ai
     builds the same schema. A synchronous body runs in a worker thread while the resolver is touched
-    only on the calling thread. The result must be JSON-shaped; it is returned as JSON on every path.
-    `name` names both the pin and the tool pydantic-ai registers; it defaults to the function's name.
+    only on the calling thread. The result must be JSON-shaped, or hold pydantic-ai message content
+    (`ToolReturn`, `BinaryContent`, ...); it is returned as the same JSON, or rebuilt as the same objects,
+    on every path. `name` names both the pin and the tool pydantic-ai registers; it defaults to the
+    function's name. A call made again with the same arguments in one agent run, after the first
+    returned, runs again (the repeat rule); `dedupe_repeats=True` answers it from the first call's pin.
     """
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
@@ -122,34 +356,136 @@ def pinned_tool(
     draws = DrawSequence()
 
     @functools.wraps(func)
-    async def pinned(*args: P.args, **kwargs: P.kwargs) -> JSONValue:
+    async def pinned(*args: P.args, **kwargs: P.kwargs) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         call = tool_pin(tool, bound.arguments)
-
-        async def draw() -> JSONValue:
-            if is_async:
-                result: object = await cast(Callable[P, Awaitable[R]], func)(*args, **kwargs)
-            else:
-                result = await anyio.to_thread.run_sync(
-                    functools.partial(cast(Callable[..., Any], func), *args, **kwargs)
-                )
-            return tool_result_raw(tool, result)
-
-        return await draws.resolve(
-            resolver,
+        asking = ask(
             call.key,
             kind=TOOL_CALL,
+            resolver=resolver,
+            ctx=_context_among(bound.arguments),
+            per_run=not dedupe_repeats,
+        )
+
+        drawn = False
+        context = _context_among(bound.arguments)
+
+        async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            watch = CallWatch(context, resolver)
+            call_args, call_kwargs = _swapped(signature, bound.arguments, watch, args, kwargs)
+            with watch.running():
+                if is_async:
+                    result: object = await cast(Callable[..., Awaitable[R]], func)(*call_args, **call_kwargs)
+                else:
+                    result = await anyio.to_thread.run_sync(
+                        functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
+                    )
+            return watch.raw(tool, result)
+
+        answer = await draws.resolve(
+            resolver,
+            asking.key,
+            kind=TOOL_CALL,
             effect=draw,
-            interpret=tool_result_from_raw,
+            interpret=tool_answer_from_raw,
             fingerprint=call.fingerprint,
         )
+        asking.arrived()
+        settle(context, answer, resolver, drawn=drawn)
+        return answer.value
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
     # Lets the `Pinning` capability pass the call through rather than pin it twice under one key.
     setattr(pinned, _PINNED_MARK, True)
     return pinned
+
+
+class CallWatch:
+    """Watches one drawn tool call for what it does to its run besides returning, to pin with its result.
+
+    The tool is given a copy of its `RunContext` whose `enqueue` notes what it enqueues (and still
+    delivers it), and whose `usage` is a copy of the run's: what the call adds to it (an agent it
+    delegated to with `usage=ctx.usage`) is pinned, and `settle` adds it to the run's usage on every
+    path. Runs started through the same resolver meanwhile (the delegated agents) are counted, so that
+    when a pin answers and they do not run, the runs after them keep their positions (and their ids).
+    """
+
+    def __init__(self, ctx: RunContext[Any] | None, resolver: PinResolver) -> None:
+        self.enqueued: list[tuple[Sequence[object], str]] = []
+        self._within: list[str] = []
+        self._clocks = RunClocks.of(resolver)
+        self._runs = self._clocks.runs
+        self.ctx: RunContext[Any] | None = None
+        self._usage: tuple[RunUsage, RunUsage] | None = None
+        usage: object = getattr(ctx, "usage", None)
+        if ctx is None or not isinstance(usage, RunUsage):
+            # No run's context (or one made by hand, as a test calling a tool directly makes it): nothing to watch.
+            return
+        self._usage = (copy.deepcopy(usage), copy.deepcopy(usage))
+        noting = dataclasses.replace(ctx, usage=self._usage[1])
+        deliver = ctx.enqueue
+
+        def enqueue(*content: Any, priority: Any = "asap") -> str | None:
+            self.enqueued.append((content, priority))
+            return deliver(*content, priority=priority)
+
+        noting.enqueue = enqueue  # type: ignore[method-assign]
+        self.ctx = noting
+
+    @contextmanager
+    def running(self) -> Generator[None]:
+        """Around the tool's body: note the keys it asks for (an agent it delegates to, a pinned call it makes)."""
+        with noting_keys() as noted:
+            yield
+        self._within = noted
+
+    def raw(self, tool: str, result: object) -> JSONValue:
+        """The call's result as its pin keeps it, with what the call did to its run."""
+        usage = None
+        if self._usage is not None:
+            before, after = self._usage
+            added = after - before
+            usage = added if added != RunUsage() else None
+        runs = self._clocks.runs - self._runs
+        return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
+
+
+def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:
+    """Do to the run what the call did besides returning: its usage on every path; the rest when a pin answered."""
+    if ctx is not None and answer.usage is not None:
+        ctx.usage.incr(answer.usage)
+    if drawn:
+        # The drawn call enqueued its messages and started its runs itself.
+        return
+    if isinstance(resolver, ReplayPins):
+        resolver.answered_within(answer.within)
+    if answer.runs:
+        clocks = RunClocks.of(resolver)
+        with clocks.lock:
+            clocks.runs += answer.runs
+    if ctx is not None:
+        for content, priority in answer.enqueued:
+            ctx.enqueue(*content, priority=cast(Any, priority))
+
+
+def _swapped(
+    signature: inspect.Signature,
+    arguments: Mapping[str, object],
+    watch: CallWatch,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments, with the `RunContext` among them (if any) swapped for the watched copy."""
+    context = _context_among(arguments)
+    if context is None or watch.ctx is None:
+        return args, kwargs
+    rebound = signature.bind_partial()
+    rebound.arguments.update({name: watch.ctx if value is context else value for name, value in arguments.items()})
+    return rebound.args, rebound.kwargs
 
 
 def is_pinned_tool(func: object) -> bool:

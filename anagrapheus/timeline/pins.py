@@ -30,7 +30,7 @@ from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failu
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 
-__all__ = ["LedgerState", "PinLedger"]
+__all__ = ["LedgerState", "PinLedger", "noting_keys"]
 
 LedgerState = Literal["open", "committed", "abandoned"]
 """Where a unit of work stands: drawing (`open`), or closed for good by `commit()` or `abandon()`."""
@@ -128,6 +128,31 @@ def _gate_for(store: TimelineStore, unit_id: str) -> _UnitGate:
 # The (ledger, key) pairs whose effect the running context is inside: asking for one of them again would
 # wait for itself. Tasks and worker threads started by the effect inherit it, and would wait just the same.
 _DRAWING: ContextVar[frozenset[tuple[int, str]]] = ContextVar("anagrapheus_drawing", default=frozenset())
+
+
+# The keys asked of any ledger while a `noting_keys()` block is open in this context (and the tasks it starts).
+_NOTED: ContextVar[list[str] | None] = ContextVar("anagrapheus_noted_keys", default=None)
+
+
+@contextmanager
+def noting_keys() -> Generator[list[str]]:
+    """Collect, in order, every key a ledger is asked for inside the block, by this context and the tasks it starts.
+
+    What a draw itself asked for (an agent it ran, say) can then be pinned with it, so that a replay that
+    answers the draw from its pin can count those keys as used.
+    """
+    noted: list[str] = []
+    token = _NOTED.set(noted)
+    try:
+        yield noted
+    finally:
+        _NOTED.reset(token)
+
+
+def _note(key: str) -> None:
+    noted = _NOTED.get()
+    if noted is not None and key not in noted:
+        noted.append(key)
 
 
 def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
@@ -233,12 +258,14 @@ class PinLedger:
 
     def _turn(self, key: str) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
+        _note(key)
         while isinstance(claimed := self._claim(key), _Draw):
             claimed.wait()
         return claimed
 
     async def _aturn(self, key: str) -> ScratchPin | None:
         """Like `_turn`, waiting without blocking the event loop."""
+        _note(key)
         while True:
             claim = asyncio.ensure_future(asyncio.to_thread(self._claim, key))
             try:

@@ -41,6 +41,8 @@ class _Pin:
     fingerprint: str | None
     unit_id: str
     failed: bool = False
+    # How many times the recording's unit asked for the key: the repeat rule's reading of an older recording.
+    attempts: int = 1
 
 
 class ReplayPins:
@@ -117,6 +119,7 @@ class ReplayPins:
                 fingerprint=pin.fingerprint,
                 unit_id=sys.intern(pin.unit_id),
                 failed=pin.failed,
+                attempts=pin.attempts,
             )
             seen = pins.get(key)
             if seen is None:
@@ -176,6 +179,25 @@ class ReplayPins:
 
     def __contains__(self, key: object) -> bool:
         return key in self._pins
+
+    def answered_within(self, keys: Iterable[str]) -> None:
+        """Count `keys` as used: a draw answered from its pin asked them when it ran (an agent it delegated to).
+
+        Under `on_miss="record"` they are adopted into the new unit too, so its log keeps them. A key the
+        recording lacks is passed over: the draw's own pin answered, and that is what replay needs.
+        """
+        for key in keys:
+            pin = self._pins.get(key)
+            if pin is None or key in self._used:
+                continue
+            self._used.add(key)
+            if self._into is not None:
+                self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
+
+    def asked(self, key: str) -> int:
+        """How many times the recorded unit asked for `key` (its pin's `attempts`); 0 when it has no pin."""
+        pin = self._pins.get(key)
+        return 0 if pin is None else pin.attempts
 
     @property
     def hits(self) -> int:

@@ -1,0 +1,119 @@
+"""Output functions as pins: a function the agent calls with the model's output is a call like a tool's.
+
+An output function (`output_type=ToolOutput(f)`, `TextOutput(f)`, `NativeOutput(f)`, a bare function)
+may read the world as a tool does, so under `Pinning` it is pinned like one: keyed on its name and
+the output it was given, drawn once, answered from its pin thereafter, under the repeat rule. What it
+returned is kept as the JSON of its return annotation and rebuilt as that type on every path; a
+result that would not come back equal to itself is refused while recording, never replayed different.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai.output import NativeOutput, PromptedOutput, TextOutput, ToolOutput
+from pydantic_core import PydanticSerializationError
+
+from anagrapheus.errors import CanonicalError, PinResultError
+from anagrapheus.provider.policy_material import MaterialWalk
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.fingerprint import fingerprint_of
+
+__all__ = [
+    "OUTPUT_CALL",
+    "output_function_named",
+    "output_pin",
+    "output_result_from_raw",
+    "output_result_raw",
+    "output_returns",
+]
+
+OUTPUT_CALL = "output_call"
+"""The pin kind of a call of an output function."""
+
+
+def output_pin(function: str, output: object, *, partial: bool) -> tuple[str, Mapping[str, str]]:
+    """The key and fingerprint of a call of the output function `function` with `output` (a partial one apart)."""
+    try:
+        given = MaterialWalk().value(output, at="$.output")
+    except CanonicalError as e:
+        message = f"the output given to output function {function!r} cannot be keyed: {e.reason}"
+        raise CanonicalError(message, path=e.path) from e
+    material: dict[str, JSONValue] = {"function": function, "output": given}
+    if partial:
+        material["partial"] = True
+    return pin_key(OUTPUT_CALL, material), fingerprint_of(material)
+
+
+def output_function_named(spec: object, name: str) -> Callable[..., Any] | None:
+    """The output function called `name` in an agent's `output_type`, looked for through its markers and lists."""
+    for function in _functions(spec):
+        if getattr(function, "__name__", None) == name:
+            return function
+    return None
+
+
+def _functions(spec: object) -> list[Callable[..., Any]]:
+    if isinstance(spec, ToolOutput):
+        return _functions(spec.output)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    if isinstance(spec, TextOutput):
+        return _functions(spec.output_function)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    if isinstance(spec, (NativeOutput, PromptedOutput)):
+        return _functions(spec.outputs)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        return [found for item in typing.cast("Sequence[object]", spec) for found in _functions(item)]
+    if inspect.isfunction(spec) or inspect.ismethod(spec):
+        return [spec]
+    return []
+
+
+def output_returns(function: Callable[..., Any] | None) -> object:
+    """The return annotation of `function`, or None when it has none to rebuild a result by."""
+    if function is None:
+        return None
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:
+        # An annotation that does not resolve (a name only a type checker sees): no type to rebuild by.
+        return None
+    returned = hints.get("return")
+    return None if returned in (None, Any, object) else returned
+
+
+def _adapter(returns: object) -> TypeAdapter[Any]:
+    """A pydantic adapter for a return annotation (any annotation pydantic can validate)."""
+    return TypeAdapter(typing.cast(Any, returns))
+
+
+def output_result_raw(function: str, returns: object, result: object) -> JSONValue:
+    """What an output function returned, as its pin keeps it; refused unless it rebuilds equal to itself."""
+    try:
+        if returns is None:
+            raw = canonical_value(result)
+        else:
+            raw = canonical_value(_adapter(returns).dump_python(result, mode="json"))
+    except (CanonicalError, PydanticSerializationError) as e:
+        raise PinResultError(
+            f"output function {function!r} returned {type(result).__qualname__}, which has no JSON form ({e});"
+            " annotate its return type so it can be pinned and rebuilt"
+        ) from e
+    if output_result_from_raw(returns, raw) != result:
+        raise PinResultError(
+            f"output function {function!r} returned {type(result).__qualname__}, which would not replay equal to"
+            " itself from its JSON; annotate its return type (a pydantic model, a dataclass, JSON types)"
+        )
+    return raw
+
+
+def output_result_from_raw(returns: object, raw: JSONValue) -> Any:
+    """Rebuild an output function's result from its pin: as its return type, or as JSON when it has none."""
+    if returns is None:
+        return raw
+    try:
+        return _adapter(returns).validate_python(raw)
+    except ValueError as e:
+        raise PinResultError(f"an {OUTPUT_CALL} pin does not hold a {returns!r} ({e})") from e
