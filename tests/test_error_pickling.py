@@ -18,6 +18,7 @@ from anagrapheus.errors import (
     CorruptEvent,
     EventTypeError,
     FutureSchemaVersion,
+    InexactReplay,
     PartialPin,
     PinMiss,
     PinnedFailure,
@@ -43,6 +44,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
     CanonicalError("a float nan", path="$.a[0]"),
     EventTypeError("registered twice"),
