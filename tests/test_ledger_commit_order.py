@@ -52,7 +52,7 @@ def test_concurrent_draws_finishing_in_any_order_commit_in_the_order_asked(
     orders: list[list[str]] = []
     for run in range(4):
         # The last asked finishes first, then random orders: the scratch table's draw order differs every time.
-        delays = [0.005 * (len(KEYS) - i) for i in range(len(KEYS))] if run == 0 else [rng.random() / 50 for _ in KEYS]
+        delays = [0.04 * (len(KEYS) - i) for i in range(len(KEYS))] if run == 0 else [rng.random() / 50 for _ in KEYS]
         with SQLiteEventStore(tmp_path / f"run-{run}.db") as store:
             ledger = PinLedger(store, types, unit_id="concurrent")
             asyncio.run(gathered(ledger, delays))
@@ -67,7 +67,7 @@ def test_re_recording_concurrent_draws_answered_from_the_recording_commits_the_s
 ) -> None:
     with SQLiteEventStore(tmp_path / "first.db") as store:
         ledger = PinLedger(store, types, unit_id="concurrent")
-        asyncio.run(gathered(ledger, [0.005 * (len(KEYS) - i) for i in range(len(KEYS))]))
+        asyncio.run(gathered(ledger, [0.04 * (len(KEYS) - i) for i in range(len(KEYS))]))
         first = ledger.commit()
     with SQLiteEventStore(tmp_path / "again.db") as store:
         ledger = PinLedger(store, types, unit_id="concurrent")

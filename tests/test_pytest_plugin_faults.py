@@ -56,6 +56,15 @@ def test_a_failing_assertion_under_record_shows_as_pytest_shows_it(project: pyte
     assert "re-record:" not in output  # the command just run is no help
     assert (project.path / RECORDING).read_bytes() == recorded
 
+    # Under rewrite nothing is replayed, so nothing was left: the section only says the file is untouched.
+    result = project.runpytest("--anagrapheus=rewrite")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["E*AssertionError*", "*- anagrapheus -*", "the test failed, so *test_advice.jsonl was left as it was"]
+    )
+    assert "the run left the recording" not in result.stdout.str()
+    assert (project.path / RECORDING).read_bytes() == recorded
+
 
 def test_a_failing_assertion_after_a_swallowed_miss_under_replay_shows_both(project: pytest.Pytester) -> None:
     project.makepyfile(test_app=TEST_ADVICE)
@@ -271,6 +280,10 @@ def test_two_tests_recording_to_one_file_are_refused(project: pytest.Pytester) -
     assert calls(project) == ["model", "tool", "model"]
     project.runpytest("sub/test_lyon.py").assert_outcomes(passed=1)
     assert calls(project) == []
+
+    # One test run twice in a session (a rerun) records its own file again.
+    rerun = project.runpytest("sub/test_lyon.py", "sub/test_lyon.py", "--keep-duplicates", "--anagrapheus=record")
+    rerun.assert_outcomes(passed=2)
 
     # A later session may record the other test there: the claim lasts one session.
     project.runpytest("sub/test_paris.py", "--anagrapheus=record").assert_outcomes(passed=1)

@@ -155,7 +155,7 @@ def test_diff_of_two_recordings_of_an_unchanged_agent_finds_them_the_same(
     lines[at] = json.dumps(event, separators=(",", ":")) + "\n"
     recordings[1].write_text("".join(lines))
     assert main(["diff", *map(str, recordings)]) == 1
-    assert "      same request, another result: result[1]: only in the first ('string')" in capsys.readouterr().out
+    assert "      same request, another result: result[1]: only in the first ('str')" in capsys.readouterr().out
 
 
 def test_a_replayed_run_is_the_same_run_as_the_one_recorded(tmp_path: Path, types: EventTypeRegistry) -> None:
@@ -167,6 +167,11 @@ def test_a_replayed_run_is_the_same_run_as_the_one_recorded(tmp_path: Path, type
         replayed = weather_agent("Something else.", resolver=replay).run_sync("Weather?")
 
     assert_same_run(recorded, replayed)
+
+
+def test_first_difference_skips_the_names_in_ignore_at_any_depth() -> None:
+    assert first_difference({"a": {"at": 1, "b": 2}}, {"a": {"at": 3, "b": 2}}, ignore={"at"}) is None
+    assert first_difference({"a": {"at": 1, "b": 2}}, {"a": {"at": 1, "b": 4}}, ignore={"at"}) == "$.a.b: 2 != 4"
 
 
 def test_first_difference_tells_true_from_one_and_one_from_one_point_oh() -> None:

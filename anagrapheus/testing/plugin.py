@@ -124,8 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     """Under xdist: hand each worker the session's claims folder, so two workers cannot write one recording."""
     claims = cast("pytest.Config", node.config).stash.get(_CLAIMS, None)
-    if claims is not None:
-        node.workerinput[_CLAIMS_OPTION] = str(claims)
+    node.workerinput[_CLAIMS_OPTION] = None if claims is None else str(claims)
 
 
 def _claim(claims: Path, path: Path, nodeid: str, *, shown: str) -> None:
