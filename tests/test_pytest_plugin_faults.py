@@ -356,3 +356,11 @@ def test_a_recording_is_stamped_with_the_markers_policy_and_refused_under_anothe
             ]
         )
     assert calls(project) == ["model", "tool", "model"]  # only the first recording reached them
+
+    # The command the refusal prints records under the new policy: every pin that still matches answers (Strict
+    # keys what the default keys, so here all of them), the rest would be drawn, and the file is stamped anew.
+    project.runpytest("test_app.py::test_advice", "--anagrapheus=record").assert_outcomes(passed=1)
+    assert calls(project) == []
+    header = json.loads((project.path / RECORDING).read_text().splitlines()[0])
+    assert header["provenance"]["call_policy"] == "strict-in-house"
+    project.runpytest().assert_outcomes(passed=1)

@@ -106,8 +106,15 @@ class RecordingSession:
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
         on_miss = "strict" if self.mode == "replay" else "record"
         if self.path.exists():
+            # Recording again is how a recording made under another policy or key scheme is brought up to date:
+            # its pins that still match are reused, the rest drawn, and the file is stamped anew.
             self._replay = ReplayPins.from_recording(
-                self.path, self._types, on_miss=on_miss, into=self._ledger, call_policy=self._policy
+                self.path,
+                self._types,
+                on_miss=on_miss,
+                into=self._ledger,
+                call_policy=self._policy,
+                provenance="ignore" if self.mode == "record" else "warn",
             )
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
