@@ -21,6 +21,7 @@ __all__ = [
     "PinResultError",
     "PinnedFailure",
     "ProvenanceMismatch",
+    "RecordingConflict",
     "RecordingError",
     "RecordingMissing",
     "RemoteConnectionRefused",
@@ -276,6 +277,23 @@ class SecretInRecording(AnagrapheusError):
         """Where in that line the value sits, as `$.payload.raw.parts[0].content`."""
         self.rule = rule
         """The name of the rule that matched."""
+
+
+class RecordingConflict(UsageError):
+    """Two tests of one session would write one recording: the second is refused before it draws anything."""
+
+    def __init__(self, path: str, *, first: str, second: str) -> None:
+        super().__init__(
+            f"{second} would write {path}, which {first} records to in this session: the last to finish would"
+            " replace the other's pins. Give each test its own path (keep {name} in the path template, or set"
+            " path= on one of them)"
+        )
+        self.path = path
+        """The recording both would write."""
+        self.first = first
+        """The test that claimed it first."""
+        self.second = second
+        """The test refused."""
 
 
 class RecordingMissing(AnagrapheusError):

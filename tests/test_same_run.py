@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 
+from anagrapheus.cli import main
 from anagrapheus.provider import PinnedModel
-from anagrapheus.testing import assert_same_run, first_difference
+from anagrapheus.testing import RecordingSession, assert_same_run, first_difference
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 
 
@@ -74,12 +78,84 @@ def test_a_run_with_more_messages_names_the_first_index_present_on_one_side_only
 
 
 def test_fields_named_in_ignore_are_left_out_too() -> None:
-    first = weather_agent("ok", call_id="call-1").run_sync("Weather?")
-    second = weather_agent("ok", call_id="call-2").run_sync("Weather?")
+    first = weather_agent("Take an umbrella.").run_sync("Weather?")
+    second = weather_agent("Leave the umbrella.").run_sync("Weather?")
 
-    with pytest.raises(AssertionError, match="tool_call_id: 'call-1' != 'call-2'"):
-        assert_same_run(first, second)
-    assert_same_run(first, second, ignore={"tool_call_id"})
+    with pytest.raises(AssertionError, match=r"content: 'Take an umbrella\.' != 'Leave the umbrella\.'"):
+        assert_same_run(first.all_messages(), second.all_messages())
+    assert_same_run(first.all_messages(), second.all_messages(), ignore={"content"})
+
+
+def two_city_agent(model: Model | None = None) -> Agent[None, str]:
+    """Calls its tool twice at once, under the ids pydantic-ai or the model gives the calls."""
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("forecast", {"city": city}) for city in ("Paris", "Lyon")])
+        return ModelResponse(parts=[TextPart("Take an umbrella.")])
+
+    agent = Agent(model or FunctionModel(reply, model_name="weather"))
+
+    @agent.tool_plain
+    async def forecast(city: str) -> str:
+        return f"rain in {city}"
+
+    return agent
+
+
+@pytest.mark.parametrize("model", ["function", "test"])
+def test_two_live_runs_of_an_unchanged_agent_are_the_same_though_their_call_ids_differ(model: str) -> None:
+    agent = two_city_agent(TestModel() if model == "test" else None)
+    first, second = agent.run_sync("Weather?"), agent.run_sync("Weather?")
+    ids = [part.tool_call_id for run in (first, second) for part in run.all_messages()[1].parts]  # pyright: ignore[reportAttributeAccessIssue]
+    if model == "function":
+        assert len(set(ids)) == 4  # drawn afresh for each call of each run
+
+    assert_same_run(first, second)
+
+
+def test_calls_and_returns_paired_up_differently_are_a_difference() -> None:
+    def run(ids: tuple[str, str], answered: tuple[str, str]) -> list[ModelMessage]:
+        cities = ("Paris", "Lyon")
+        calls = [ToolCallPart("forecast", {"city": c}, tool_call_id=i) for c, i in zip(cities, ids, strict=True)]
+        returns = [
+            ToolReturnPart("forecast", f"rain in {c}", tool_call_id=i) for c, i in zip(cities, answered, strict=True)
+        ]
+        return [ModelRequest.user_text_prompt("Weather?"), ModelResponse(parts=calls), ModelRequest(parts=returns)]
+
+    assert_same_run(run(("a", "b"), ("a", "b")), run(("x", "y"), ("x", "y")))
+    with pytest.raises(AssertionError) as raised:
+        assert_same_run(run(("a", "b"), ("a", "b")), run(("x", "y"), ("y", "x")))
+    assert str(raised.value) == "the runs differ at messages[2].parts[0].tool_call_id: '<call 1>' != '<call 2>'"
+
+
+def test_diff_of_two_recordings_of_an_unchanged_agent_finds_them_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recordings = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    for path in recordings:
+        session = RecordingSession(path, name="test_weather", rerecord="pytest --anagrapheus=rewrite", mode="rewrite")
+        try:
+            with session.active():
+                two_city_agent().run_sync("Weather?")
+                two_city_agent().run_sync("Weather in Paris?")
+            session.finish()
+        finally:
+            session.close()
+    assert recordings[0].read_bytes() != recordings[1].read_bytes()  # other run ids, clocks and tool call ids
+
+    assert main(["diff", *map(str, recordings)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "same: 1 unit(s), 12 pin(s)"
+
+    # A run clock holding another number of instants still differs: only the values are volatile.
+    lines = recordings[1].read_text().splitlines(keepends=True)
+    at = next(n for n, line in enumerate(lines) if '"kind":"run_clock"' in line)
+    event = json.loads(lines[at])
+    event["payload"]["raw"] = event["payload"]["raw"][:1]
+    lines[at] = json.dumps(event, separators=(",", ":")) + "\n"
+    recordings[1].write_text("".join(lines))
+    assert main(["diff", *map(str, recordings)]) == 1
+    assert "      same request, another result: result[1]: only in the first ('str')" in capsys.readouterr().out
 
 
 def test_a_replayed_run_is_the_same_run_as_the_one_recorded(tmp_path: Path, types: EventTypeRegistry) -> None:
@@ -91,6 +167,11 @@ def test_a_replayed_run_is_the_same_run_as_the_one_recorded(tmp_path: Path, type
         replayed = weather_agent("Something else.", resolver=replay).run_sync("Weather?")
 
     assert_same_run(recorded, replayed)
+
+
+def test_first_difference_skips_the_names_in_ignore_at_any_depth() -> None:
+    assert first_difference({"a": {"at": 1, "b": 2}}, {"a": {"at": 3, "b": 2}}, ignore={"at"}) is None
+    assert first_difference({"a": {"at": 1, "b": 2}}, {"a": {"at": 1, "b": 4}}, ignore={"at"}) == "$.a.b: 2 != 4"
 
 
 def test_first_difference_tells_true_from_one_and_one_from_one_point_oh() -> None:

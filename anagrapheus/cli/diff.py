@@ -9,10 +9,16 @@ from typing import Any
 
 from anagrapheus.cli.report import Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.testing.compare import first_difference
+from anagrapheus.provider.capability import ATTEMPT_TIMES
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
+from anagrapheus.testing.compare import comparable, first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
 
 __all__ = ["add_parser", "run"]
+
+_VOLATILE_KINDS = frozenset({RUN_ID, RUN_CLOCK, ATTEMPT_TIMES})
+"""Pins whose whole result is drawn from the clock or the id source: two runs of one unchanged agent differ in
+their values but never in their shape (how many instants a run clock holds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +29,9 @@ class _Pin:
     """Where it sits: `file:line`, or `file (seq N)`."""
     key: str
     kind: str
-    raw: JSONValue
-    raw_text: str
+    compared: JSONValue
+    """The result as runs compare it: volatile fields dropped, tool call ids renumbered (a volatile pin: its shape)."""
+    compared_text: str
     fingerprint: dict[str, str] | None
 
 
@@ -53,18 +60,26 @@ def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
             continue
         pins = units.setdefault(event.unit_id, [])
         raw: JSONValue = event.raw  # pyright: ignore[reportAssignmentType]
+        compared: JSONValue = _shape(raw) if event.kind in _VOLATILE_KINDS else comparable(raw)
         pins.append(
             _Pin(
                 position=len(pins) + 1,
                 at=source.where(index),
                 key=event.key,
                 kind=event.kind,
-                raw=raw,
-                raw_text=canonical_json(raw),
+                compared=compared,
+                compared_text=canonical_json(compared),
                 fingerprint=event.fingerprint,
             )
         )
     return units
+
+
+def _shape(value: JSONValue) -> JSONValue:
+    """The value with each list item replaced by its type's name: what stays of a volatile pin's result."""
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return type(value).__name__
 
 
 def _entry(
@@ -78,7 +93,7 @@ def _entry(
 def _changed(a: _Pin, b: _Pin) -> dict[str, Any]:
     if a.key == b.key:
         # The same request drew another answer: say where the results part.
-        return _entry("changed", a, b, result=first_difference(a.raw, b.raw, path="result"))
+        return _entry("changed", a, b, result=first_difference(a.compared, b.compared, path="result"))
     moved = moved_fields(b.fingerprint, a.fingerprint) if a.fingerprint and b.fingerprint else []
     return _entry("changed", a, b, moved=moved)
 
@@ -90,7 +105,7 @@ def _compare(a_pins: list[_Pin], b_pins: list[_Pin]) -> list[dict[str, Any]]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             pairs = zip(a_pins[i1:i2], b_pins[j1:j2], strict=True)
-            changes.extend(_changed(a, b) for a, b in pairs if a.raw_text != b.raw_text)
+            changes.extend(_changed(a, b) for a, b in pairs if a.compared_text != b.compared_text)
             continue
         # Pins of one kind pair up in order: a call that moved, rather than one pin removed and another added.
         unpaired = list(b_pins[j1:j2])

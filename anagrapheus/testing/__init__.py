@@ -1,6 +1,6 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
-from anagrapheus.testing.compare import VOLATILE_FIELDS, assert_same_run, first_difference
+from anagrapheus.testing.compare import PAIRED_FIELDS, VOLATILE_FIELDS, assert_same_run, comparable, first_difference
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
 from anagrapheus.testing.session import Mode, RecordingSession
 from anagrapheus.testing.verdict import (
@@ -14,6 +14,7 @@ from anagrapheus.testing.verdict import (
 )
 
 __all__ = [
+    "PAIRED_FIELDS",
     "VOLATILE_FIELDS",
     "AgentBuilder",
     "Conversation",
@@ -28,6 +29,7 @@ __all__ = [
     "VerdictStatus",
     "aregress",
     "assert_same_run",
+    "comparable",
     "first_difference",
     "regress",
 ]

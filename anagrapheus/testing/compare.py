@@ -9,10 +9,15 @@ from typing import Any, cast
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
 
-__all__ = ["VOLATILE_FIELDS", "assert_same_run", "first_difference"]
+__all__ = ["PAIRED_FIELDS", "VOLATILE_FIELDS", "assert_same_run", "comparable", "first_difference"]
 
 VOLATILE_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
 """The fields `assert_same_run` drops: wall-clock instants and the ids a run is given, not drawn."""
+
+PAIRED_FIELDS = frozenset({"tool_call_id"})
+"""The fields compared by how they pair up rather than by value: each distinct value is renumbered
+in order of first appearance (`<call 1>`, `<call 2>`), so two runs whose tool calls were given other
+ids are equal while each return still answers the same call."""
 
 _SHOWN = 80
 
@@ -20,6 +25,33 @@ _SHOWN = 80
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def comparable(value: object, *, ignore: Iterable[str] = ()) -> Any:
+    """Return a JSON-shaped value as runs are compared: volatile fields dropped, paired fields renumbered.
+
+    `VOLATILE_FIELDS` and the names in `ignore` are dropped at any depth; each distinct value of a
+    `PAIRED_FIELDS` field becomes `<call N>`, numbered in order of first appearance.
+    """
+    dropped = VOLATILE_FIELDS | frozenset(ignore)
+    numbers: dict[str, int] = {}
+
+    def walk(item: object) -> object:
+        if isinstance(item, dict):
+            fields: dict[str, object] = {}
+            for name, field in cast("dict[str, object]", item).items():
+                if name in dropped:
+                    continue
+                if name in PAIRED_FIELDS and isinstance(field, str):
+                    fields[name] = f"<call {numbers.setdefault(field, len(numbers) + 1)}>"
+                else:
+                    fields[name] = walk(field)
+            return fields
+        if isinstance(item, list):
+            return [walk(element) for element in cast("list[object]", item)]
+        return item
+
+    return walk(value)
 
 
 def first_difference(a: object, b: object, *, path: str = "$", ignore: Iterable[str] = ()) -> str | None:
@@ -92,18 +124,21 @@ def assert_same_run(a: object, b: object, *, ignore: Iterable[str] = ()) -> None
 
     Compares the sequence of messages and their parts (kinds, content, tool calls with their
     arguments), then the output and the usage when both are run results. Wall-clock instants and
-    run ids are dropped (`VOLATILE_FIELDS`), and so are the field names in `ignore`. The
+    run ids are dropped (`VOLATILE_FIELDS`), and so are the field names in `ignore`; tool call ids
+    are compared by how calls and returns pair up, not by value (`PAIRED_FIELDS`). The
     `AssertionError` names the first field or message index that moved.
     """
-    ignored = VOLATILE_FIELDS | frozenset(ignore)
-    dumped_a = ModelMessagesTypeAdapter.dump_python(_messages(a), mode="json")
-    dumped_b = ModelMessagesTypeAdapter.dump_python(_messages(b), mode="json")
-    found = first_difference(dumped_a, dumped_b, path="messages", ignore=ignored)
+    ignored = frozenset(ignore)
+    dumped_a = comparable(ModelMessagesTypeAdapter.dump_python(_messages(a), mode="json"), ignore=ignored)
+    dumped_b = comparable(ModelMessagesTypeAdapter.dump_python(_messages(b), mode="json"), ignore=ignored)
+    found = first_difference(dumped_a, dumped_b, path="messages")
     if found is None:
         outcome_a, outcome_b = _outcome(a), _outcome(b)
         if outcome_a is not None and outcome_b is not None:
             for name in ("output", "usage"):
-                found = first_difference(outcome_a[name], outcome_b[name], path=name, ignore=ignored)
+                found = first_difference(
+                    comparable(outcome_a[name], ignore=ignored), comparable(outcome_b[name], ignore=ignored), path=name
+                )
                 if found is not None:
                     break
     if found is not None:

@@ -10,14 +10,18 @@ import importlib
 import os
 import re
 import shlex
+import shutil
+import tempfile
+import threading
 import tomllib
 from collections.abc import Generator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from anagrapheus.errors import AnagrapheusError, RecordingMissing, UnusedPins
+from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnusedPins
 from anagrapheus.provider import CallPolicy
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
 
@@ -31,6 +35,11 @@ _KEYS = frozenset(("path", "policy", "allow_unused"))
 _MODE = pytest.StashKey[Mode]()
 _SESSION = pytest.StashKey[RecordingSession]()
 _TABLE = pytest.StashKey[dict[str, Any]]()
+_CLAIMS = pytest.StashKey[Path]()
+# The error the plugin itself raised for a test (its recording missing, stale, unreadable or unwritable): shown as
+# its message alone, where a traceback through the plugin would say nothing more.
+_OURS = pytest.StashKey[AnagrapheusError]()
+_CLAIMS_OPTION = "anagrapheus_claims"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_LIMIT = 120
 
@@ -99,6 +108,39 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[_MODE] = _mode(config)
     config.stash[_TABLE] = _table(config)
+    workerinput: object = getattr(config, "workerinput", None)
+    given = cast("dict[str, Any]", workerinput).get(_CLAIMS_OPTION) if isinstance(workerinput, dict) else None
+    if given is not None:
+        config.stash[_CLAIMS] = Path(given)
+    elif config.stash[_MODE] in ("record", "rewrite"):
+        # Which test writes which recording, for the whole session: xdist workers are handed this folder, and
+        # only the process that made it (the controller) removes it, once every worker is done.
+        claims = Path(tempfile.mkdtemp(prefix="anagrapheus-claims-"))
+        config.stash[_CLAIMS] = claims
+        config.add_cleanup(partial(shutil.rmtree, claims, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Under xdist: hand each worker the session's claims folder, so two workers cannot write one recording."""
+    claims = cast("pytest.Config", node.config).stash.get(_CLAIMS, None)
+    node.workerinput[_CLAIMS_OPTION] = None if claims is None else str(claims)
+
+
+def _claim(claims: Path, path: Path, nodeid: str, *, shown: str) -> None:
+    """Claim `path` for `nodeid` for the session; raise `RecordingConflict` if another test claimed it first."""
+    claim = claims / hashlib.sha256(os.fsencode(os.path.realpath(path))).hexdigest()
+    draft = claim.with_name(f"{claim.name}.{os.getpid()}.{threading.get_ident()}")
+    draft.write_text(nodeid, encoding="utf-8")
+    try:
+        # A hard link appears whole or not at all: a reader never finds a claim without its test's id.
+        os.link(draft, claim)
+    except FileExistsError:
+        first = claim.read_text(encoding="utf-8")
+        if first != nodeid:
+            raise RecordingConflict(shown, first=first, second=nodeid) from None
+    finally:
+        draft.unlink()
 
 
 def recording_name(nodeid: str) -> str:
@@ -169,15 +211,27 @@ def anagrapheus(request: pytest.FixtureRequest, anagrapheus_config: dict[str, An
     item = request.node
     assert isinstance(item, pytest.Item)
     settings = _settings(item, anagrapheus_config, item.config.stash[_TABLE])
-    session = RecordingSession(
-        settings["path"],
-        name=item.nodeid,
-        rerecord=f"pytest {shlex.quote(item.nodeid)} --anagrapheus=record",
-        mode=item.config.stash[_MODE],
-        policy=settings["policy"],
-        allow_unused=settings["allow_unused"],
-    )
+    try:
+        session = RecordingSession(
+            settings["path"],
+            name=item.nodeid,
+            rerecord=f"pytest {shlex.quote(item.nodeid)} --anagrapheus=record",
+            mode=item.config.stash[_MODE],
+            policy=settings["policy"],
+            allow_unused=settings["allow_unused"],
+        )
+    except AnagrapheusError as e:
+        item.stash[_OURS] = e
+        raise
     item.stash[_SESSION] = session
+    claims = item.config.stash.get(_CLAIMS, None)
+    if claims is not None and session.mode in ("record", "rewrite"):
+        try:
+            _claim(claims, session.path, item.nodeid, shown=session.shown_path)
+        except RecordingConflict as e:
+            session.close()
+            item.stash[_OURS] = e
+            raise
     try:
         with session.active():
             yield session
@@ -196,27 +250,65 @@ def _anagrapheus_marked(request: pytest.FixtureRequest) -> None:  # pyright: ign
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Fail a replay with no recording before the test runs; conclude the session once the test passed."""
     session = item.stash.get(_SESSION, None)
-    if session is not None:
+    if session is None:
+        return (yield)
+    try:
         session.require()
+    except AnagrapheusError as e:
+        item.stash[_OURS] = e
+        raise
     outcome = yield
-    if session is not None:
+    try:
         session.finish()
+    except AnagrapheusError as e:
+        item.stash[_OURS] = e
+        raise
     return outcome
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
-    """Replace the traceback of a test that left its recording with a short account of what moved."""
+    """Show a failure the test itself raised as pytest does, and what the plugin adds after it, where it helps.
+
+    A replay that left its recording is told in a short account instead of a traceback; an error the
+    plugin raised (a recording missing, stale, unwritable, or holding a secret) by its message alone.
+    """
     report = cast("pytest.TestReport", (yield))
-    session = item.stash.get(_SESSION, None)
-    if session is None or report.when != "call" or not report.failed:
+    if not report.failed or call.excinfo is None:
         return report
-    error = call.excinfo.value if call.excinfo is not None else None
-    text = session.report()
-    if text is None and isinstance(error, (RecordingMissing, UnusedPins)):
+    error = call.excinfo.value
+    ours = item.stash.get(_OURS, None)
+    session = item.stash.get(_SESSION, None)
+    account = None if session is None or session.mode != "replay" else session.report()
+    if account is not None and isinstance(error, AnagrapheusError):
+        # The miss (or what the application made of it) is the failure: where the run left its recording.
+        report.longrepr = account
+    elif error is ours:
         text = f"{item.nodeid}: {error}"
-        if isinstance(error, UnusedPins):
+        if isinstance(error, UnusedPins | PinMiss) and session is not None:
             text += f"\n  re-record: {session.rerecord}"
-    if text is not None and (isinstance(error, AnagrapheusError) or session.divergence is not None):
         report.longrepr = text
+    elif session is not None and report.when == "call":
+        _add_section(report, account if account is not None else _not_written(session))
     return report
+
+
+def _not_written(session: RecordingSession) -> str | None:
+    """Under `record` and `rewrite`: that the failing test wrote nothing, and where its run left the recording."""
+    if session.mode not in ("record", "rewrite"):
+        return None
+    text = f"the test failed, so {session.shown_path} was left as it was"
+    divergence = session.divergence
+    if divergence is not None:
+        moved = ", ".join(divergence.moved) or "nothing the fingerprint covers"
+        text += (
+            f"\nthe run left the recording at a {divergence.kind} after {divergence.after_hits} hit(s)"
+            f" (moved: {moved}) and drew from there on"
+        )
+    return text
+
+
+def _add_section(report: pytest.TestReport, text: str | None) -> None:
+    """Show `text` after the failure's own traceback, as a section of its own."""
+    if text is not None:
+        report.sections.append(("anagrapheus", text))

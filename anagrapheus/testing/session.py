@@ -5,13 +5,14 @@ The pytest plugin is a thin shell over this: one session per marked test. It kno
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Literal, get_args
 
-from anagrapheus.errors import PinMiss, RecordingMissing, UnusedPins, UsageError
+from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.testing.network import loopback_only
@@ -46,7 +47,8 @@ class RecordingSession:
     connections to hosts other than loopback are refused too. `finish()` is for a run that passed:
     under `replay` it fails on pins never asked for, under `record` and `rewrite` it writes the file.
     The pins are drawn into a scratch database; the recording's unit id, event ids and times are
-    seeded from `name`, so re-recording an unchanged run writes the same bytes.
+    seeded from `name`, so re-recording an unchanged run writes the same bytes. The recording is
+    stamped with `policy`'s identity, and read back only under the same policy.
     """
 
     def __init__(
@@ -71,6 +73,10 @@ class RecordingSession:
         """The command that records it again."""
         self.allow_unused = allow_unused
         """Whether a replay may leave recorded pins unasked."""
+        if mode in ("record", "rewrite"):
+            # Refused before the run draws anything: a folder that cannot be made would cost every draw.
+            _check_folder(self.path, shown=self.shown_path)
+        self._policy = policy
         self._types = EventTypeRegistry()
         self._scratch = tempfile.TemporaryDirectory(prefix="anagrapheus-")
         self._store = SQLiteEventStore(Path(self._scratch.name) / "pins.db", synchronous="NORMAL")
@@ -100,7 +106,16 @@ class RecordingSession:
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
         on_miss = "strict" if self.mode == "replay" else "record"
         if self.path.exists():
-            self._replay = ReplayPins.from_recording(self.path, self._types, on_miss=on_miss, into=self._ledger)
+            # Recording again is how a recording made under another policy or key scheme is brought up to date:
+            # its pins that still match are reused, the rest drawn, and the file is stamped anew.
+            self._replay = ReplayPins.from_recording(
+                self.path,
+                self._types,
+                on_miss=on_miss,
+                into=self._ledger,
+                call_policy=self._policy,
+                provenance="ignore" if self.mode == "record" else "warn",
+            )
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
         return self._replay
@@ -173,13 +188,16 @@ class RecordingSession:
                     for pin in pins
                 ]
             )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _folder_error(self.path, e.strerror or str(e), shown=self.shown_path) from e
         header = RecordingHeader(
             description=f"the pinned model and tool calls of {self.name}",
             recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
             rerecord=self.rerecord,
         )
-        return write_recording(self.path, events, header=header)
+        return write_recording(self.path, events, header=header, call_policy=self._policy)
 
     def report(self) -> str | None:
         """A short account of where the run left its recording and how to record it again; None if it did not."""
@@ -206,3 +224,23 @@ class RecordingSession:
             self._ledger.abandon(reason="the run did not finish")
         self._store.close()
         self._scratch.cleanup()
+
+
+def _folder_error(path: Path, why: str, *, shown: str) -> RecordingError:
+    """The error of a recording whose folder cannot be made: what, where, and what to do."""
+    return RecordingError(
+        f"its folder {path.parent} cannot be created or written ({why}): make the folder writable,"
+        " or record to a path in a writable folder",
+        path=shown,
+    )
+
+
+def _check_folder(path: Path, *, shown: str) -> None:
+    """Raise the typed error now if the recording's folder cannot be made or written, before any draw is paid for."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise _folder_error(path, f"{folder} is not a directory", shown=shown)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _folder_error(path, f"{folder} is read-only", shown=shown)

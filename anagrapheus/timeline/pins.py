@@ -109,6 +109,10 @@ class _UnitGate:
         # A unit is closed once, for good; `closing` is set while a commit or abandon is at the store.
         self.closing: str | None = None
         self.closed: UnitOutcome | None = None
+        # Each key's place in the order it was first asked for: the order a commit promotes the pins in. Draws
+        # that run at once (tool calls gathered in one task group) land in scratch as they finish, in an order
+        # the scheduler picks; the order they were asked in is the program's own, the same on every run.
+        self.asked: dict[str, int] = {}
 
 
 _GATES: weakref.WeakValueDictionary[tuple[int, str], _UnitGate] = weakref.WeakValueDictionary()
@@ -230,6 +234,11 @@ class PinLedger:
             if self._gate.closed is not None:
                 raise UnitClosed(self.unit_id, state=self._gate.closed)
 
+    def _note_asked(self, key: str) -> None:
+        """Give `key` its place in the unit's asking order, if this is the first time it is asked for."""
+        with self._lock:
+            self._gate.asked.setdefault(key, len(self._gate.asked))
+
     def _claim(self, key: str) -> ScratchPin | _Draw | None:
         """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw."""
         while True:
@@ -326,6 +335,7 @@ class PinLedger:
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` with a synchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
+        self._note_asked(key)
         pin = self._turn(key)
         if pin is not None:
             return _answered(pin, interpret, failure)
@@ -355,6 +365,8 @@ class PinLedger:
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
+        # Noted before the first await: tasks started in one order reach this line in that order.
+        self._note_asked(key)
         pin = await self._aturn(key)
         if pin is not None:
             return _answered(pin, interpret, failure)
@@ -397,6 +409,7 @@ class PinLedger:
         fingerprint: Mapping[str, str] | None,
         failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
+        self._note_asked(key)
         pin = await self._aturn(key)
         if pin is not None:
             if not stored_kind(pin.kind)[1]:
@@ -445,6 +458,7 @@ class PinLedger:
 
     def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None, failed: bool = False) -> None:
         """Take a replayed pin into this unit's scratch (or count one more attempt at it)."""
+        self._note_asked(key)
         if self._turn(key) is not None:
             return
         try:
@@ -488,14 +502,22 @@ class PinLedger:
         return stored
 
     def commit(self) -> list[StoredEvent]:
-        """Promote every scratch pin to the log as `PinPromoted`, in draw order, and clear scratch, atomically."""
+        """Promote every scratch pin to the log as `PinPromoted`, and clear scratch, atomically.
+
+        Pins are promoted in the order their keys were first asked for, not the order concurrent draws
+        finished in, so an unchanged run commits the same log however its draws were scheduled. Pins an
+        earlier ledger drew and nobody asked for again come first, in draw order.
+        """
         return self._close("committed", self._commit_events)
 
     async def acommit(self) -> list[StoredEvent]:
         """Like `commit`, with the store work in a worker thread, so it waits off the event loop."""
         return await asyncio.to_thread(self.commit)
 
-    def _commit_events(self, pins: list[ScratchPin]) -> list[PendingEvent]:
+    def _commit_events(self, drawn: list[ScratchPin]) -> list[PendingEvent]:
+        asked = self._gate.asked
+        # Stable: pins asked for in no ledger of this process keep their draw order, ahead of the rest.
+        pins = sorted(drawn, key=lambda pin: (pin.key in asked, asked.get(pin.key, 0)))
         events = [self._promoted(pin) for pin in pins]
         divergence = self._divergence
         if divergence is not None:
