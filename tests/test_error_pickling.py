@@ -24,6 +24,7 @@ from anagrapheus.errors import (
     PinnedFailure,
     PinResultError,
     ProvenanceMismatch,
+    RecordingConflict,
     RecordingError,
     RecordingMissing,
     RemoteConnectionRefused,
@@ -44,6 +45,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    RecordingConflict("rec.jsonl", first="a", second="b"),
     InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
     CanonicalError("a float nan", path="$.a[0]"),
