@@ -11,6 +11,7 @@ from anagrapheus.cli.report import Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.testing.compare import first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
+from anagrapheus.timeline.ordered import read_ordered
 
 __all__ = ["add_parser", "run"]
 
@@ -77,8 +78,8 @@ def _entry(
 
 def _changed(a: _Pin, b: _Pin) -> dict[str, Any]:
     if a.key == b.key:
-        # The same request drew another answer: say where the results part.
-        return _entry("changed", a, b, result=first_difference(a.raw, b.raw, path="result"))
+        # The same request drew another answer: say where the results part (inside an answer pinned as ordered text).
+        return _entry("changed", a, b, result=first_difference(read_ordered(a.raw), read_ordered(b.raw), path="result"))
     moved = moved_fields(b.fingerprint, a.fingerprint) if a.fingerprint and b.fingerprint else []
     return _entry("changed", a, b, moved=moved)
 
