@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
@@ -63,13 +65,25 @@ def survey(species: str) -> dict[str, Any]:
 
 def build(api: API, url: str, *, retries: int = 0) -> Model:
     """The provider class for `api`, pointed at `url`, with the SDK's own retries as given."""
+    # Plain HTTP on loopback: skipping certificate loading saves a third of a second per client.
     if api == "anthropic":
-        client = AsyncAnthropic(base_url=url, api_key="stub-key", max_retries=retries)
+        http = anthropic.DefaultAsyncHttpxClient(verify=False)
+        client = AsyncAnthropic(base_url=url, api_key="stub-key", max_retries=retries, http_client=http)
         return AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(anthropic_client=client))
-    openai = AsyncOpenAI(base_url=f"{url}/v1", api_key="stub-key", max_retries=retries)
+    http = openai.DefaultAsyncHttpxClient(verify=False)
+    openai_client = AsyncOpenAI(base_url=f"{url}/v1", api_key="stub-key", max_retries=retries, http_client=http)
     if api == "responses":
-        return OpenAIResponsesModel("o4-mini", provider=OpenAIProvider(openai_client=openai))
-    return OpenAIChatModel("gpt-4o", provider=OpenAIProvider(openai_client=openai))
+        return OpenAIResponsesModel("o4-mini", provider=OpenAIProvider(openai_client=openai_client))
+    return OpenAIChatModel("gpt-4o", provider=OpenAIProvider(openai_client=openai_client))
+
+
+async def closing(model: Model, run: Awaitable[None]) -> None:
+    """Run, then close the model's HTTP clients on this event loop (not later, from a loop already closed)."""
+    try:
+        await run
+    finally:
+        for member in model.models if isinstance(model, FallbackModel) else [model]:
+            await member.client.close()  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
 
 
 @dataclass
@@ -247,15 +261,15 @@ def trial(
         with monkeypatch.context() as patch, StubProvider(list(scenario.replies)) as server:
             patch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
             url = server.url
-            asyncio.run(scenario.runner(agent_for(make(url), scenario, None), unpinned))
+            asyncio.run(closing(model := make(url), scenario.runner(agent_for(model, scenario, None), unpinned)))
             sent_unpinned = server.restart_script()
             ledger = PinLedger(store, types, unit_id="unit-1")
-            asyncio.run(scenario.runner(agent_for(make(url), scenario, ledger), live))
+            asyncio.run(closing(model := make(url), scenario.runner(agent_for(model, scenario, ledger), live)))
             ledger.commit()
             sent_live = server.restart_script()
         pins = ReplayPins.from_events(store.read(), types)
         with sockets_refused():
-            asyncio.run(scenario.runner(agent_for(make(url), scenario, pins), replayed))
+            asyncio.run(closing(model := make(url), scenario.runner(agent_for(model, scenario, pins), replayed)))
     return Trial(unpinned, live, replayed, sent_unpinned, sent_live)
 
 
