@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import importlib
 import json
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from pydantic_ai.durable_exec import record_durable_unit
 from pydantic_core import to_jsonable_python
 
-from anagrapheus.errors import AnagrapheusError, CanonicalError, PinnedFailure
+from anagrapheus.errors import AnagrapheusError, PinnedFailure
 from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
-from anagrapheus.timeline.canonical import JSONValue, canonical_string, canonical_value, pin_key
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
 from anagrapheus.timeline.resolver import PinResolver
 
@@ -89,16 +90,10 @@ class ExceptionCodec:
             return fallback
         # The same class and message, or nothing: a rebuilt error that differs would take another path silently.
         # The message was pinned as canonical JSON holds a string (NFC), and is compared so.
-        if not isinstance(error, BaseException) or _path(type(error)) != type_name or _nfc(str(error)) != message:
+        said = unicodedata.normalize("NFC", str(error)) if isinstance(error, BaseException) else None
+        if said is None or _path(type(error)) != type_name or said != message:
             return fallback
         return error
-
-
-def _nfc(text: str) -> str:
-    try:
-        return canonical_string(text)
-    except CanonicalError:
-        return text
 
 
 def _reduced(error: BaseException) -> JSONValue | None:
