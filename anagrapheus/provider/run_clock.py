@@ -180,11 +180,10 @@ def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Se
     at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelRequest)), 0)
     anchor = messages[at]
     for holder in gc.get_referrers(anchor):
-        if type(holder) is not list:
-            continue
         found = cast("list[ModelMessage]", holder)
         if (
-            found is not messages
+            type(holder) is list
+            and found is not messages
             and len(found) == len(messages) + 1
             and found[at] is anchor
             and isinstance(appended := found[-1], ModelRequest)
