@@ -38,6 +38,8 @@ class Turn:
     text: str | None = None
     thinking: str | None = None
     calls: tuple[ToolCall, ...] = ()
+    searched: ToolCall | None = None
+    """A search the provider ran itself (Anthropic's `web_search`), before the text."""
 
 
 @dataclass(frozen=True)
@@ -376,6 +378,12 @@ def _anthropic_blocks(turn: Turn) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if turn.thinking is not None:
         blocks.append({"type": "thinking", "thinking": turn.thinking, "signature": "EqQBCkYIBxgCKkBstubSignature=="})
+    if turn.searched is not None:
+        search = turn.searched
+        blocks.append({"type": "server_tool_use", "id": search.id, "name": search.name, "input": search.args})
+        found = {"type": "web_search_result", "url": "https://ices.dk/cod", "title": "Cod advice 2026"}
+        found |= {"encrypted_content": "EqgBCioIBxgCstub", "page_age": "2 days ago"}
+        blocks.append({"type": "web_search_tool_result", "tool_use_id": search.id, "content": [found]})
     if turn.text is not None:
         blocks.append({"type": "text", "text": turn.text})
     blocks.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.args} for c in turn.calls)
@@ -423,9 +431,11 @@ def _anthropic_events(turn: Turn, model: str) -> Iterator[bytes]:
         elif kind == "text":
             opened = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": w + " "} for w in block["text"].split(" ")]
-        else:
-            opened = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        elif kind in ("tool_use", "server_tool_use"):
+            opened = {"type": kind, "id": block["id"], "name": block["name"], "input": {}}
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        else:
+            opened, deltas = block, []
         yield _sse({"type": "content_block_start", "index": index, "content_block": opened}, "content_block_start")
         for delta in deltas:
             yield _sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")

@@ -27,12 +27,14 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResultEvent, models
+from pydantic_ai.capabilities import NativeTool
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, PartDeltaEvent
 from pydantic_ai.models import Model
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.native_tools import WebSearchTool
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RunUsage
@@ -193,11 +195,22 @@ class Scenario:
     tools: bool = False
     structured: bool = False
     retries: int = 0
+    searches: bool = False
+
+
+SEARCHED = Turn(
+    searched=ToolCall("web_search", {"query": "cod quota 2026", "domain": "ices.dk"}, "srvtoolu_01"),
+    text="ICES advises a cut; the UK holds firm.",
+)
 
 
 def scenarios(api: API) -> dict[str, Scenario]:
     overloaded = 529 if api == "anthropic" else 503
-    return {
+    native = {
+        "native_search": Scenario((SEARCHED,), plain, searches=True),
+        "native_search_stream": Scenario((SEARCHED,), run_stream, searches=True),
+    }
+    return (native if api == "anthropic" else {}) | {
         "thinking": Scenario((ANSWER,), plain),
         "tools": Scenario((TOOLS, ANSWER), plain, tools=True),
         "structured": Scenario((TOOLS, STRUCTURED), plain, tools=True, structured=True),
@@ -217,7 +230,9 @@ CASES = [(api, name) for api in APIS for name in scenarios(api)]
 
 
 def agent_for(model: Model, scenario: Scenario, resolver: PinResolver | None) -> Agent[None, Any]:
-    capabilities = [] if resolver is None else [Pinning(resolver)]
+    capabilities: list[Any] = [] if resolver is None else [Pinning(resolver)]
+    if scenario.searches:
+        capabilities.append(NativeTool(WebSearchTool()))
     return Agent(
         model,
         output_type=Verdict if scenario.structured else str,
