@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import warnings
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.capabilities import ProcessHistory, ReinjectSystemPrompt
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
@@ -267,3 +281,116 @@ def test_a_run_that_continues_a_conversation_pins_the_times_of_its_own_requests_
     again = agent(Pinning(replay)).run_sync(PROMPT)
     continued = agent(Pinning(replay)).run_sync("And the Basque fleet?", message_history=again.all_messages())
     assert continued.all_messages_json() == second.all_messages_json()
+
+
+def _stamps(messages: list[ModelMessage]) -> list[datetime]:
+    """Every time pydantic-ai stamps on a run's requests: each request's and each of its parts'."""
+    stamps: list[datetime] = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            stamps.append(message.timestamp)
+            stamps.extend(p.timestamp for p in message.parts if isinstance(getattr(p, "timestamp", None), datetime))
+    return stamps
+
+
+def _seeded(stamps: list[datetime]) -> bool:
+    return bool(stamps) and all(EPOCH <= at < EPOCH + timedelta(hours=1) for at in stamps)
+
+
+CITIES = ("Paris", "Lyon", "Rome")
+
+
+def _three_fleets(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Ask for one fleet after another, reading which from the last return only (a history may be cut)."""
+    last = messages[-1]
+    returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+    city = str(returns[0].content).rsplit(" ", 1)[-1] if returns else None
+    at = -1 if city is None else CITIES.index(city)
+    if at + 1 < len(CITIES):
+        return ModelResponse(parts=[ToolCallPart("fleet", {"city": CITIES[at + 1]})])
+    return ModelResponse(parts=[TextPart("Three fleets land.")])
+
+
+def _keep_recent(messages: list[ModelMessage]) -> list[ModelMessage]:
+    return messages[2:] if len(messages) > 3 else messages
+
+
+HISTORY_AT = datetime(2025, 12, 1, 8, tzinfo=UTC)
+
+
+def _history() -> list[ModelMessage]:
+    """A conversation from before the run, as an app keeps it: no system prompt, its own fixed times."""
+    return [
+        ModelRequest(parts=[UserPromptPart("Which fleets?", timestamp=HISTORY_AT)], timestamp=HISTORY_AT),
+        ModelResponse(parts=[TextPart("Ask me.")], timestamp=HISTORY_AT),
+    ]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["history processor first", "history processor last", "reinjected prompt first", "reinjected prompt last"],
+)
+def test_stamps_a_capability_adds_or_a_history_processor_leaves_are_pinned(
+    shape: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # A processor that drops early messages left the clock's index past the end of the history, and a system prompt
+    # put back into an earlier request sat before it: both kept the wall clock's times, and replayed with others.
+    def run(pinning: Pinning) -> Any:
+        other: Any = ProcessHistory(_keep_recent) if shape.startswith("history") else ReinjectSystemPrompt(True)
+        capabilities = [pinning, other] if shape.endswith("last") else [other, pinning]
+        model = FunctionModel(_three_fleets, model_name="scripted-uk")
+        fleet_agent = Agent(model, tools=[fleet], system_prompt="Be brief.", capabilities=capabilities)
+        history = None if shape.startswith("history") else _history()
+        return fleet_agent.run_sync(PROMPT, message_history=history)
+
+    seeded = SeededRun("talks")
+    ledger = PinLedger(store, types)
+    live = run(Pinning(ledger, clock=seeded.now, new_id=seeded.new_id))
+    ledger.commit()
+    replayed = run(Pinning(ReplayPins.from_events(store.read(), types)))
+
+    stamps = _stamps(live.all_messages())
+    if shape.startswith("reinjected"):
+        # The history keeps its own times; the system prompt put back at its head is the run's, and seeded.
+        first = live.all_messages()[0]
+        assert isinstance(first, ModelRequest) and isinstance(first.parts[0], SystemPromptPart)
+        assert (first.timestamp, first.parts[1].timestamp) == (HISTORY_AT, HISTORY_AT)
+        stamps = [at for at in stamps if at != HISTORY_AT]
+    assert _seeded(stamps), stamps
+    assert replayed.all_messages_json() == live.all_messages_json()
+
+
+async def _text_then_a_call(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    yield "The fleets land at dawn. "
+    yield {1: DeltaToolCall(name="fleet", json_args='{"city": "Paris"}')}
+
+
+@pytest.mark.parametrize("ending", ["output tool", "text then a tool call"])
+def test_the_request_run_stream_appends_after_the_run_gets_pinned_times(
+    ending: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # `run_stream` appends the returns of the streamed response's tool calls after the run's last hook.
+    def run(pinning: Pinning) -> list[ModelMessage]:
+        if ending == "output tool":
+            streaming: Agent[None, Any] = Agent(Scripted("scripted-uk").model, output_type=Verdict)
+        else:
+            streaming = Agent(FunctionModel(stream_function=_text_then_a_call, model_name="scripted-uk"))
+            streaming.tool_plain(lambda city: f"the fleet of {city}", name="fleet")
+
+        async def go() -> list[ModelMessage]:
+            async with streaming.run_stream(PROMPT, capabilities=[pinning]) as result:
+                await result.get_output()
+            return result.all_messages()
+
+        return asyncio.run(go())
+
+    seeded = SeededRun("talks")
+    ledger = PinLedger(store, types)
+    live = run(Pinning(ledger, clock=seeded.now, new_id=seeded.new_id))
+    ledger.commit()
+    replayed = run(Pinning(ReplayPins.from_events(store.read(), types)))
+
+    last = live[-1]
+    assert isinstance(last, ModelRequest) and [type(p) for p in last.parts] == [ToolReturnPart]
+    assert _seeded(_stamps(live)), _stamps(live)
+    assert ModelMessagesTypeAdapter.dump_json(replayed) == ModelMessagesTypeAdapter.dump_json(live)

@@ -16,6 +16,7 @@ from anagrapheus.cli import main
 from anagrapheus.provider import PinnedModel
 from anagrapheus.testing import assert_same_run
 from anagrapheus.timeline import PinLedger, ReplayPins, SQLiteEventStore, read_recording
+from anagrapheus.timeline.ordered import ordered, read_ordered
 from examples.negotiation.runs import RECORDING
 from tests.cli_fixtures import (
     NEGOTIATION_LINES,
@@ -444,9 +445,11 @@ def test_diff_names_a_result_that_changed_under_the_same_request_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     last = model_call_lines()[-1]
-    raw = json.loads(NEGOTIATION_LINES[last - 1])["payload"]["raw"]
+    # A model answer is pinned as ordered text: the diff reads inside it.
+    raw = read_ordered(json.loads(NEGOTIATION_LINES[last - 1])["payload"]["raw"])
+    assert isinstance(raw, dict)
     raw["parts"][0]["content"] = "The UK accepts the package in full; the accord can be signed."
-    changed = rewritten(tmp_path, "changed.jsonl", last, {"raw": raw})
+    changed = rewritten(tmp_path, "changed.jsonl", last, {"raw": ordered(raw)})
 
     code, out, _ = cli(capsys, "diff", NEGOTIATION, str(changed))
 

@@ -77,6 +77,21 @@ def test_a_recording_made_before_failures_were_pinned_still_replays(tmp_path: Pa
     assert [r.round for r in report.rounds] == [1, 2, 3, 4]
 
 
+def test_a_recording_whose_answers_were_pinned_sorted_still_replays_with_the_same_rounds(tmp_path: Path) -> None:
+    # The negotiation as committed before model answers were pinned as ordered text: sorted JSON objects.
+    old = ROOT / "tests" / "data" / "negotiation-sorted-answers.jsonl"
+    recording = read_recording(old, registry=negotiation_types())
+    answers = [e.payload_json()["raw"] for e in recording.events if e.payload_json()["kind"] == "model_call"]
+    assert answers and all(isinstance(a, dict) and a.get("kind") == "response" for a in answers)
+
+    before = asyncio.run(replay_negotiation(old, database=tmp_path / "old.db"))
+    now = asyncio.run(replay_negotiation(RECORDING, database=tmp_path / "new.db"))
+
+    assert before.diverged is None and before.hits == len(recording.events)
+    assert before.model_calls == {"function:scripted-eu": 0, "function:scripted-uk": 0}
+    assert before.rounds == now.rounds
+
+
 def test_the_recording_header_names_the_models_and_how_to_record_again() -> None:
     header = read_recording(RECORDING).header
 

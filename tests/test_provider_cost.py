@@ -12,6 +12,7 @@ from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.ordered import read_ordered
 
 
 def priced(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -30,7 +31,7 @@ def test_replay_reports_the_recorded_cost_without_a_price_lookup(
     ledger = PinLedger(store, types)
     live = Agent(PinnedModel(model, ledger)).run_sync("Round 1")
     (event,) = ledger.commit()
-    recorded_cost = json.loads(event.payload)["raw"]["usage"]["cost"]
+    recorded_cost = read_ordered(json.loads(event.payload)["raw"])["usage"]["cost"]
     assert recorded_cost is not None and float(recorded_cost) > 0
     assert live.usage.cost == live.response.usage.cost
 
@@ -48,4 +49,4 @@ def test_an_unpriced_model_pins_no_cost(store: SQLiteEventStore, types: EventTyp
     ledger = PinLedger(store, types)
     Agent(PinnedModel(model, ledger)).run_sync("Round 1")
     (event,) = ledger.commit()
-    assert json.loads(event.payload)["raw"]["usage"].get("cost") is None
+    assert read_ordered(json.loads(event.payload)["raw"])["usage"].get("cost") is None

@@ -26,6 +26,7 @@ from pydantic_ai.run import AgentRunResultEvent
 from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider import PinnedModel, PinnedStreamedResponse
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.ordered import read_ordered
 from tests.conftest import Scripted, Verdict
 
 PROMPT = "Round 1: state the UK position on fisheries."
@@ -175,7 +176,8 @@ async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
         async for _delta in streamed.stream_text(delta=True, debounce_by=None):
             break
     (pin,) = ledger.pins()
-    raw = json.loads(pin.raw)
+    raw = read_ordered(json.loads(pin.raw))
+    assert isinstance(raw, dict)
     assert raw["state"] != "complete"
     assert raw["parts"][0]["content"] == "The "
     ledger.commit()
@@ -207,8 +209,10 @@ async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: Pi
     assert pin.kind == "model_call!failed"
     raw = json.loads(pin.raw)
     assert raw["error"]["type"] == "builtins:ConnectionError"
-    assert raw["captured"]["state"] == "incomplete"
-    assert raw["captured"]["parts"][0]["content"] == "The UK "
+    captured = read_ordered(raw["captured"])
+    assert isinstance(captured, dict)
+    assert captured["state"] == "incomplete"
+    assert captured["parts"][0]["content"] == "The UK "
 
     # Asked again in the unit by a fresh run, the call fails as it did, never answering "The UK " as the whole.
     live.fail_after_chunks = None
@@ -251,7 +255,8 @@ async def test_pins_hold_no_run_stamps_and_replay_gets_the_new_runs(
 ) -> None:
     recorded = await Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run(PROMPT)
     (pin,) = ledger.pins()
-    raw = json.loads(pin.raw)
+    raw = read_ordered(json.loads(pin.raw))
+    assert isinstance(raw, dict)
     assert raw["run_id"] is None and raw["conversation_id"] is None
     recorded_response = recorded.all_messages()[-1]
     assert isinstance(recorded_response, ModelResponse) and recorded_response.run_id == recorded.run_id
@@ -360,7 +365,7 @@ async def test_a_live_stream_passes_events_through_as_they_arrive(ledger: PinLed
             assert produced == ["The "]
             break
     (pin,) = ledger.pins()
-    assert json.loads(pin.raw)["parts"][0]["content"] == "The "
+    assert read_ordered(json.loads(pin.raw))["parts"][0]["content"] == "The "  # pyright: ignore[reportIndexIssue, reportCallIssue, reportArgumentType, reportOptionalSubscript]
 
 
 @pytest.mark.anyio
@@ -435,5 +440,6 @@ async def test_stamps_on_a_live_response_never_reach_its_pin(mode: str, ledger: 
     response = messages[-1]
     assert isinstance(response, ModelResponse) and response.run_id is not None
     (pin,) = ledger.pins()
-    raw = json.loads(pin.raw)
+    raw = read_ordered(json.loads(pin.raw))
+    assert isinstance(raw, dict)
     assert (raw["run_id"], raw["conversation_id"]) == (None, None)

@@ -21,6 +21,7 @@ from anagrapheus.provider import PinnedModel
 from anagrapheus.provider.model import COMPACTION, TOKEN_COUNT, response_from_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore, pin_key
 from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.ordered import read_ordered
 from tests.conftest import Scripted
 
 PROMPT = "Round 1: state the UK position on fisheries."
@@ -64,7 +65,11 @@ async def test_a_response_reaches_its_caller_without_the_stamps_of_the_run_that_
     raw = json.loads(pin.raw)
     ledger.commit()
     replayed = await PinnedModel(inner, replay_of(store, types)).request(history(), None, PARAMS)
-    for response in (live, replayed, response_from_raw(raw | {"run_id": "run-2", "conversation_id": "talk-2"})):
+    for response in (
+        live,
+        replayed,
+        response_from_raw(read_ordered(raw) | {"run_id": "run-2", "conversation_id": "talk-2"}),
+    ):
         assert (response.run_id, response.conversation_id) == (None, None)
         assert response.parts == [TextPart("The UK holds firm.")]
 

@@ -11,6 +11,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
 from benchmarks._stub_server import StubOpenAIServer
 
@@ -53,7 +54,9 @@ def test_userinfo_and_query_are_stripped_at_pin_time(
     assert recording.header.provenance is not None
     assert recording.header.provenance.providers == ("openai",)
     payloads = [event.payload_json() for event in recording.events]
-    assert {p["raw"]["provider_url"] for p in payloads if p["kind"] == "model_call"} == {server.base_url + "/"}
+    assert {read_ordered(p["raw"])["provider_url"] for p in payloads if p["kind"] == "model_call"} == {
+        server.base_url + "/"
+    }
 
 
 def _wal(database: Path) -> bytes:

@@ -13,6 +13,7 @@ from anagrapheus.provider.capability import ATTEMPT_TIMES
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
 from anagrapheus.testing.compare import comparable, first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
+from anagrapheus.timeline.ordered import read_ordered
 
 __all__ = ["add_parser", "run"]
 
@@ -59,7 +60,8 @@ def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
         if not isinstance(event, PinPromoted):
             continue
         pins = units.setdefault(event.unit_id, [])
-        raw: JSONValue = event.raw  # pyright: ignore[reportAssignmentType]
+        # An answer pinned as ordered text is compared by what it says.
+        raw: JSONValue = read_ordered(event.raw)  # pyright: ignore[reportArgumentType]
         compared: JSONValue = _shape(raw) if event.kind in _VOLATILE_KINDS else comparable(raw)
         pins.append(
             _Pin(

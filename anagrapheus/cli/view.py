@@ -14,6 +14,7 @@ from anagrapheus.cli.sources import Source, add_registry_options, event_types, o
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.testing.miss import read_miss
 from anagrapheus.timeline import JSONValue, PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline.ordered import read_ordered
 
 __all__ = ["add_parser", "run", "units_of"]
 
@@ -46,7 +47,8 @@ def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
     for index, event in source.decoded(event_types(args.events), upcasts_of(args.upcasts)):
         if isinstance(event, PinPromoted):
             unit = units.setdefault(event.unit_id, UnitView(event.unit_id))
-            raw: JSONValue = event.raw  # pyright: ignore[reportAssignmentType]
+            # An answer pinned as ordered text is shown by what it says.
+            raw: JSONValue = read_ordered(event.raw)  # pyright: ignore[reportArgumentType]
             unit.pins.append(
                 PinView(
                     unit=event.unit_id,
@@ -82,7 +84,7 @@ def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, r
         key=key,
         attempts=attempts,
         failed=failed,
-        raw=json.loads(raw),
+        raw=read_ordered(json.loads(raw)),
         fingerprint=None,
         at="scratch",
     )

@@ -141,11 +141,7 @@ class Pinning(AbstractCapability[Any]):
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
-        clocks = RunClocks.of(self.resolver)
-        try:
-            await clocks.stamp(self.resolver, result.run_id, result.all_messages(), clock=self.clock)
-        finally:
-            clocks.end(result.run_id)
+        await RunClocks.of(self.resolver).finish(self.resolver, result.run_id, result.all_messages(), clock=self.clock)
         return result
 
     def get_wrapper_model(self, model: Model) -> Model | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -12,6 +14,7 @@ from pydantic_core import to_jsonable_python
 from anagrapheus.errors import AnagrapheusError, PinnedFailure
 from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
 from anagrapheus.timeline.resolver import PinResolver
 
 __all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
@@ -73,6 +76,9 @@ class ExceptionCodec:
             call: Any = _resolve(str(recipe["call"]))
             if not _rebuildable(call):
                 return fallback
+            if isinstance(ordered := recipe.get(ORDERED_FIELD), str):
+                # Written since the recipe kept its key order: the body a provider sent, as it sent it.
+                recipe = {**recipe, **json.loads(ordered)}
             args: list[Any] = list(recipe.get("args") or [])
             if call is CATEGORIZED_HTTP_ERROR:
                 args[0] = _resolve(str(args[0]))
@@ -83,7 +89,9 @@ class ExceptionCodec:
         except Exception:
             return fallback
         # The same class and message, or nothing: a rebuilt error that differs would take another path silently.
-        if not isinstance(error, BaseException) or _path(type(error)) != type_name or str(error) != message:
+        # The message was pinned as canonical JSON holds a string (NFC), and is compared so.
+        said = unicodedata.normalize("NFC", str(error)) if isinstance(error, BaseException) else None
+        if said is None or _path(type(error)) != type_name or said != message:
             return fallback
         return error
 
@@ -100,7 +108,9 @@ def _reduced(error: BaseException) -> JSONValue | None:
             args[0] = _path(args[0])
         if not _rebuildable(call):
             return None
-        return canonical_value(to_jsonable_python({"call": _path(call), "args": args, "state": state}))
+        # The arguments and state as ordered text: an error's body is what the provider sent, in its key order, and
+        # its message quotes it in that order. Sorted, the rebuilt error's message would differ and not be raised.
+        return {"call": _path(call), ORDERED_FIELD: ordered_json(to_jsonable_python({"args": args, "state": state}))}
     except Exception:
         return None
 

@@ -30,13 +30,21 @@ from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.ordered import ordered, read_ordered
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import Batch, BatchRequest, BatchResult, EncodedBatchRequest
 
-__all__ = ["COMPACTION", "TOKEN_COUNT", "PinnedModel", "response_from_raw", "response_raw"]
+__all__ = [
+    "COMPACTION",
+    "TOKEN_COUNT",
+    "PinnedModel",
+    "response_answer",
+    "response_from_raw",
+    "response_raw",
+]
 
 TOKEN_COUNT = "model_token_count"
 """The pin kind of a token count asked of the provider ahead of a request."""
@@ -82,7 +90,11 @@ def _strip_urls(raw: dict[str, Any]) -> None:
 
 
 def response_raw(response: ModelResponse) -> JSONValue:
-    """Return `response` as the raw JSON its pin keeps, with the cost estimate the run was given."""
+    """Return `response` as a JSON object with the cost estimate the run was given; its pin keeps `response_answer`.
+
+    Key material built on a response (a fallback's attempt times) uses this form, as it did before answers
+    were pinned as ordered text, so those keys stay as they were.
+    """
     # The agent estimates a response's cost from a price table when the provider did not report one,
     # and never overwrites a cost already set. Estimating it here, with the agent's own function, pins
     # the figure the recorded run saw: a replay reports the same cost whatever the price table says
@@ -93,9 +105,14 @@ def response_raw(response: ModelResponse) -> JSONValue:
     return raw
 
 
+def response_answer(response: ModelResponse) -> JSONValue:
+    """Return `response` as its pin keeps it: `{"ordered_json": text}`, its JSON in the provider's key order."""
+    return ordered(response_raw(response))
+
+
 def response_from_raw(raw: JSONValue) -> ModelResponse:
     """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay."""
-    response = _responses.validate_python(raw)
+    response = _responses.validate_python(read_ordered(raw))
     # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.
     response.run_id = None
     response.conversation_id = None
@@ -129,7 +146,7 @@ async def _exit_shielded(context: AbstractAsyncContextManager[T]) -> AsyncGenera
 
 def _captured(stream: StreamedResponse) -> JSONValue:
     # `get()` reports how far the stream got and the state the provider stamped, also after an early stop or error.
-    return response_raw(stream.get())
+    return response_answer(stream.get())
 
 
 @dataclass(init=False)
@@ -222,7 +239,7 @@ class PinnedModel(WrapperModel):
             nonlocal drawn
             drawn = True
             # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
-            return response_raw(await self.wrapped.request(messages, model_settings, model_request_parameters))
+            return response_answer(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
         asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
         try:
@@ -338,7 +355,7 @@ class PinnedModel(WrapperModel):
         )
 
         async def draw() -> JSONValue:
-            return response_raw(await self.wrapped.compact_messages(request_context, instructions=instructions))
+            return response_answer(await self.wrapped.compact_messages(request_context, instructions=instructions))
 
         return await self._draws.resolve(
             self.resolver,

@@ -16,14 +16,15 @@ make a replay leave its recording. Under `on_miss="record"` such a draw goes to 
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
@@ -44,12 +45,16 @@ RUN_POSITIONS = frozenset({RUN_ID, RUN_CLOCK})
 
 @dataclass
 class _Run:
-    """One run through the resolver: its position, and how far its messages are stamped."""
+    """One run through the resolver: its position, and which requests and parts its stamp points have seen."""
 
     position: int
     started: bool = False
     stamps: int = 0
-    upto: int | None = None
+    # Every request and part seen at a stamp point, by identity (held, so an id is never reused while the run
+    # lasts). Not an index into the messages: a history processor drops messages, a capability such as
+    # `ReinjectSystemPrompt` inserts parts into earlier requests or replaces them, and each stamp gained since
+    # the last point is found wherever it sits.
+    seen: dict[int, object] | None = None
 
 
 @dataclass
@@ -106,6 +111,23 @@ class RunClocks:
                 self.runs += 1
             run.started = True
 
+    async def finish(
+        self,
+        resolver: PinResolver,
+        run_id: str,
+        messages: Sequence[ModelMessage],
+        *,
+        clock: Callable[[], datetime] | None,
+    ) -> None:
+        """Pin the times of the requests made after the run's last model request, then forget the run."""
+        try:
+            await self.stamp(resolver, run_id, messages, clock=clock)
+            appended = _appended_after_the_run(run_id, messages)
+            if appended is not None:
+                await self.stamp(resolver, run_id, appended, clock=clock)
+        finally:
+            self.end(run_id)
+
     def end(self, run_id: str) -> None:
         """Forget a run that ended."""
         with self.lock:
@@ -121,21 +143,9 @@ class RunClocks:
     ) -> None:
         """Pin the timestamps the run's requests gained since its last stamp point, and write the pinned ones back."""
         run = None if run_id is None else self.by_id.get(run_id)
-        if run is None:
+        if run is None or run_id is None:
             return
-        start = run.upto
-        if start is None:
-            # The run's own messages are the ones at the end that carry its id; the history before is another run's.
-            start = len(messages)
-            while start > 0 and messages[start - 1].run_id == run_id:
-                start -= 1
-        run.upto = len(messages)
-        # The request itself and each of its parts that carries a timestamp (prompts, tool returns, retries).
-        slots: list[Any] = []
-        for message in messages[start:]:
-            if isinstance(message, ModelRequest) and message.run_id == run_id:
-                slots.append(message)
-                slots.extend(part for part in message.parts if isinstance(getattr(part, "timestamp", None), datetime))
+        slots = _new_slots(run, run_id, messages)
         if not slots:
             return
         # The count is keyed: a run whose requests gained other stamps than the recorded one's has moved.
@@ -154,6 +164,63 @@ class RunClocks:
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
             slot.timestamp = at
+
+
+def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:
+    """The history `run_stream` hands its caller, when it appended a request after the run's last hook; else None.
+
+    `run_stream` ends a run whose streamed response made tool calls (an output tool, or text and then a tool)
+    by appending a request with their returns to a copy of the run's history, stamped from the wall clock
+    where no capability hook reaches. That copy is the only list holding the run's last request and one
+    more request of the run after it; `gc` finds it, so its stamps are pinned like every other.
+    """
+    last = messages[-1] if messages else None
+    if not (isinstance(last, ModelResponse) and last.tool_calls):
+        return None  # the run answered every tool call in its own history: nothing was appended outside it
+    at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelRequest)), 0)
+    anchor = messages[at]
+    for holder in gc.get_referrers(anchor):
+        found = cast("list[ModelMessage]", holder)
+        if (
+            type(holder) is list
+            and found is not messages
+            and len(found) == len(messages) + 1
+            and found[at] is anchor
+            and isinstance(appended := found[-1], ModelRequest)
+            and appended.run_id == run_id
+        ):
+            return found
+    return None
+
+
+def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list[Any]:
+    """The requests and timestamped parts of the run's messages not seen at an earlier stamp point, in order."""
+    seen = run.seen
+    if seen is None:
+        seen = run.seen = {}
+        # The run's own messages are the ones at the end that carry its id; the history before is another run's,
+        # stamped by that run: seen already, as what it holds now. A part added to it later is this run's.
+        start = len(messages)
+        while start > 0 and messages[start - 1].run_id == run_id:
+            start -= 1
+        for message in messages[:start]:
+            if isinstance(message, ModelRequest):
+                for part in message.parts:
+                    seen[id(part)] = part
+    # The request itself, if it is the run's, and each of its parts that carries a timestamp (prompts, tool returns,
+    # retries, a system prompt put back into an earlier request).
+    slots: list[Any] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        if message.run_id == run_id and id(message) not in seen:
+            seen[id(message)] = message
+            slots.append(message)
+        for part in message.parts:
+            if id(part) not in seen and isinstance(getattr(part, "timestamp", None), datetime):
+                seen[id(part)] = part
+                slots.append(part)
+    return slots
 
 
 _guard = threading.Lock()

@@ -32,6 +32,7 @@ from anagrapheus.timeline.events import (
     StoredEvent,
     is_current_pin,
 )
+from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, check_provenance, current_provenance
 from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -183,7 +184,7 @@ def _pinned_response(line: dict[str, JSONValue]) -> dict[str, JSONValue] | None:
     if line["namespace"] != BUILTIN_NAMESPACE or line["type"] != PinPromoted.event_type:
         return None
     payload = line["payload"]
-    raw = payload.get("raw") if isinstance(payload, dict) else None
+    raw = read_ordered(payload.get("raw")) if isinstance(payload, dict) else None
     return raw if isinstance(raw, dict) and raw.get("kind") == "response" else None
 
 
