@@ -8,7 +8,7 @@ out of traces, as pydantic-ai keeps a durable engine's replayed work out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Literal
@@ -44,7 +44,7 @@ def short_key(key: str) -> str:
 
 
 @contextmanager
-def answers_untraced() -> Iterator[None]:
+def answers_untraced() -> Generator[None]:
     """Within: the spans of pins answered (from the log or from scratch) are never ended, so never exported."""
     token = _untraced_answers.set(True)
     try:
@@ -79,7 +79,7 @@ _NO_SPAN = PinSpan(None)
 
 
 @contextmanager
-def pin_span(kind: str, key: str, unit_id: str | None) -> Iterator[PinSpan]:
+def pin_span(kind: str, key: str, unit_id: str | None) -> Generator[PinSpan]:
     """Open the span of one resolve of `key`; an exception that escapes it without an outcome marks it `failed`."""
     tracer = _tracer()
     if tracer is None:
@@ -104,7 +104,7 @@ def pin_span(kind: str, key: str, unit_id: str | None) -> Iterator[PinSpan]:
 
 
 @contextmanager
-def unit_span(action: Literal["commit", "abandon"], unit_id: str) -> Iterator[Span | None]:
+def unit_span(action: Literal["commit", "abandon"], unit_id: str) -> Generator[Span | None]:
     """Open the span of a unit's commit or abandon; the caller sets `anagrapheus.unit.pins` on it."""
     tracer = _tracer()
     if tracer is None:
