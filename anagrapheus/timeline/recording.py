@@ -32,7 +32,7 @@ from anagrapheus.timeline.events import (
     is_current_pin,
 )
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, check_provenance, current_provenance
-from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy
+from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy, split_private_keys
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -166,6 +166,11 @@ class _LineWriter:
         text = encode_normalised(line)
         # Each policy first searches the whole line once; only a line that may hold a match is walked.
         if self._redact is not None and self._redactor is not None and self._redact.may_hold(text):
+            if self._refuse is not None and "-----BEGIN " in text:
+                # A key whose END is in another string (`key.splitlines()`) or missing: its body has no shape,
+                # so no redaction can find it all. Refused rather than half redacted.
+                for finding in split_private_keys(line):
+                    raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
             redacted = self._redactor.redact(line)
             if not isinstance(redacted, dict):  # pragma: no cover - redacting an object returns an object
                 raise UsageError("a redacted line is not an object")
