@@ -112,6 +112,9 @@ BENIGN = [
     "hf_hub_download(repo_id='gpt2'); use sk_test_ mode; model xai-grok-2-latest",
     '"password": 864000, "password": "string"',
     base64.b64encode(b"just some ordinary text that is base64 encoded").decode(),
+    base64.b64encode(b"\x01\x02 control bytes are not text \x03").decode(),
+    "C:/Program-Files/Some-Vendor/Tools_2024",
+
     "00000000-0000-7000-8000-000000000001",
 ]
 
@@ -294,6 +297,23 @@ def test_a_url_password_holding_at_signs_is_redacted_to_the_last_at_before_the_h
 
     redacted = redactor.redact_text("postgresql://app:pw@rest@db/app?user=a@b")
     assert redacted == "postgresql[redacted:url-credentials:1]db/app?user=a@b"
+
+
+def test_base64_is_decoded_only_when_the_policy_asks() -> None:
+    blob = base64.b64encode(OPENAI.encode()).decode()
+    ordinary = base64.b64encode(b"an ordinary sentence, encoded").decode()
+
+    assert list(SecretPolicy(environ={}, encoded=False).find(blob)) == []
+    assert SecretPolicy(environ={}, encoded=False).redactor().redact_text(blob) == blob
+    redactor = SecretPolicy(environ={}).redactor()
+    assert redactor.redact_text(f"{ordinary} {blob}") == f"{ordinary} [redacted:base64:openai-key:1]"
+
+
+def test_an_environment_value_with_quotes_is_found_json_escaped_too() -> None:
+    value = 'say "open sesame" 42'
+    policy = SecretPolicy([], environ={"VAULT_PASSPHRASE": value})
+
+    assert [f.rule for f in policy.find(json.dumps({"v": value}))] == ["env:VAULT_PASSPHRASE"]
 
 
 def test_a_rule_whose_secret_group_may_be_absent_redacts_the_whole_match() -> None:
