@@ -114,7 +114,6 @@ BENIGN = [
     base64.b64encode(b"just some ordinary text that is base64 encoded").decode(),
     base64.b64encode(b"\x01\x02 control bytes are not text \x03").decode(),
     "C:/Program-Files/Some-Vendor/Tools_2024",
-
     "00000000-0000-7000-8000-000000000001",
 ]
 

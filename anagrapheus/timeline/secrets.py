@@ -145,6 +145,7 @@ _STAND_IN = re.compile(
 
 
 def _real_password(value: str) -> bool:
+    """Say whether `value`, given a password's name, is a password rather than a stand-in for one."""
     # A password may be any text, but not a mask (`***`, `:****`), a template (`${DB_PASSWORD}`) or a path
     # (`PWD=/home/ana`).
     value = value.strip()
@@ -157,6 +158,7 @@ def _real_password(value: str) -> bool:
 
 
 def _token_like(value: str) -> bool:
+    """Say whether `value`, given a key's or a token's name, is shaped like a key or a token."""
     # A key or token is one run of 12 or more characters with a digit in it: "YOUR_API_KEY" and "Hello" are not.
     return (
         len(value) >= 12
@@ -330,6 +332,7 @@ def _written_as(value: str) -> str:
 
 
 def _hex_either_case(byte: int) -> str:
+    """A regex of `byte`'s two hex digits, each letter in either case."""
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in f"{byte:02X}")
 
 
@@ -479,6 +482,7 @@ class SecretPolicy:
         return None
 
     def _field_rule(self, key: str, item: object) -> str | None:
+        """The name of the first rule whose `field` makes `item`, under the object key `key`, a credential."""
         for rule in self._fields:
             if rule.holds_field(key, item):
                 return rule.name
