@@ -71,13 +71,14 @@ class SecretRule:
 
     def _passed_over(self, text: str) -> bool:
         """Say whether `text` lacks the hint, so that it certainly holds no match."""
-        if self.hint is None:
+        hint = self.hint
+        if hint is None:
             return False
-        if isinstance(self.hint, str):
-            return self.hint not in text
-        if isinstance(self.hint, tuple):
-            return not any(hint in text for hint in self.hint)
-        return not self.hint(text)
+        if isinstance(hint, str):
+            return hint not in text
+        if callable(hint):
+            return not hint(text)
+        return not any(literal in text for literal in hint)
 
     def search(self, text: str) -> bool:
         """Say whether the regex matches anywhere in `text`, before any check: a cheap, over-eager first pass."""
