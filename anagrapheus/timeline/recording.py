@@ -158,6 +158,9 @@ class _LineWriter:
         self._redact = redact
         self._redactor: Redactor | None = None if redact is None else redact.redactor()
         self._refuse = refuse
+        # Redacting under the very rules the refusal uses (`redact=SecretPolicy()`): a line the redaction's search
+        # passes over holds nothing to refuse either, so it is searched once, not twice.
+        self._refusal_repeats_redaction = refuse is not None and redact is not None and redact.same_search(refuse)
 
     def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
         # Searched as it is written: canonical text is NFC, which turns a look-alike (U+212A KELVIN SIGN) into the
@@ -165,7 +168,9 @@ class _LineWriter:
         line = cast(dict[str, JSONValue], canonical_value(line))
         text = encode_normalised(line)
         # Each policy first searches the whole line once; only a line that may hold a match is walked.
-        if self._redact is not None and self._redactor is not None and self._redact.may_hold(text):
+        if self._redact is not None and self._redactor is not None:
+            if not self._redact.may_hold(text):
+                return text if self._refusal_repeats_redaction else self._refused(line, text, seq)
             if self._refuse is not None and "-----BEGIN " in text:
                 # A key whose END is in another string (`key.splitlines()`) or missing: its body has no shape,
                 # so no redaction can find it all. Refused rather than half redacted.
@@ -176,6 +181,10 @@ class _LineWriter:
                 raise UsageError("a redacted line is not an object")
             line = redacted
             text = canonical_json(line)
+        return self._refused(line, text, seq)
+
+    def _refused(self, line: dict[str, JSONValue], text: str, seq: int | None) -> str:
+        """Return `text`, the line as written, once the refusal policy finds nothing in it."""
         if self._refuse is not None:
             for finding in self._refuse.scan(line, text=text):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)

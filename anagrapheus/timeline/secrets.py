@@ -450,6 +450,10 @@ class SecretPolicy:
         """The rules in the order they are tried, the environment's last."""
         return self._rules
 
+    def same_search(self, other: SecretPolicy) -> bool:
+        """Say whether `other` searches exactly as this policy does: the same rules, base64 decoded or not."""
+        return self._rules == other._rules and self._encoded == other._encoded
+
     def may_hold(self, line: str) -> bool:
         """Say whether the canonical JSON text `line` may hold a match: False means it certainly holds none.
 
