@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import copy_log, open_store
 from anagrapheus.timeline.copying import POSTGRES_SCHEMES
+from anagrapheus.timeline.secrets import masked_dsn, masked_message
 
 __all__ = ["add_parser", "run"]
 
@@ -39,12 +39,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
 
 
 def _shown(address: str) -> str:
-    """The address as it may be printed: a URI's password is never shown."""
-    parts = urlsplit(address)
-    if parts.password is None:
-        return address
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The address as it may be printed: no password in it (userinfo, `?password=`, keyword DSN) is ever shown."""
+    return masked_dsn(address)
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -61,18 +57,21 @@ def run(args: argparse.Namespace) -> Outcome:
     try:
         source = open_store(args.source, schema=source_schema)
     except AnagrapheusError as e:
-        raise BadInput(f"cannot open the source ({e})", path=_shown(args.source)) from e
+        why = masked_message(str(e), args.source)
+        raise BadInput(f"cannot open the source ({why})", path=_shown(args.source)) from e
     try:
         try:
             destination = open_store(args.destination, schema=destination_schema)
         except AnagrapheusError as e:
-            raise BadInput(f"cannot open the destination ({e})", path=_shown(args.destination)) from e
+            why = masked_message(str(e), args.destination)
+            raise BadInput(f"cannot open the destination ({why})", path=_shown(args.destination)) from e
         try:
             before = destination.last_seq()
             copied = copy_log(source, destination, batch=args.batch)
             last = destination.last_seq()
         except AnagrapheusError as e:
-            raise BadInput(f"cannot copy into it ({e})", path=_shown(args.destination)) from e
+            why = masked_message(masked_message(str(e), args.source), args.destination)
+            raise BadInput(f"cannot copy into it ({why})", path=_shown(args.destination)) from e
         finally:
             destination.close()
     finally:

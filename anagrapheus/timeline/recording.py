@@ -34,7 +34,7 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, check_provenance, current_provenance
-from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy
+from anagrapheus.timeline.secrets import Redactor, SecretFinding, SecretPolicy, split_private_keys
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -160,6 +160,9 @@ class _LineWriter:
         self._redact = redact
         self._redactor: Redactor | None = None if redact is None else redact.redactor()
         self._refuse = refuse
+        # Redacting under the very rules the refusal uses (`redact=SecretPolicy()`): a line the redaction's search
+        # passes over holds nothing to refuse either, so it is searched once, not twice.
+        self._refusal_repeats_redaction = refuse is not None and redact is not None and redact.same_search(refuse)
 
     def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
         # Searched as it is written: canonical text is NFC, which turns a look-alike (U+212A KELVIN SIGN) into the
@@ -167,12 +170,23 @@ class _LineWriter:
         line = cast(dict[str, JSONValue], canonical_value(line))
         text = encode_normalised(line)
         # Each policy first searches the whole line once; only a line that may hold a match is walked.
-        if self._redact is not None and self._redactor is not None and self._redact.may_hold(text):
+        if self._redact is not None and self._redactor is not None:
+            if not self._redact.may_hold(text):
+                return text if self._refusal_repeats_redaction else self._refused(line, text, seq)
+            if self._refuse is not None and "-----BEGIN " in text:
+                # A key whose END is in another string (`key.splitlines()`) or missing: its body has no shape,
+                # so no redaction can find it all. Refused rather than half redacted.
+                for finding in split_private_keys(line):
+                    raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
             redacted = self._redactor.redact(line)
             if not isinstance(redacted, dict):  # pragma: no cover - redacting an object returns an object
                 raise UsageError("a redacted line is not an object")
             line = redacted
             text = canonical_json(line)
+        return self._refused(line, text, seq)
+
+    def _refused(self, line: dict[str, JSONValue], text: str, seq: int | None) -> str:
+        """Return `text`, the line as written, once the refusal policy finds nothing in it."""
         if self._refuse is not None:
             for finding in self._refuse.scan(line, text=text):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
