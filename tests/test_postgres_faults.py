@@ -170,8 +170,10 @@ async def test_an_async_close_inside_a_transaction_joins_it(
     await ledger.aresolve("p1:model_call:a", kind="model_call", effect=effect, interpret=str)
     with pytest.raises(RuntimeError, match="outer"), store.transaction():
         store.append([pending(1)])
+        # A draw inside the transaction locks the unit until it ends; the close must not wait for it.
+        await ledger.aresolve("p1:model_call:b", kind="model_call", effect=effect, interpret=str)
         if close == "commit":
-            assert len(await asyncio.wait_for(ledger.acommit(), 20)) == 1
+            assert len(await asyncio.wait_for(ledger.acommit(), 20)) == 2
         else:
             await asyncio.wait_for(ledger.aabandon(reason="r"), 20)
         assert ledger.state == ("committed" if close == "commit" else "abandoned")
@@ -185,7 +187,26 @@ async def test_an_async_close_inside_a_transaction_joins_it(
         await asyncio.wait_for(ledger.acommit(), 20)
     assert ledger.state == "committed"
     assert other.unit_outcome(ledger.unit_id) == "committed"
+    # The draw made inside the rolled-back transaction went with it, as the caller's rollback asked.
     assert [e.type for e in other.read()] == ["pin_promoted"]
+
+
+@pytest.mark.anyio
+async def test_work_a_holder_hands_to_threads_joins_its_transaction(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg()
+    with pytest.raises(RuntimeError), store.transaction():
+        await asyncio.gather(*(asyncio.to_thread(store.append, [pending(i)]) for i in range(4)))
+        assert store.last_seq() == 4
+        raise RuntimeError("rolled back")
+    assert store.last_seq() == 0
+
+
+def test_a_closed_store_takes_no_unit(open_pg: Callable[..., PostgresEventStore], postgres_dsn: str) -> None:
+    store = open_pg()
+    store.close()
+    with pytest.raises(StoreError, match="it is closed"):
+        store.scratch_get("u1", "k1")
+    assert every_connection(postgres_dsn, store) == []
 
 
 # 3. Every wait on the server is bounded.

@@ -59,6 +59,8 @@ class _Transaction:
 
     conn: Conn
     after_commit: list[Callable[[], None]] = field(default_factory=lambda: [])
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    """Held by one thread at a time: the threads a holder hands work to take turns, a savepoint block at a time."""
 
 
 class _Watchdog:
@@ -198,6 +200,8 @@ class PostgresEventStore:
                 keepalive_count,
             ),
         )
+        self._pool_timeout = _check_seconds("pool_timeout", pool_timeout)
+        self._closed_store = False
         self._tx: ContextVar[_Transaction | None] = ContextVar(f"anagrapheus_pg_{id(self)}", default=None)
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
@@ -220,7 +224,7 @@ class PostgresEventStore:
             kwargs={"autocommit": True},
             open=False,
             name=f"anagrapheus {self.place}",
-            timeout=_check_seconds("pool_timeout", pool_timeout),
+            timeout=self._pool_timeout,
         )
         with self.place.translated("opening the connection pool"):
             self._pool.open(wait=True, timeout=self._connect_timeout)
@@ -287,7 +291,7 @@ class PostgresEventStore:
             if _WATCHDOG.disarm(token):
                 raise StoreUnavailable(
                     f"{action} got no answer from {self.place} within {self._answer_within:g} s (a stalled server"
-                    " or a network partition); nothing was decided by this call: try again once the server answers"
+                    " or a network partition); try again once the server answers"
                 ) from e.__cause__
             raise
         finally:
@@ -298,8 +302,18 @@ class PostgresEventStore:
         """The connection of the caller's open transaction, or one borrowed from the pool."""
         tx = self._tx.get()
         if tx is not None:
-            yield tx.conn
+            if not tx.lock.acquire(timeout=self._pool_timeout or -1):
+                raise StoreUnavailable(
+                    f"waited {self._pool_timeout:g} s for another thread of this transaction to finish its block"
+                    f" on {self.place} (a savepoint block left open across an await?)"
+                )
+            try:
+                yield tx.conn
+            finally:
+                tx.lock.release()
             return
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
@@ -480,6 +494,8 @@ class PostgresEventStore:
     def _beacon(self) -> Conn:
         """The connection that shows this store alive, opened again if the server or the network dropped it."""
         with self._beacon_lock:
+            if self._closed_store:
+                raise StoreError(f"using the store failed on {self.place}: it is closed")
             conn = self._beacon_conn
             if conn is not None and _idle_connection_alive(conn):
                 return conn
@@ -726,6 +742,7 @@ class PostgresEventStore:
     def close(self) -> None:
         """Let go of this store's units and close its connections; the store cannot be used afterwards."""
         with self._leases.lock, self._beacon_lock:
+            self._closed_store = True
             held = bool(self._leases.held)
             self._leases.held.clear()
             if self._beacon_conn is not None:
