@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import select
 import socket
 import threading
@@ -66,9 +67,41 @@ def draw(ledger: PinLedger, key: str, ran: list[str], value: str) -> str:
     return ledger.resolve(f"p1:tool_call:{key}", kind="tool_call", effect=effect, interpret=str)
 
 
+@pytest.mark.soak
+def test_sessions_killed_mid_unit_drop_no_draw_and_pay_no_key_twice(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, types: EventTypeRegistry
+) -> None:
+    store = open_pg(pool_size=3)
+    chance = random.Random(22)
+    paid: list[str] = []
+    committed: list[str] = []
+
+    def kill_some() -> None:
+        sessions = every_connection(postgres_dsn, store)
+        terminate(postgres_dsn, chance.sample(sessions, chance.randint(1, len(sessions))))
+
+    for unit in range(KILLS):
+        ledger = PinLedger(store, types)
+        for n in range(2):
+            key = f"p1:model_call:{unit}-{n}"
+
+            def effect(key: str = key) -> str:
+                kill_some()  # mid-draw: after the reuse that let it run, before its write
+                paid.append(key)
+                return key
+
+            assert ledger.resolve(key, kind="model_call", effect=effect, interpret=str) == key
+        kill_some()  # between the last draw and the commit
+        committed.extend(json.loads(e.payload)["key"] for e in ledger.commit())
+    assert sorted(paid) == sorted(set(paid))  # no key paid twice
+    assert sorted(committed) == sorted(paid)  # no paid draw dropped
+    assert [json.loads(e.payload)["key"] for e in store.read()] == committed
+
+
 # 1. The unit lease survives the loss of its connection; a holder that lost the unit is refused.
 
 
+@pytest.mark.soak
 def test_a_second_store_is_refused_a_unit_whose_lease_connection_dropped(
     open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, types: EventTypeRegistry
 ) -> None:
@@ -276,6 +309,7 @@ def partition(postgres_dsn: str) -> Iterator[tuple[Partition, str]]:
     proxy.close()
 
 
+@pytest.mark.soak
 def test_a_partition_ends_a_commit_in_store_unavailable(
     partition: tuple[Partition, str], pg_schema: str, types: EventTypeRegistry, postgres_dsn: str
 ) -> None:
@@ -291,8 +325,8 @@ def test_a_partition_ends_a_commit_in_store_unavailable(
             proxy.forwarding.clear()
             with pytest.raises(StoreUnavailable) as caught:
                 ledger.commit()
-            assert str(caught.value).startswith(("closing the unit", "checking the lease", "locking unit", "taking"))
-            assert "within 2 s" in str(caught.value) or "timeout" in str(caught.value)
+            assert "got no answer from" in str(caught.value)
+            assert "within 2 s (a stalled server or a network partition)" in str(caught.value)
             # A draw fails the same way, before its effect runs: the unit's state cannot be read.
             with pytest.raises(StoreUnavailable):
                 draw(ledger, "b", ran, "b")
@@ -377,6 +411,7 @@ def test_the_dsns_own_server_options_are_kept(postgres_dsn: str, pg_schema: str)
 # 4. A write to a connection the server dropped is made once more, on a fresh one.
 
 
+@pytest.mark.soak
 def test_a_draw_written_to_a_dropped_pooled_connection_is_retried_fresh(
     open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, types: EventTypeRegistry
 ) -> None:

@@ -289,10 +289,11 @@ class PostgresEventStore:
                 yield
         except StoreError as e:
             if _WATCHDOG.disarm(token):
+                # From the StoreError, not the psycopg error: a step that ran out of time is not tried again.
                 raise StoreUnavailable(
                     f"{action} got no answer from {self.place} within {self._answer_within:g} s (a stalled server"
                     " or a network partition); try again once the server answers"
-                ) from e.__cause__
+                ) from e
             raise
         finally:
             _WATCHDOG.disarm(token)
@@ -317,15 +318,16 @@ class PostgresEventStore:
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
-    def _retried(self, step: Callable[[], T]) -> T:
+    def _retried(self, step: Callable[[], T], *, unless: Callable[[], bool] = lambda: False) -> T:
         """Run an idempotent step; if its connection was lost (or a conflict aborted it), run it once more, fresh.
 
         Inside a caller's transaction nothing is retried: the transaction itself was lost with its connection.
+        Nor when `unless()` says the failure may have come after the step took effect.
         """
         try:
             return step()
         except StoreError as e:
-            if isinstance(e, UnitBusy) or not _transient(e.__cause__) or self._tx.get() is not None:
+            if not _transient(e.__cause__) or self._tx.get() is not None or unless():
                 raise
         # The pool may hold more connections that the same cause ended (an idle timeout, a restart): test them all.
         with suppress(psycopg.Error):
@@ -346,21 +348,31 @@ class PostgresEventStore:
             if tx is None:
                 tx = _Transaction(conn)
                 token = self._tx.set(tx)
+            # Beginning and ending are the server's to answer, each within the deadline; the block in between
+            # may wait on anything (a model call).
+            armed = [_WATCHDOG.arm(conn, self._answer_within)]
+            fired: list[bool] = []
             try:
                 with self.place.translated("committing a transaction"), ExitStack() as stack:
-                    # Runs last: the deadline armed below ends once COMMIT (or ROLLBACK) is answered.
-                    ending: list[int] = []
-                    stack.callback(lambda: ending and _WATCHDOG.disarm(ending[0]))
+                    stack.callback(lambda: fired.append(_WATCHDOG.disarm(armed[0])))
                     if token is not None:
                         # Pipeline mode sends BEGIN with the first statement and the writes with COMMIT:
                         # a unit commit costs two round trips, not one per statement.
                         stack.enter_context(conn.pipeline())
                     stack.enter_context(conn.transaction())
+                    fired.append(_WATCHDOG.disarm(armed[0]))
                     try:
                         yield
                     finally:
-                        # The block may wait on anything (a model call); only the ending is the server's to answer.
-                        ending.append(_WATCHDOG.arm(conn, self._answer_within))
+                        armed[0] = _WATCHDOG.arm(conn, self._answer_within)
+            except StoreError as e:
+                if any(fired):
+                    # From the StoreError: a step that ran out of time is not tried again.
+                    raise StoreUnavailable(
+                        f"a transaction got no answer from {self.place} within {self._answer_within:g} s (a stalled"
+                        " server or a network partition); try again once the server answers"
+                    ) from e
+                raise
             finally:
                 if token is not None:
                     try:
@@ -724,20 +736,28 @@ class PostgresEventStore:
         """
         check_outcome(outcome)
         self._claim(unit_id)
-        with self.transaction(), self._connection() as conn:
-            self._lock_unit(conn, unit_id)
-            self._fence(conn, unit_id, lock=" FOR UPDATE")
-            # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
-            stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
-            with self._io(conn, "closing the unit"):
-                conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
-                conn.execute(
-                    sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
-                    (unit_id, outcome),
-                )
-                conn.execute(sql.SQL("DELETE FROM {l} WHERE unit_id = %s").format(l=self._unit_leases), (unit_id,))
-            self._after_commit(lambda: self._release(unit_id))
-        return stored
+        committing: list[bool] = []
+
+        def settle() -> list[StoredEvent]:
+            with self.transaction(), self._connection() as conn:
+                self._lock_unit(conn, unit_id)
+                self._fence(conn, unit_id, lock=" FOR UPDATE")
+                # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
+                stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
+                with self._io(conn, "closing the unit"):
+                    conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
+                    conn.execute(
+                        sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
+                        (unit_id, outcome),
+                    )
+                    conn.execute(sql.SQL("DELETE FROM {l} WHERE unit_id = %s").format(l=self._unit_leases), (unit_id,))
+                self._after_commit(lambda: self._release(unit_id))
+                committing.append(True)
+            return stored
+
+        # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
+        # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.
+        return self._retried(settle, unless=lambda: bool(committing))
 
     def close(self) -> None:
         """Let go of this store's units and close its connections; the store cannot be used afterwards."""
