@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import random
 import select
@@ -163,6 +164,26 @@ def test_a_closed_holders_lease_row_is_gone(
     assert sql(postgres_dsn, f"SELECT unit_id FROM {pg_schema}.unit_leases") == []
 
 
+def test_a_unit_being_written_is_busy_to_another_store(open_pg: Callable[..., PostgresEventStore]) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.2)
+    with holder.transaction():
+        # The write holds the lease row until it commits: another store does not even wait on it.
+        holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        with pytest.raises(UnitBusy):
+            other.scratch_get("u1", "k1")
+    assert holder.scratch_list("u1")[0].key == "k1"
+
+
+def test_a_failure_to_take_a_lease_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    sql(postgres_dsn, f"ALTER TABLE {pg_schema}.unit_leases RENAME TO gone")
+    with pytest.raises(StoreError) as caught:
+        store.scratch_get("u1", "k1")
+    assert str(caught.value).startswith(f"taking the lease of unit u1 failed on {store.place}: relation ")
+
+
 # 2. A commit or abandon inside a caller's transaction joins it.
 
 
@@ -234,6 +255,27 @@ async def test_work_a_holder_hands_to_threads_joins_its_transaction(open_pg: Cal
     assert store.last_seq() == 0
 
 
+@pytest.mark.anyio
+async def test_a_thread_waiting_for_a_savepoint_block_left_open_across_an_await_is_bounded(
+    open_pg: Callable[..., PostgresEventStore],
+) -> None:
+    store = open_pg(pool_timeout=0.2)
+    with store.transaction(), store.transaction():
+        with pytest.raises(StoreUnavailable, match="another thread of this transaction"):
+            await asyncio.to_thread(store.last_seq)
+        store.append([pending(1)])
+    assert store.last_seq() == 1
+
+
+def test_a_transaction_ended_in_another_context_lets_go_of_it(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg()
+    block = store.transaction()
+    contextvars.copy_context().run(block.__enter__)
+    block.__exit__(None, None, None)
+    store.append([pending(1)])
+    assert store.last_seq() == 1
+
+
 def test_a_closed_store_takes_no_unit(open_pg: Callable[..., PostgresEventStore], postgres_dsn: str) -> None:
     store = open_pg()
     store.close()
@@ -282,7 +324,7 @@ class Partition:
                 continue
             try:
                 ready, _, _ = select.select([source], [], [], 0.05)
-                if not ready:
+                if not ready or not self.forwarding.is_set():
                     continue
                 data = source.recv(65536)
                 if not data:
@@ -338,6 +380,22 @@ def test_a_partition_ends_a_commit_in_store_unavailable(
             assert [p.key for p in direct.scratch_list(ledger.unit_id)] == ["p1:tool_call:a"]
 
 
+def test_a_partition_at_commit_ends_the_transaction_in_store_unavailable(
+    partition: tuple[Partition, str], pg_schema: str
+) -> None:
+    proxy, dsn = partition
+    with PostgresEventStore(dsn, schema=pg_schema, statement_timeout=0.5, connect_timeout=1.0) as store:
+        with (
+            pytest.raises(StoreUnavailable, match=r"a transaction got no answer .* within 1\.5 s"),
+            store.transaction(),
+        ):
+            store.append([pending(1)])
+            proxy.forwarding.clear()
+        # Whether the COMMIT, still held in the partition, takes effect once it heals is unknown: as in any
+        # network, so the error says only that no answer came.
+        proxy.forwarding.set()
+
+
 def test_a_server_that_never_answers_a_connection_is_store_unavailable(
     partition: tuple[Partition, str], pg_schema: str
 ) -> None:
@@ -389,6 +447,11 @@ def test_the_bounds_reach_the_server_and_are_checked(
             for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
         }
     assert shown == {"statement_timeout": "7s", "lock_timeout": "3s", "idle_in_transaction_session_timeout": "1min"}
+    assert repr(store) == f"PostgresEventStore({store.place})"
+    # 0 turns a bound off: the server's and the client's.
+    unbounded = open_pg(statement_timeout=0)
+    assert unbounded.last_seq() == 0
+    unbounded.append_stored([])
     for option, value in (("statement_timeout", -1), ("pool_timeout", float("nan")), ("unit_wait", "2")):
         with pytest.raises(UsageError, match=f"{option} must be a finite number of seconds"):
             open_pg(**{option: value})
@@ -406,6 +469,15 @@ def test_the_dsns_own_server_options_are_kept(postgres_dsn: str, pg_schema: str)
     ):
         assert conn.execute("SHOW work_mem").fetchone() == ("8MB",)
         assert conn.execute("SHOW statement_timeout").fetchone() == ("30s",)
+
+
+def test_a_transaction_left_idle_too_long_is_store_unavailable(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg(idle_in_transaction_timeout=0.2)
+    with pytest.raises(StoreUnavailable), store.transaction():
+        store.append([pending(1)])
+        time.sleep(0.6)  # the caller's block waits on something else; the server ends the session
+        store.append([pending(2)])
+    assert store.last_seq() == 0
 
 
 # 4. A write to a connection the server dropped is made once more, on a fresh one.

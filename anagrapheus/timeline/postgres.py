@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -137,9 +137,8 @@ def _check_seconds(name: str, value: float) -> float:
 
 def _idle_connection_alive(conn: Conn) -> bool:
     """Whether an idle connection still stands: nothing may arrive on one but the server's notice that it ended."""
-    if conn.closed or conn.broken:
-        return False
     try:
+        # A closed connection has no socket: psycopg says so with an error.
         readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
         if readable:
             conn.execute("SELECT 1")
@@ -334,14 +333,21 @@ class PostgresEventStore:
             self._pool.check()
         return step()
 
-    @contextmanager
-    def transaction(self) -> Generator[None]:
+    def transaction(self) -> AbstractContextManager[None]:
         """Run the block in one transaction on one connection; nested blocks are savepoints.
 
         The transaction belongs to the context that opened it: the asyncio task (or the thread) and the
         worker threads it hands work to (`asyncio.to_thread`, as `acommit` does), which join it. Another
-        task or thread works on a connection of its own.
+        task or thread works on a connection of its own. Left idle longer than `idle_in_transaction_timeout`,
+        it is ended by the server.
         """
+        # Not pipelined: the block may wait on anything, and a server does not time out a pipelined session,
+        # which never reports itself idle.
+        return self._transaction(pipelined=False)
+
+    @contextmanager
+    def _transaction(self, *, pipelined: bool = True) -> Generator[None]:
+        """A transaction for the store's own steps, pipelined when it is outermost (see `transaction`)."""
         tx = self._tx.get()
         with self._connection() as conn:
             token = None
@@ -355,7 +361,7 @@ class PostgresEventStore:
             try:
                 with self.place.translated("committing a transaction"), ExitStack() as stack:
                     stack.callback(lambda: fired.append(_WATCHDOG.disarm(armed[0])))
-                    if token is not None:
+                    if token is not None and pipelined:
                         # Pipeline mode sends BEGIN with the first statement and the writes with COMMIT:
                         # a unit commit costs two round trips, not one per statement.
                         stack.enter_context(conn.pipeline())
@@ -385,12 +391,10 @@ class PostgresEventStore:
                 hook()
 
     def _after_commit(self, hook: Callable[[], None]) -> None:
-        """Run `hook` once the caller's transaction commits (at once outside one); a rollback drops it."""
+        """Run `hook` once the outermost transaction, open here, commits; a rollback drops it."""
         tx = self._tx.get()
-        if tx is None:
-            hook()
-        else:
-            tx.after_commit.append(hook)
+        assert tx is not None, "called inside transaction()"
+        tx.after_commit.append(hook)
 
     # The event log.
 
@@ -398,7 +402,7 @@ class PostgresEventStore:
         """Append events in one transaction; with `expected_last_seq`, raise `SeqConflict` if the log moved."""
         if not events and expected_last_seq is None:
             return []
-        with self.transaction(), self._connection() as conn:
+        with self._transaction(), self._connection() as conn:
             with self._io(conn, "taking seq numbers"):
                 row = conn.execute(
                     sql.SQL("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq").format(h=self._head),
@@ -425,7 +429,7 @@ class PostgresEventStore:
         if not events:
             return
         check_contiguous(events)
-        with self.transaction(), self._connection() as conn:
+        with self._transaction(), self._connection() as conn:
             with self._io(conn, "taking seq numbers"):
                 row = conn.execute(
                     sql.SQL("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq").format(h=self._head),
@@ -627,7 +631,7 @@ class PostgresEventStore:
         def write() -> ScratchPin:
             # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
             # one draw number twice.
-            with self._put_lock, self.transaction(), self._connection() as conn:
+            with self._put_lock, self._transaction(), self._connection() as conn:
                 self._lock_unit(conn, unit_id)
                 self._fence(conn, unit_id, raw=raw)
                 with self._io(conn, "writing scratch"):
@@ -739,7 +743,7 @@ class PostgresEventStore:
         committing: list[bool] = []
 
         def settle() -> list[StoredEvent]:
-            with self.transaction(), self._connection() as conn:
+            with self._transaction(), self._connection() as conn:
                 self._lock_unit(conn, unit_id)
                 self._fence(conn, unit_id, lock=" FOR UPDATE")
                 # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.

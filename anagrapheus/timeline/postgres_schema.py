@@ -177,6 +177,8 @@ def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:
     migrations = place.table("anagrapheus_migrations")
     with place.translated("migrating"), conn.transaction():
         # Many workers may open a new store at once: one migrates, the others wait, then find it done.
+        # DDL on a busy server may outlast a tight statement_timeout; the wait for the lock stays bounded.
+        conn.execute("SET LOCAL statement_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {s}").format(s=sql.Identifier(place.schema)))
         conn.execute(
