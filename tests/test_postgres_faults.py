@@ -396,6 +396,22 @@ def test_a_partition_at_commit_ends_the_transaction_in_store_unavailable(
         proxy.forwarding.set()
 
 
+def test_a_read_unanswered_in_time_is_store_unavailable_and_not_tried_again(
+    partition: tuple[Partition, str], pg_schema: str
+) -> None:
+    proxy, dsn = partition
+    with PostgresEventStore(dsn, schema=pg_schema, statement_timeout=0.5, pool_size=1) as store:
+        assert store.unit_outcome("u1") is None
+        proxy.forwarding.clear()
+        with pytest.raises(StoreUnavailable) as caught:
+            store.unit_outcome("u1")
+        assert str(caught.value).startswith("reading a unit's outcome got no answer from schema ")
+        assert "within 1.5 s" in str(caught.value)
+        # Its cause is the store's own error, not a lost connection to try again on.
+        assert type(caught.value.__cause__) is StoreUnavailable
+        proxy.forwarding.set()
+
+
 def test_a_server_that_never_answers_a_connection_is_store_unavailable(
     partition: tuple[Partition, str], pg_schema: str
 ) -> None:
