@@ -76,6 +76,7 @@ class _Watchdog:
         self._fired: set[int] = set()
         self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
+        self._waking = math.inf
 
     def arm(self, conn: Conn, seconds: float) -> int:
         """Start the clock on one wait; 0 s means no deadline."""
@@ -83,11 +84,14 @@ class _Watchdog:
             return 0
         with self._changed:
             token = next(self._tokens)
-            self._armed[token] = (time.monotonic() + seconds, conn)
+            due = time.monotonic() + seconds
+            self._armed[token] = (due, conn)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="anagrapheus postgres watchdog", daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            if due < self._waking:
+                # Woken only for a deadline before the one it sleeps until: not once per statement.
+                self._changed.notify()
         return token
 
     def disarm(self, token: int) -> bool:
@@ -106,8 +110,8 @@ class _Watchdog:
                     _, conn = self._armed.pop(token)
                     self._fired.add(token)
                     _cut(conn)
-                due = min((due for due, _ in self._armed.values()), default=None)
-                self._changed.wait(None if due is None else due - now)
+                self._waking = min((due for due, _ in self._armed.values()), default=math.inf)
+                self._changed.wait(None if self._waking == math.inf else self._waking - now)
 
 
 def _cut(conn: Conn) -> None:
@@ -519,8 +523,11 @@ class PostgresEventStore:
                 conn.close()
             conn = self._beacon_conn = self._connect()
             with self._io(conn, "configuring the lease connection"):
-                # Idle between draws by design: a server's idle_session_timeout must not end it.
-                conn.execute("SET idle_session_timeout = 0")
+                # Idle between draws by design: a server's idle_session_timeout (PostgreSQL 14+) must not end it.
+                conn.execute(
+                    "SELECT set_config('idle_session_timeout', '0', false)"
+                    " WHERE current_setting('server_version_num')::int >= 140000"
+                )
             return conn
 
     def _try_lease(self, unit_id: str) -> bool:
