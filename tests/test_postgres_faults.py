@@ -468,9 +468,12 @@ def test_the_bounds_reach_the_server_and_are_checked(
     unbounded = open_pg(statement_timeout=0)
     assert unbounded.last_seq() == 0
     unbounded.append_stored([])
-    for option, value in (("statement_timeout", -1), ("pool_timeout", float("nan")), ("unit_wait", "2")):
-        with pytest.raises(UsageError, match=f"{option} must be a finite number of seconds"):
+    for option, value in (("statement_timeout", -1), ("lock_timeout", float("nan")), ("unit_wait", "2")):
+        with pytest.raises(UsageError, match=f"{option} must be a finite number of seconds >= 0"):
             open_pg(**{option: value})
+    for option in ("connect_timeout", "pool_timeout", "keepalive_idle", "keepalive_interval"):
+        with pytest.raises(UsageError, match=f"{option} must be a finite number of seconds > 0, not 0"):
+            open_pg(**{option: 0})
     with pytest.raises(UsageError, match="keepalive_count must be an integer >= 1"):
         open_pg(keepalive_count=0)
 

@@ -131,11 +131,13 @@ def _transient(error: BaseException | None) -> bool:
     return error.sqlstate in _TRANSIENT_STATES or error.sqlstate is None
 
 
-def _check_seconds(name: str, value: float) -> float:
-    """Refuse a bound that is not a finite number of seconds >= 0 (0 turns the bound off)."""
+def _check_seconds(name: str, value: float, *, zero: bool = True) -> float:
+    """Refuse a bound that is not a finite number of seconds >= 0 (> 0 unless `zero` may turn it off)."""
     number = cast("object", value)
-    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < 0:
-        raise UsageError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+    least = 0 if zero else math.ulp(0)
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < least:
+        relation = ">= 0" if zero else "> 0"
+        raise UsageError(f"{name} must be a finite number of seconds {relation}, not {value!r}")
     return float(number)
 
 
@@ -187,7 +189,7 @@ class PostgresEventStore:
         """Where the store lives: server, database and schema (never the password)."""
         self._clock = clock
         self._new_event_id = new_event_id
-        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout)
+        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, zero=False)
         statement = _check_seconds("statement_timeout", statement_timeout)
         self._answer_within = statement + _ANSWER_GRACE if statement else 0.0
         # Its own id, not one from `new_event_id`: a seeded id source would give two workers one holder.
@@ -198,12 +200,12 @@ class PostgresEventStore:
             lock_timeout=_check_seconds("lock_timeout", lock_timeout),
             idle_in_transaction_timeout=_check_seconds("idle_in_transaction_timeout", idle_in_transaction_timeout),
             keepalives=(
-                _check_seconds("keepalive_idle", keepalive_idle),
-                _check_seconds("keepalive_interval", keepalive_interval),
+                _check_seconds("keepalive_idle", keepalive_idle, zero=False),
+                _check_seconds("keepalive_interval", keepalive_interval, zero=False),
                 keepalive_count,
             ),
         )
-        self._pool_timeout = _check_seconds("pool_timeout", pool_timeout)
+        self._pool_timeout = _check_seconds("pool_timeout", pool_timeout, zero=False)
         self._closed_store = False
         self._tx: ContextVar[_Transaction | None] = ContextVar(f"anagrapheus_pg_{id(self)}", default=None)
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
@@ -306,7 +308,7 @@ class PostgresEventStore:
         """The connection of the caller's open transaction, or one borrowed from the pool."""
         tx = self._tx.get()
         if tx is not None:
-            if not tx.lock.acquire(timeout=self._pool_timeout or -1):
+            if not tx.lock.acquire(timeout=self._pool_timeout):
                 raise StoreUnavailable(
                     f"waited {self._pool_timeout:g} s for another thread of this transaction to finish its block"
                     f" on {self.place} (a savepoint block left open across an await?)"
