@@ -545,6 +545,46 @@ def test_an_idle_session_timeout_shorter_than_a_model_call_loses_no_draw(
         assert len(ledger.commit()) == KILLS
 
 
+def fail_once(dsn: str, schema: str, table: str, sqlstate: str) -> None:
+    """Make the first insert into one of the store's tables fail with `sqlstate`, and count the tries."""
+    sql(dsn, f"CREATE SEQUENCE {schema}.tries")
+    sql(
+        dsn,
+        f"CREATE FUNCTION {schema}.fail_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        f" IF nextval('{schema}.tries') = 1 THEN RAISE EXCEPTION 'once' USING ERRCODE = '{sqlstate}'; END IF;"
+        " RETURN NEW; END $$",
+    )
+    sql(
+        dsn,
+        f"CREATE TRIGGER fail_once BEFORE INSERT ON {schema}.{table}"
+        f" FOR EACH ROW EXECUTE FUNCTION {schema}.fail_once()",
+    )
+
+
+def test_a_serialization_failure_of_a_scratch_write_is_retried(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    store.scratch_get("u1", "k1")
+    fail_once(postgres_dsn, pg_schema, "pin_scratch", "40001")
+    pin = store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    assert (pin.raw, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
+    assert sql(postgres_dsn, f"SELECT last_value FROM {pg_schema}.tries") == [(2,)]
+
+
+def test_a_lease_connection_lost_while_it_looked_alive_is_opened_again(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    store.scratch_get("u0", "k1")
+    before = lease_connection(store)
+    # What the server says as it ends a session (an administrator's kill), arriving as the lease is taken.
+    fail_once(postgres_dsn, pg_schema, "unit_leases", "57P01")
+    assert store.scratch_get("u1", "k1") is None
+    assert lease_connection(store) != before
+    assert sql(postgres_dsn, f"SELECT unit_id FROM {pg_schema}.unit_leases ORDER BY 1") == [("u0",), ("u1",)]
+
+
 def test_a_breach_of_a_constraint_is_not_retried(
     open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
 ) -> None:

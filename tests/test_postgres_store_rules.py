@@ -148,7 +148,8 @@ def test_a_lost_lease_connection_is_replaced_and_the_leases_kept(
     holder.scratch_get("u1", "k1")
     pid = lease_connection(holder)
     sql(postgres_dsn, f"SELECT pg_terminate_backend({pid})")
-    # The next step opens a new lease connection; the holder's leases are rows, and stay its own.
+    # The next step opens a new lease connection (at once, or once the old one fails it, when the server's
+    # notice of its end is still on the way); the holder's leases are rows, and stay its own.
     assert holder.scratch_get("u2", "k1") is None
     assert lease_connection(holder) != pid
     for unit in ("u1", "u2"):

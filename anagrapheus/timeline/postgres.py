@@ -533,7 +533,20 @@ class PostgresEventStore:
             return conn
 
     def _try_lease(self, unit_id: str) -> bool:
-        conn = self._beacon()
+        try:
+            return self._take(self._beacon(), unit_id)
+        except StoreError as e:
+            if not _transient(e.__cause__):
+                raise
+        # The lease connection was lost after it looked alive (its end was still on the way): open it again.
+        with self._beacon_lock:
+            if self._beacon_conn is not None:
+                self._beacon_conn.close()
+                self._beacon_conn = None
+        return self._take(self._beacon(), unit_id)
+
+    def _take(self, conn: Conn, unit_id: str) -> bool:
+        """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session."""
         try:
             with self._io(conn, f"taking the lease of unit {unit_id}"), conn.transaction():
                 conn.execute(
