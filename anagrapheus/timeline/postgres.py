@@ -521,8 +521,7 @@ class PostgresEventStore:
             conn = self._beacon_conn
             if conn is not None and _idle_connection_alive(conn):
                 return conn
-            if conn is not None:
-                conn.close()
+            self._drop_beacon()
             conn = self._beacon_conn = self._connect()
             with self._io(conn, "configuring the lease connection"):
                 # Idle between draws by design: a server's idle_session_timeout (PostgreSQL 14+) must not end it.
@@ -540,10 +539,14 @@ class PostgresEventStore:
                 raise
         # The lease connection was lost after it looked alive (its end was still on the way): open it again.
         with self._beacon_lock:
-            if self._beacon_conn is not None:
-                self._beacon_conn.close()
-                self._beacon_conn = None
+            self._drop_beacon()
         return self._take(self._beacon(), unit_id)
+
+    def _drop_beacon(self) -> None:
+        """Close the lease connection, if open; the caller holds `_beacon_lock`."""
+        if self._beacon_conn is not None:
+            self._beacon_conn.close()
+            self._beacon_conn = None
 
     def _take(self, conn: Conn, unit_id: str) -> bool:
         """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session."""
@@ -791,9 +794,7 @@ class PostgresEventStore:
             self._closed_store = True
             held = bool(self._leases.held)
             self._leases.held.clear()
-            if self._beacon_conn is not None:
-                self._beacon_conn.close()
-                self._beacon_conn = None
+            self._drop_beacon()
         if held:
             # Best effort: a lease left behind is taken over anyway, its holder having no connection left.
             with (
