@@ -29,6 +29,7 @@ __all__ = [
     "SecretInRecording",
     "SeqConflict",
     "StoreError",
+    "StoreUnavailable",
     "UnitBusy",
     "UnitClosed",
     "UnknownEventType",
@@ -148,6 +149,14 @@ class UpcastGap(EventTypeError):
 
 class StoreError(AnagrapheusError):
     """The event store failed; the sqlite3 (or other backend) error is the cause."""
+
+
+class StoreUnavailable(StoreError):
+    """The store did not answer within its bound, or lost the connection: nothing was decided, so try again later.
+
+    Raised by `PostgresEventStore` when a server stalls, a network partition hides it, a lock or statement
+    outlives its timeout, or the pool has no connection to lend in time (see the how-to on PostgreSQL).
+    """
 
 
 class SeqConflict(StoreError):

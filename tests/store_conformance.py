@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pytest
 
 from anagrapheus.errors import SeqConflict, StoreError, UnitClosed
-from anagrapheus.timeline import EventStore, PendingEvent, PinScratchStore, ScratchPin, StoredEvent, TimelineStore
+from anagrapheus.timeline import (
+    EventStore,
+    EventTypeRegistry,
+    PendingEvent,
+    PinLedger,
+    PinScratchStore,
+    ScratchPin,
+    StoredEvent,
+    TimelineStore,
+)
 
 
 def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingEvent:
@@ -21,6 +32,9 @@ def copied_event(seq: int) -> StoredEvent:
     return StoredEvent(
         seq, f"01900000-0000-7000-8000-{seq:012d}", "t", "x", 1, None, None, "2026-01-01T00:00:00Z", "{}"
     )
+
+
+CLOSED = {"commit": "committed", "abandon": "abandoned"}
 
 
 class StoreConformance:
@@ -229,3 +243,46 @@ class StoreConformance:
         for t in threads:
             t.join()
         assert [e.seq for e in store.read()] == list(range(1, 201))
+
+    # Closing a unit inside the caller's transaction (both stores have `transaction()`, beyond the port).
+
+    @staticmethod
+    def _transaction(store: TimelineStore) -> AbstractContextManager[None]:
+        begin: Callable[[], AbstractContextManager[None]] = getattr(store, "transaction")  # noqa: B009
+        return begin()
+
+    @pytest.mark.parametrize("close", ["commit", "abandon"])
+    def test_a_close_inside_a_transaction_is_undone_by_its_rollback(
+        self, store: TimelineStore, types: EventTypeRegistry, close: str
+    ) -> None:
+        ledger = PinLedger(store, types)
+        ledger.resolve("p1:tool_call:a", kind="tool_call", effect=lambda: "kept", interpret=str)
+        with pytest.raises(RuntimeError, match="outer"), self._transaction(store):
+            ledger.commit() if close == "commit" else ledger.abandon(reason="r")
+            assert ledger.state == CLOSED[close]
+            raise RuntimeError("outer")
+        assert ledger.state == "open"
+        assert store.last_seq() == 0
+        assert [p.key for p in store.scratch_list(ledger.unit_id)] == ["p1:tool_call:a"]
+        ledger.commit()
+        assert ledger.state == "committed"
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("close", ["commit", "abandon"])
+    async def test_an_async_close_inside_a_transaction_joins_it(
+        self, store: TimelineStore, types: EventTypeRegistry, close: str
+    ) -> None:
+        ledger = PinLedger(store, types)
+
+        async def effect() -> str:
+            return "kept"
+
+        for outer in ("rolled back", "committed"):
+            with pytest.raises(RuntimeError) if outer == "rolled back" else nullcontext(), self._transaction(store):
+                await ledger.aresolve("p1:model_call:a", kind="model_call", effect=effect, interpret=str)
+                closing = ledger.acommit() if close == "commit" else ledger.aabandon(reason="r")
+                await asyncio.wait_for(closing, 30)
+                if outer == "rolled back":
+                    raise RuntimeError(outer)
+            assert ledger.state == ("open" if outer == "rolled back" else CLOSED[close])
+        assert [e.type for e in store.read()] == ["pin_promoted" if close == "commit" else "pins_abandoned"]

@@ -38,9 +38,16 @@ def test_migrations_are_recorded_in_the_callers_schema(
     open_pg()
     open_pg()  # a second open applies nothing twice
     names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
-    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",)]
+    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
     tables = sql(postgres_dsn, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}' ORDER BY 1")
-    assert tables == [("anagrapheus_migrations",), ("closed_units",), ("events",), ("log_head",), ("pin_scratch",)]
+    assert tables == [
+        ("anagrapheus_migrations",),
+        ("closed_units",),
+        ("events",),
+        ("log_head",),
+        ("pin_scratch",),
+        ("unit_leases",),
+    ]
 
 
 def test_a_schema_newer_than_the_code_is_refused(

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
+import itertools
+import math
+import os
+import select
+import socket
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar, cast
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
@@ -35,22 +43,115 @@ _EVENT_COLUMNS: LiteralString = (
 )
 _SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
-# A unit lease outlives a vanished machine by about idle + interval * count seconds; a killed process
-# closes its socket, and the server drops its leases at once.
-_LEASE_KEEPALIVES: LiteralString = (
-    "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3"
-)
+# The client waits this much longer than `statement_timeout` for an answer, so that the server's own
+# cancellation, which says what was cancelled, arrives first when the server is there to send it.
+_ANSWER_GRACE = 1.0
+# Lost connections and conflicts that a second try on a fresh connection may clear: admin shutdown, crash
+# shutdown, cannot connect now, idle session timeout, serialization failure, deadlock.
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "40001", "40P01"})
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
 
 
-def _owner() -> tuple[int, int]:
-    """Who owns a transaction: the asyncio task if one runs here, else the thread."""
+@dataclass
+class _Transaction:
+    """A caller's open transaction: its connection, and what to do once it commits."""
+
+    conn: Conn
+    after_commit: list[Callable[[], None]] = field(default_factory=lambda: [])
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    """Held by one thread at a time: the threads a holder hands work to take turns, a savepoint block at a time."""
+
+
+class _Watchdog:
+    """Cuts the socket of a wait on the server that outlives its deadline, so no store call blocks without bound.
+
+    A stalled server or a partition that still accepts packets (a proxy, a frozen host) answers nothing, and
+    neither keepalives nor the server's own timeouts can end the wait; closing the socket under it does.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._armed: dict[int, tuple[float, Conn]] = {}
+        self._fired: set[int] = set()
+        self._tokens = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._waking = math.inf
+
+    def arm(self, conn: Conn, seconds: float) -> int:
+        """Start the clock on one wait; 0 s means no deadline."""
+        if seconds <= 0:
+            return 0
+        with self._changed:
+            token = next(self._tokens)
+            due = time.monotonic() + seconds
+            self._armed[token] = (due, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="anagrapheus postgres watchdog", daemon=True)
+                self._thread.start()
+            if due < self._waking:
+                # Woken only for a deadline before the one it sleeps until: not once per statement.
+                self._changed.notify()
+        return token
+
+    def disarm(self, token: int) -> bool:
+        """Stop the clock; return whether the deadline passed and the connection was cut."""
+        with self._changed:
+            self._armed.pop(token, None)
+            fired = token in self._fired
+            self._fired.discard(token)
+        return fired
+
+    def _run(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                for token in [t for t, (due, _) in self._armed.items() if due <= now]:
+                    _, conn = self._armed.pop(token)
+                    self._fired.add(token)
+                    _cut(conn)
+                self._waking = min((due for due, _ in self._armed.values()), default=math.inf)
+                self._changed.wait(None if self._waking == math.inf else self._waking - now)
+
+
+def _cut(conn: Conn) -> None:
+    """Shut the connection's socket down, so that the thread waiting on it wakes with a lost connection."""
+    with suppress(OSError, psycopg.Error, ValueError), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _transient(error: BaseException | None) -> bool:
+    """Whether a failed step may succeed on a fresh connection: the connection was lost, or a conflict aborted it."""
+    # The pool's own timeout is not transient: the wait for a connection was the bound.
+    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
+        return False
+    return error.sqlstate in _TRANSIENT_STATES or error.sqlstate is None
+
+
+def _check_seconds(name: str, value: float, *, zero: bool = True) -> float:
+    """Refuse a bound that is not a finite number of seconds >= 0 (> 0 unless `zero` may turn it off)."""
+    number = cast("object", value)
+    least = 0 if zero else math.ulp(0)
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number < least:
+        relation = ">= 0" if zero else "> 0"
+        raise UsageError(f"{name} must be a finite number of seconds {relation}, not {value!r}")
+    return float(number)
+
+
+def _idle_connection_alive(conn: Conn) -> bool:
+    """Whether an idle connection still stands: nothing may arrive on one but the server's notice that it ended."""
     try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
-    return threading.get_ident(), id(task)
+        # A closed connection has no socket: psycopg says so with an error.
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        if readable:
+            conn.execute("SELECT 1")
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return True
 
 
 class PostgresEventStore:
@@ -58,7 +159,8 @@ class PostgresEventStore:
 
     Seq is gap-free and strictly increasing in commit order: each append takes its numbers from a
     counter row whose lock it holds until it commits. Connections come from a `psycopg_pool` pool, so
-    threads work in parallel; a unit of work is held by one store at a time (see `UnitBusy`).
+    threads work in parallel; a unit of work is held by one store at a time (see `UnitBusy`). Every wait
+    on the server is bounded and ends in `StoreUnavailable` (see the how-to for the bounds).
     """
 
     def __init__(
@@ -71,82 +173,235 @@ class PostgresEventStore:
         pool_size: int = 4,
         connect_timeout: float = 10.0,
         unit_wait: float = 2.0,
+        statement_timeout: float = 30.0,
+        lock_timeout: float = 10.0,
+        idle_in_transaction_timeout: float = 300.0,
+        pool_timeout: float = 30.0,
+        keepalive_idle: float = 10.0,
+        keepalive_interval: float = 5.0,
+        keepalive_count: int = 3,
     ) -> None:
         if pool_size < 1:
             raise UsageError("pool_size must be >= 1")
+        count = cast("object", keepalive_count)  # typed, but a caller may pass anything at run time
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise UsageError(f"keepalive_count must be an integer >= 1, not {keepalive_count!r}")
         self.place = PostgresPlace.of(dsn, schema)
         """Where the store lives: server, database and schema (never the password)."""
-        self._dsn = dsn
         self._clock = clock
         self._new_event_id = new_event_id
-        self._connect_timeout = connect_timeout
-        self._held: dict[tuple[int, int], Conn] = {}
-        self._held_lock = threading.Lock()
-        self._leases = UnitLeases(self._try_lease, wait=unit_wait)
-        self._lease_conn: Conn | None = None
+        self._connect_timeout = _check_seconds("connect_timeout", connect_timeout, zero=False)
+        statement = _check_seconds("statement_timeout", statement_timeout)
+        self._answer_within = statement + _ANSWER_GRACE if statement else 0.0
+        # Its own id, not one from `new_event_id`: a seeded id source would give two workers one holder.
+        self._holder = new_uuid7()
+        self._dsn = self._conninfo(
+            dsn,
+            statement_timeout=statement,
+            lock_timeout=_check_seconds("lock_timeout", lock_timeout),
+            idle_in_transaction_timeout=_check_seconds("idle_in_transaction_timeout", idle_in_transaction_timeout),
+            keepalives=(
+                _check_seconds("keepalive_idle", keepalive_idle, zero=False),
+                _check_seconds("keepalive_interval", keepalive_interval, zero=False),
+                keepalive_count,
+            ),
+        )
+        self._pool_timeout = _check_seconds("pool_timeout", pool_timeout, zero=False)
+        self._closed_store = False
+        self._tx: ContextVar[_Transaction | None] = ContextVar(f"anagrapheus_pg_{id(self)}", default=None)
+        self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
+        self._beacon_conn: Conn | None = None
+        self._beacon_lock = threading.Lock()
         self._put_lock = threading.Lock()
         self._events = self.place.table("events")
         self._head = self.place.table("log_head")
         self._scratch = self.place.table("pin_scratch")
         self._closed = self.place.table("closed_units")
+        self._unit_leases = self.place.table("unit_leases")
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
             if not is_migrated(conn, self.place):
                 migrate(conn, self.place)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
-            dsn,
+            self._dsn,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "connect_timeout": max(1, round(connect_timeout))},
+            kwargs={"autocommit": True},
             open=False,
             name=f"anagrapheus {self.place}",
-            timeout=connect_timeout,
+            timeout=self._pool_timeout,
         )
         with self.place.translated("opening the connection pool"):
-            self._pool.open(wait=True, timeout=connect_timeout)
+            self._pool.open(wait=True, timeout=self._connect_timeout)
+
+    def _conninfo(
+        self,
+        dsn: str,
+        *,
+        statement_timeout: float,
+        lock_timeout: float,
+        idle_in_transaction_timeout: float,
+        keepalives: tuple[float, float, int],
+    ) -> str:
+        """The DSN with the store's bounds on every connection, after whatever server options the DSN sets."""
+        idle, interval, count = keepalives
+        settings = {
+            "statement_timeout": statement_timeout,
+            "lock_timeout": lock_timeout,
+            "idle_in_transaction_session_timeout": idle_in_transaction_timeout,
+        }
+        options = [str(conninfo_to_dict(dsn).get("options") or "")]
+        options += [f"-c {name}={round(seconds * 1000)}" for name, seconds in settings.items()]
+        # The server's side of keepalives: it drops the sessions, and with them the unit leases, of a vanished worker.
+        options += [
+            f"-c tcp_keepalives_idle={max(1, round(idle))}",
+            f"-c tcp_keepalives_interval={max(1, round(interval))}",
+            f"-c tcp_keepalives_count={count}",
+        ]
+        return make_conninfo(
+            dsn,
+            options=" ".join(option for option in options if option),
+            connect_timeout=max(1, round(self._connect_timeout)),
+            application_name=self._holder_name,
+            keepalives=1,
+            keepalives_idle=max(1, round(idle)),
+            keepalives_interval=max(1, round(interval)),
+            keepalives_count=count,
+            # Sent data left unacknowledged this long ends the connection (a partition during a request).
+            tcp_user_timeout=round((idle + interval * count) * 1000),
+        )
+
+    @property
+    def _holder_name(self) -> str:
+        """The `application_name` of this store's connections: a holder lives while one of them does."""
+        return f"anagrapheus {self._holder}"
 
     def _connect(self) -> Conn:
         with self.place.translated("connecting"):
-            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+            return psycopg.connect(self._dsn, autocommit=True)
 
     def __repr__(self) -> str:
         return f"PostgresEventStore({self.place})"
 
-    # Connections and transactions.
+    # Connections, bounds and transactions.
+
+    @contextmanager
+    def _io(self, conn: Conn, action: str) -> Generator[None]:
+        """Run one exchange with the server under the answer deadline, its errors translated at the choke point."""
+        token = _WATCHDOG.arm(conn, self._answer_within)
+        try:
+            with self.place.translated(action):
+                yield
+        except StoreError as e:
+            if _WATCHDOG.disarm(token):
+                # From the StoreError, not the psycopg error: a step that ran out of time is not tried again.
+                raise StoreUnavailable(
+                    f"{action} got no answer from {self.place} within {self._answer_within:g} s (a stalled server"
+                    " or a network partition); try again once the server answers"
+                ) from e
+            raise
+        finally:
+            _WATCHDOG.disarm(token)
 
     @contextmanager
     def _connection(self) -> Generator[Conn]:
         """The connection of the caller's open transaction, or one borrowed from the pool."""
-        owner = _owner()
-        with self._held_lock:
-            held = self._held.get(owner)
-        if held is not None:
-            yield held
+        tx = self._tx.get()
+        if tx is not None:
+            if not tx.lock.acquire(timeout=self._pool_timeout):
+                raise StoreUnavailable(
+                    f"waited {self._pool_timeout:g} s for another thread of this transaction to finish its block"
+                    f" on {self.place} (a savepoint block left open across an await?)"
+                )
+            try:
+                yield tx.conn
+            finally:
+                tx.lock.release()
             return
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
+    def _retried(self, step: Callable[[], T], *, unless: Callable[[], bool] = lambda: False) -> T:
+        """Run an idempotent step; if its connection was lost (or a conflict aborted it), run it once more, fresh.
+
+        Inside a caller's transaction nothing is retried: the transaction itself was lost with its connection.
+        Nor when `unless()` says the failure may have come after the step took effect.
+        """
+        try:
+            return step()
+        except StoreError as e:
+            if not _transient(e.__cause__) or self._tx.get() is not None or unless():
+                raise
+        # The pool may hold more connections that the same cause ended (an idle timeout, a restart): test them all.
+        with suppress(psycopg.Error):
+            self._pool.check()
+        return step()
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Run the block in one transaction on one connection; nested blocks are savepoints.
+
+        The transaction belongs to the context that opened it: the asyncio task (or the thread) and the
+        worker threads it hands work to (`asyncio.to_thread`, as `acommit` does), which join it. Another
+        task or thread works on a connection of its own. Left idle longer than `idle_in_transaction_timeout`,
+        it is ended by the server.
+        """
+        # Not pipelined: the block may wait on anything, and a server does not time out a pipelined session,
+        # which never reports itself idle.
+        return self._transaction(pipelined=False)
+
     @contextmanager
-    def transaction(self) -> Generator[None]:
-        """Run the block in one transaction on one connection; nested blocks are savepoints."""
-        owner = _owner()
+    def _transaction(self, *, pipelined: bool = True) -> Generator[None]:
+        """A transaction for the store's own steps, pipelined when it is outermost (see `transaction`)."""
+        tx = self._tx.get()
         with self._connection() as conn:
-            with self._held_lock:
-                outer = owner not in self._held
-                self._held[owner] = conn
+            token = None
+            if tx is None:
+                tx = _Transaction(conn)
+                token = self._tx.set(tx)
+            # Beginning and ending are the server's to answer, each within the deadline; the block in between
+            # may wait on anything (a model call).
+            armed = [_WATCHDOG.arm(conn, self._answer_within)]
+            fired: list[bool] = []
             try:
                 with self.place.translated("committing a transaction"), ExitStack() as stack:
-                    if outer:
+                    stack.callback(lambda: fired.append(_WATCHDOG.disarm(armed[0])))
+                    if token is not None and pipelined:
                         # Pipeline mode sends BEGIN with the first statement and the writes with COMMIT:
                         # a unit commit costs two round trips, not one per statement.
                         stack.enter_context(conn.pipeline())
                     stack.enter_context(conn.transaction())
-                    yield
+                    fired.append(_WATCHDOG.disarm(armed[0]))
+                    try:
+                        yield
+                    finally:
+                        armed[0] = _WATCHDOG.arm(conn, self._answer_within)
+            except StoreError as e:
+                if any(fired):
+                    # From the StoreError: a step that ran out of time is not tried again.
+                    raise StoreUnavailable(
+                        f"a transaction got no answer from {self.place} within {self._answer_within:g} s (a stalled"
+                        " server or a network partition); try again once the server answers"
+                    ) from e
+                raise
             finally:
-                if outer:
-                    with self._held_lock:
-                        del self._held[owner]
+                if token is not None:
+                    try:
+                        self._tx.reset(token)
+                    except ValueError:
+                        # Left in another context than it was entered in (a generator closed elsewhere).
+                        self._tx.set(None)
+        if token is not None:
+            for hook in tx.after_commit:
+                hook()
+
+    def _after_commit(self, hook: Callable[[], None]) -> None:
+        """Run `hook` once the outermost transaction, open here, commits; a rollback drops it."""
+        tx = self._tx.get()
+        assert tx is not None, "called inside transaction()"
+        tx.after_commit.append(hook)
 
     # The event log.
 
@@ -154,8 +409,8 @@ class PostgresEventStore:
         """Append events in one transaction; with `expected_last_seq`, raise `SeqConflict` if the log moved."""
         if not events and expected_last_seq is None:
             return []
-        with self.transaction(), self._connection() as conn:
-            with self.place.translated("taking seq numbers"):
+        with self._transaction(), self._connection() as conn:
+            with self._io(conn, "taking seq numbers"):
                 row = conn.execute(
                     sql.SQL("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq").format(h=self._head),
                     (len(events),),
@@ -173,7 +428,7 @@ class PostgresEventStore:
         insert = sql.SQL("INSERT INTO {e} ({c}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(
             e=self._events, c=sql.SQL(_EVENT_COLUMNS)
         )
-        with self.place.translated("appending events"), conn.cursor() as cur:
+        with self._io(conn, "appending events"), conn.cursor() as cur:
             cur.executemany(insert, [event_row(event) for event in events])
 
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
@@ -181,8 +436,8 @@ class PostgresEventStore:
         if not events:
             return
         check_contiguous(events)
-        with self.transaction(), self._connection() as conn:
-            with self.place.translated("taking seq numbers"):
+        with self._transaction(), self._connection() as conn:
+            with self._io(conn, "taking seq numbers"):
                 row = conn.execute(
                     sql.SQL("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq").format(h=self._head),
                     (events[-1].seq, events[0].seq - 1),
@@ -193,9 +448,13 @@ class PostgresEventStore:
 
     def last_seq(self) -> int:
         """Return the seq of the last committed event, or 0 for an empty log."""
-        with self._connection() as conn, self.place.translated("reading the last seq"):
-            row = conn.execute(sql.SQL("SELECT last_seq FROM {h}").format(h=self._head)).fetchone()
-        return 0 if row is None else int(row[0])
+
+        def read() -> int:
+            with self._connection() as conn, self._io(conn, "reading the last seq"):
+                row = conn.execute(sql.SQL("SELECT last_seq FROM {h}").format(h=self._head)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return self._retried(read)
 
     def read(
         self,
@@ -226,10 +485,14 @@ class PostgresEventStore:
         after = since
         while remaining is None or remaining > 0:
             page = _READ_PAGE if remaining is None else min(_READ_PAGE, remaining)
+
             # Each page is its own statement on a pooled connection: a slow consumer holds nothing open,
             # and seq order is commit order, so no event can appear later behind a page already read.
-            with self._connection() as conn, self.place.translated("reading events"):
-                rows = conn.execute(query, (after, *filters, page)).fetchall()
+            def fetch(after: int = after, page: int = page) -> list[tuple[Any, ...]]:
+                with self._connection() as conn, self._io(conn, "reading events"):
+                    return conn.execute(query, (after, *filters, page)).fetchall()
+
+            rows = self._retried(fetch)
             for row in rows:
                 yield StoredEvent(*row)
             if len(rows) < page:
@@ -239,71 +502,136 @@ class PostgresEventStore:
                 remaining -= len(rows)
 
     # Unit leases: one store at a time draws in a unit.
+    #
+    # A lease is a row naming the holder store; the holder lives while any connection of its own does (they all
+    # carry its name as `application_name`). A dedicated, never-idle-timed-out connection keeps it alive between
+    # draws. Another store takes a unit only from a holder with no connection left (closed, killed, vanished); and
+    # every write checks in its own transaction that the row still names its store, so a holder that lost the
+    # unit meanwhile is refused rather than drawing beside the new one.
 
     def _claim(self, unit_id: str) -> None:
         """Hold the unit's lease for this store, waiting up to `unit_wait` s; raise `UnitBusy` if another holds it."""
+        self._beacon()
         self._leases.hold(unit_id)
 
-    def _try_lease(self, unit_id: str) -> bool:
-        conn = self._lease_conn
-        if conn is None or conn.closed:
-            conn = self._lease_conn = self._connect()
-            with self.place.translated("configuring the lease connection"):
-                conn.execute(_LEASE_KEEPALIVES)
-        try:
-            with self.place.translated(f"taking the lease of unit {unit_id}"):
-                row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (self._lease_name(unit_id),))
-                taken = row.fetchone()
-        except StoreError:
-            # A broken lease connection took every lease with it: forget them, so each is taken again.
-            self._drop_leases()
-            raise
-        return bool(taken and taken[0])
+    def _beacon(self) -> Conn:
+        """The connection that shows this store alive, opened again if the server or the network dropped it."""
+        with self._beacon_lock:
+            if self._closed_store:
+                raise StoreError(f"using the store failed on {self.place}: it is closed")
+            conn = self._beacon_conn
+            if conn is not None and _idle_connection_alive(conn):
+                return conn
+            self._drop_beacon()
+            conn = self._beacon_conn = self._connect()
+            with self._io(conn, "configuring the lease connection"):
+                # Idle between draws by design: a server's idle_session_timeout (PostgreSQL 14+) must not end it.
+                conn.execute(
+                    "SELECT set_config('idle_session_timeout', '0', false)"
+                    " WHERE current_setting('server_version_num')::int >= 140000"
+                )
+            return conn
 
-    def _lease_name(self, unit_id: str) -> str:
-        return f"anagrapheus unit {self.place.schema} {unit_id}"
+    def _try_lease(self, unit_id: str) -> bool:
+        try:
+            return self._take(self._beacon(), unit_id)
+        except StoreError as e:
+            if not _transient(e.__cause__):
+                raise
+        # The lease connection was lost after it looked alive (its end was still on the way): open it again.
+        with self._beacon_lock:
+            self._drop_beacon()
+        return self._take(self._beacon(), unit_id)
+
+    def _drop_beacon(self) -> None:
+        """Close the lease connection, if open; the caller holds `_beacon_lock`."""
+        if self._beacon_conn is not None:
+            self._beacon_conn.close()
+            self._beacon_conn = None
+
+    def _take(self, conn: Conn, unit_id: str) -> bool:
+        """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session."""
+        try:
+            with self._io(conn, f"taking the lease of unit {unit_id}"), conn.transaction():
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
+                        " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING"
+                    ).format(l=self._unit_leases, u=self._closed),
+                    (unit_id, self._holder, unit_id),
+                )
+                row = conn.execute(
+                    sql.SQL(
+                        "SELECT holder, EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus '"
+                        " || holder) FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT"
+                    ).format(l=self._unit_leases),
+                    (unit_id,),
+                ).fetchone()
+                if row is None or row[0] == self._holder:
+                    return True  # taken, or a closed unit, which needs no lease: the caller refuses it
+                if row[1]:
+                    return False
+                conn.execute(
+                    sql.SQL("UPDATE {l} SET holder = %s WHERE unit_id = %s").format(l=self._unit_leases),
+                    (self._holder, unit_id),
+                )
+                return True
+        except StoreError as e:
+            if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
+                return False  # the holder is writing in the unit right now
+            raise
+
+    def _fence(self, conn: Conn, unit_id: str, *, raw: str | None = None, lock: LiteralString = " FOR SHARE") -> None:
+        """Refuse a write to a unit that is closed, or whose lease another store took (this one lost it)."""
+        with self._io(conn, f"checking the lease of unit {unit_id}"):
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
+                    + lock
+                    + ")"
+                ).format(u=self._closed, l=self._unit_leases),
+                (unit_id, unit_id),
+            ).fetchone()
+        assert row is not None
+        closed, holder = row
+        if closed is not None:
+            raise UnitClosed(unit_id, state=closed, raw=raw)
+        if holder != self._holder:
+            self._leases.held.discard(unit_id)
+            raise UnitBusy(unit_id, waited=0)
 
     def _release(self, unit_id: str) -> None:
-        with self._leases.lock:
-            if unit_id not in self._leases.held or self._lease_conn is None:
-                return
-            self._leases.held.discard(unit_id)
-            try:
-                self._lease_conn.execute(
-                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._lease_name(unit_id),)
-                )
-            except psycopg.Error:
-                # The unit is settled: its commit must not be reported as failed. A broken lease connection took
-                # every lease with it (the server lets them go), so forget them, and each is taken again.
-                self._drop_leases()
-
-    def _drop_leases(self) -> None:
-        self._leases.held.clear()
-        if self._lease_conn is not None:
-            self._lease_conn.close()
-            self._lease_conn = None
+        """Forget a settled unit's lease (its row went with the settling transaction)."""
+        self._leases.held.discard(unit_id)
 
     # The pin scratch.
 
     def scratch_get(self, unit_id: str, key: str) -> ScratchPin | None:
         """Return the unit's pin for `key`, if drawn; the first call for a unit takes its lease."""
         self._claim(unit_id)
-        with self._connection() as conn, self.place.translated("reading scratch"):
-            row = conn.execute(
-                sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s").format(
-                    c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
-                ),
-                (unit_id, key),
-            ).fetchone()
-        return None if row is None else ScratchPin(*row)
+
+        def read() -> ScratchPin | None:
+            with self._connection() as conn, self._io(conn, "reading scratch"):
+                row = conn.execute(
+                    sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s").format(
+                        c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                    ),
+                    (unit_id, key),
+                ).fetchone()
+            return None if row is None else ScratchPin(*row)
+
+        return self._retried(read)
 
     def _lock_unit(self, conn: Conn, unit_id: str) -> None:
         """Serialise, until the transaction ends, the writes that must see whether the unit is closed."""
-        with self.place.translated(f"locking unit {unit_id}"):
+        with self._io(conn, f"locking unit {unit_id}"):
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (self._lease_name(unit_id),))
 
+    def _lease_name(self, unit_id: str) -> str:
+        return f"anagrapheus unit {self.place.schema} {unit_id}"
+
     def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
-        with self.place.translated("reading a unit's outcome"):
+        with self._io(conn, "reading a unit's outcome"):
             row = conn.execute(
                 sql.SQL("SELECT outcome FROM {u} WHERE unit_id = %s").format(u=self._closed), (unit_id,)
             ).fetchone()
@@ -311,8 +639,12 @@ class PostgresEventStore:
 
     def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
         """Return how the unit was closed, or None while it is open (or unknown)."""
-        with self._connection() as conn:
-            return self._outcome(conn, unit_id)
+
+        def read() -> UnitOutcome | None:
+            with self._connection() as conn:
+                return self._outcome(conn, unit_id)
+
+        return self._retried(read)
 
     def closed_units(self) -> Iterator[ClosedUnit]:
         """Stream the units closed for good, by unit id, a page at a time."""
@@ -349,69 +681,88 @@ class PostgresEventStore:
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
-        Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
+        Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile. A write whose
+        connection was lost (an idle timeout, a restart) is made once more on a fresh connection.
         """
         self._claim(unit_id)
-        # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
-        # one draw number twice.
-        with self._put_lock, self.transaction(), self._connection() as conn:
-            self._lock_unit(conn, unit_id)
-            closed = self._outcome(conn, unit_id)
-            if closed is not None:
-                raise UnitClosed(unit_id, state=closed, raw=raw)
-            with self.place.translated("writing scratch"):
-                row = conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {p} AS s ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
-                        " FROM {p} WHERE unit_id = %s"
-                        " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c}"
-                    ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
-                    (unit_id, key, kind, raw, fingerprint, unit_id),
-                ).fetchone()
-        assert row is not None
-        return ScratchPin(*row)
+
+        def write() -> ScratchPin:
+            # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
+            # one draw number twice.
+            with self._put_lock, self._transaction(), self._connection() as conn:
+                self._lock_unit(conn, unit_id)
+                self._fence(conn, unit_id, raw=raw)
+                with self._io(conn, "writing scratch"):
+                    row = conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {p} AS s ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
+                            " FROM {p} WHERE unit_id = %s"
+                            " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c}"
+                        ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
+                        (unit_id, key, kind, raw, fingerprint, unit_id),
+                    ).fetchone()
+            assert row is not None
+            return ScratchPin(*row)
+
+        return self._retried(write)
 
     def scratch_bump(self, unit_id: str, key: str) -> int:
         """Count one more attempt at an existing pin and return the new count."""
         self._claim(unit_id)
-        with self._connection() as conn, self.place.translated("counting an attempt"):
-            row = conn.execute(
-                sql.SQL(
-                    "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s RETURNING attempts"
-                ).format(p=self._scratch),
-                (unit_id, key),
-            ).fetchone()
-        if row is None:
+
+        def write() -> int | None:
+            with self._connection() as conn:
+                with self._io(conn, "counting an attempt"):
+                    row = conn.execute(
+                        sql.SQL(
+                            "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
+                            " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING attempts"
+                        ).format(p=self._scratch, l=self._unit_leases),
+                        (unit_id, key, unit_id, self._holder),
+                    ).fetchone()
+                if row is None:
+                    self._fence(conn, unit_id, lock="")
+            return None if row is None else int(row[0])
+
+        attempts = self._retried(write)
+        if attempts is None:
             raise StoreError(f"no scratch pin {key} in unit {unit_id} ({self.place})")
-        return int(row[0])
+        return attempts
 
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
 
-        Raises `UnitClosed` if the unit is committed or abandoned.
+        Raises `UnitClosed` if the unit is committed or abandoned, and `UnitBusy` if another store took the unit.
         """
         self._claim(unit_id)
-        with self._connection() as conn:
-            with self.place.translated("reusing a pin"):
-                row = conn.execute(
-                    sql.SQL(
-                        "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s RETURNING {c}"
-                    ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
-                    (unit_id, key),
-                ).fetchone()
-            if row is None:
-                closed = self._outcome(conn, unit_id)
-                if closed is not None:
-                    raise UnitClosed(unit_id, state=closed)
-        return None if row is None else ScratchPin(*row)
+
+        def write() -> ScratchPin | None:
+            with self._connection() as conn:
+                with self._io(conn, "reusing a pin"):
+                    row = conn.execute(
+                        sql.SQL(
+                            "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
+                            " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}"
+                        ).format(p=self._scratch, l=self._unit_leases, c=sql.SQL(_SCRATCH_COLUMNS)),
+                        (unit_id, key, unit_id, self._holder),
+                    ).fetchone()
+                if row is None:
+                    self._fence(conn, unit_id, lock="")
+            return None if row is None else ScratchPin(*row)
+
+        return self._retried(write)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""
-        with self._connection() as conn:
-            return self._scratch_list(conn, unit_id, lock="")
+
+        def read() -> list[ScratchPin]:
+            with self._connection() as conn:
+                return self._scratch_list(conn, unit_id, lock="")
+
+        return self._retried(read)
 
     def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
-        with self.place.translated("listing scratch"):
+        with self._io(conn, "listing scratch"):
             rows = conn.execute(
                 sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock).format(
                     c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
@@ -422,13 +773,17 @@ class PostgresEventStore:
 
     def open_units(self) -> list[OpenUnit]:
         """Return the units that have pins in scratch, oldest first draw first."""
-        with self._connection() as conn, self.place.translated("listing open units"):
-            rows = conn.execute(
-                sql.SQL("SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)").format(
-                    p=self._scratch
-                )
-            ).fetchall()
-        return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
+
+        def read() -> list[OpenUnit]:
+            with self._connection() as conn, self._io(conn, "listing open units"):
+                rows = conn.execute(
+                    sql.SQL("SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)").format(
+                        p=self._scratch
+                    )
+                ).fetchall()
+            return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
+
+        return self._retried(read)
 
     def settle_unit(
         self,
@@ -437,29 +792,50 @@ class PostgresEventStore:
         outcome: UnitOutcome,
         events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
     ) -> list[StoredEvent]:
-        """List, promote and clear the unit's pins and record it closed, in one transaction (see the port)."""
+        """List, promote and clear the unit's pins and record it closed, in one transaction (see the port).
+
+        Inside a caller's `transaction()` it joins it: the unit is closed if, and when, that commits.
+        """
         check_outcome(outcome)
         self._claim(unit_id)
-        with self.transaction(), self._connection() as conn:
-            self._lock_unit(conn, unit_id)
-            closed = self._outcome(conn, unit_id)
-            if closed is not None:
-                raise UnitClosed(unit_id, state=closed)
-            # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
-            stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
-            with self.place.translated("closing the unit"):
-                conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
-                conn.execute(
-                    sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
-                    (unit_id, outcome),
-                )
-        self._release(unit_id)
-        return stored
+        committing: list[bool] = []
+
+        def settle() -> list[StoredEvent]:
+            with self._transaction(), self._connection() as conn:
+                self._lock_unit(conn, unit_id)
+                self._fence(conn, unit_id, lock=" FOR UPDATE")
+                # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
+                stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
+                with self._io(conn, "closing the unit"):
+                    conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
+                    conn.execute(
+                        sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
+                        (unit_id, outcome),
+                    )
+                    conn.execute(sql.SQL("DELETE FROM {l} WHERE unit_id = %s").format(l=self._unit_leases), (unit_id,))
+                self._after_commit(lambda: self._release(unit_id))
+                committing.append(True)
+            return stored
+
+        # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
+        # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.
+        return self._retried(settle, unless=lambda: bool(committing))
 
     def close(self) -> None:
-        """Close the pool and the lease connection (freeing every unit this store holds)."""
-        with self._leases.lock:
-            self._drop_leases()
+        """Let go of this store's units and close its connections; the store cannot be used afterwards."""
+        with self._leases.lock, self._beacon_lock:
+            self._closed_store = True
+            held = bool(self._leases.held)
+            self._leases.held.clear()
+            self._drop_beacon()
+        if held:
+            # Best effort: a lease left behind is taken over anyway, its holder having no connection left.
+            with (
+                suppress(StoreError, PoolTimeout),
+                self._pool.connection() as conn,
+                self._io(conn, "releasing unit leases"),
+            ):
+                conn.execute(sql.SQL("DELETE FROM {l} WHERE holder = %s").format(l=self._unit_leases), (self._holder,))
         with self.place.translated("closing the store"):
             self._pool.close()
 

@@ -12,11 +12,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from anagrapheus.errors import StoreError, UsageError
+from anagrapheus.errors import StoreError, StoreUnavailable, UsageError
 from anagrapheus.timeline.stamps import iso_timestamp, utc_now
 from anagrapheus.timeline.store import refuse_unknown_migrations
 
-__all__ = ["MIGRATION_NAMES", "PostgresPlace", "is_migrated", "migrate"]
+__all__ = ["MIGRATION_NAMES", "PostgresPlace", "is_migrated", "migrate", "unavailable"]
 
 # Each migration is a name and its statements; `{s}` is the store's schema. All are applied, with their
 # records, in one transaction.
@@ -89,6 +89,17 @@ _MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
                 ON CONFLICT (unit_id) DO NOTHING""",
         ),
     ),
+    (
+        # Who holds an open unit (see PostgresEventStore): a row, so a holder whose lease connection drops
+        # keeps the unit while any of its connections lives, and its writes are refused once another takes it.
+        "0004_unit_leases",
+        (
+            """CREATE TABLE {s}.unit_leases (
+                unit_id text PRIMARY KEY,
+                holder text NOT NULL
+            )""",
+        ),
+    ),
 )
 MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -146,7 +157,19 @@ class PostgresPlace:
             message = str(e).strip() or type(e).__name__
             if self._password:
                 message = message.replace(self._password, "***")
-            raise StoreError(f"{action} failed on {self}: {message}") from e
+            error = StoreUnavailable if unavailable(e) else StoreError
+            raise error(f"{action} failed on {self}: {message}") from e
+
+
+# Refused logins and missing databases stay plain StoreErrors: waiting will not mend them.
+_NOT_UNAVAILABLE = ("28", "3D", "40")
+
+
+def unavailable(error: psycopg.Error) -> bool:
+    """Whether a psycopg error says the server could not be reached or answered too late (not what was asked)."""
+    if isinstance(error, psycopg.errors.IdleInTransactionSessionTimeout):
+        return True
+    return isinstance(error, psycopg.OperationalError) and not (error.sqlstate or "").startswith(_NOT_UNAVAILABLE)
 
 
 def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:
@@ -154,6 +177,8 @@ def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:
     migrations = place.table("anagrapheus_migrations")
     with place.translated("migrating"), conn.transaction():
         # Many workers may open a new store at once: one migrates, the others wait, then find it done.
+        # DDL on a busy server may outlast a tight statement_timeout; the wait for the lock stays bounded.
+        conn.execute("SET LOCAL statement_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {s}").format(s=sql.Identifier(place.schema)))
         conn.execute(
