@@ -32,6 +32,7 @@ from anagrapheus.errors import (
     SecretInRecording,
     SeqConflict,
     StoreError,
+    StoreUnavailable,
     UnitBusy,
     UnitClosed,
     UnknownEventType,
@@ -45,6 +46,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    StoreUnavailable("the server did not answer within 30 s"),
     RecordingConflict("rec.jsonl", first="a", second="b"),
     InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
