@@ -12,9 +12,11 @@ import itertools
 import json
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections import Counter
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 
@@ -130,3 +132,67 @@ def test_ctrl_c_at_random_moments_loses_no_paid_draw_and_wedges_nothing(
     assert interrupts >= TRIALS // 2
     assert (dropped, twice, locked_after) == ([], [], 0)
     assert set(logged.values()) == {1} and len(logged) == len(units) * len(KEYS)
+
+
+# Every how many function calls of a unit's resolves and commit an interrupt is placed; --soak places one at each.
+EVERY_NTH_CALL = bound("ANAGRAPHEUS_INTERRUPT_STRIDE", normal=6, soak=1)
+
+
+class InterruptAt:
+    """A profile hook that raises KeyboardInterrupt as the `at`-th Python function call begins, as Ctrl-C can."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.calls = 0
+
+    def __call__(self, frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            self.calls += 1
+            if self.calls == self.at:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+
+
+def test_ctrl_c_at_every_call_of_a_unit_loses_no_paid_draw_and_wedges_nothing(
+    db_path: Path, types: EventTypeRegistry
+) -> None:
+    paid: dict[int, tuple[str, str]] = {}
+    tokens = itertools.count()
+
+    def effect(unit: str, key: str) -> str:
+        token = next(tokens)
+        paid[token] = (unit, key)
+        return f"{unit} {key}"
+
+    def run(ledger: PinLedger) -> None:
+        try:
+            for key in KEYS[:2]:
+                ledger.resolve(key, kind="model_call", effect=partial(effect, ledger.unit_id, key), interpret=str)
+            ledger.commit()
+        except UnitClosed:
+            pass  # interrupted after the commit's own COMMIT: it is committed
+
+    with SQLiteEventStore(db_path, busy_timeout=2) as store:
+        count = InterruptAt(0)
+        sys.setprofile(count)
+        try:
+            run(PinLedger(store, types))
+        finally:
+            sys.setprofile(None)
+        assert count.calls > 100
+        for at in range(1, count.calls + 1, EVERY_NTH_CALL):
+            ledger = PinLedger(store, types)
+            with suppress(KeyboardInterrupt):
+                sys.setprofile(InterruptAt(at))
+                try:
+                    run(ledger)
+                finally:
+                    sys.setprofile(None)
+            assert unlocked(db_path), f"interrupted at call {at}"
+            # The same unit goes on where it stopped, and ends committed.
+            run(ledger)
+            assert ledger.state == "committed"
+        logged = Counter((str(e.correlation_id), str(json.loads(e.payload)["key"])) for e in store.read())
+    paid_keys = Counter(paid.values())
+    assert [draw for draw in paid_keys if draw not in logged] == []
+    assert [draw for draw, n in paid_keys.items() if n > 1] == []

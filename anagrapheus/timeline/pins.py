@@ -56,14 +56,21 @@ class _Draw:
     """A draw in flight: later requests for its key wait on it, from threads or from event loops."""
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        self._done = False
+        # Released once, when the draw finishes: a lock's release is one step no Ctrl-C can cut in half,
+        # where an Event's set runs Python code that one can.
+        self._open = threading.Lock()
+        self._open.acquire()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._guard = threading.Lock()
 
     def finish(self) -> None:
+        """Wake every waiter; safe to call again after an interrupt cut a first call short."""
         with self._guard:
-            self._done.set()
+            self._done = True
             waiters, self._waiters = self._waiters, []
+            if self._open.locked():
+                self._open.release()
         for loop, future in waiters:
             # A waiter's loop may have closed since it queued (it timed out, its `asyncio.run` ended): nobody
             # waits there any more, and the waiters behind it must still wake.
@@ -73,13 +80,14 @@ class _Draw:
                 continue
 
     def wait(self) -> None:
-        self._done.wait()
+        with self._open:
+            pass
 
     async def wait_async(self) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._guard:
-            if self._done.is_set():
+            if self._done:
                 return
             self._waiters.append((loop, future))
         try:
@@ -459,7 +467,13 @@ class PinLedger:
                 # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
                 pin = self._write(key, self._draw_now(key, kind, effect, digests, failure))
         finally:
-            self._release(key, mine)
+            try:
+                self._release(key, mine)
+            except BaseException:
+                # A Ctrl-C cut the release short (it can fall as the call begins): release again, or every
+                # later draw of the key, and the unit's close, would wait for it for ever.
+                self._release(key, mine)
+                raise
         return _answered(pin, interpret, failure)
 
     async def aresolve(
