@@ -86,8 +86,13 @@ say("done")
 """
 
 
-def kill_run(engine: str, where: str, schema: str, tmp_path: Path, break_writes: Callable[[], None]) -> dict[str, int]:
-    """Run writers under kills and broken writes; return the figures."""
+Paid = list[tuple[str, str, str]]
+
+
+def kill_run(
+    engine: str, where: str, schema: str, tmp_path: Path, break_writes: Callable[[], None]
+) -> tuple[dict[str, int], Paid]:
+    """Run writers under kills and broken writes; return the counts and what the effect was paid for."""
     paid_path = tmp_path / f"paid-{engine}.jsonl"
     paid_path.touch()
     rng = random.Random(20261202)
@@ -99,9 +104,12 @@ def kill_run(engine: str, where: str, schema: str, tmp_path: Path, break_writes:
 
     thread = threading.Thread(target=breaker)
     thread.start()
-    kills = landed_in_effect = 0
+    kills = landed_in_effect = writers = 0
     try:
-        for tag in ("w0", "w1"):
+        # Writers one after another, each resumed after each kill, until the kills are done (two at least).
+        while writers < 2 or kills < KILLS:
+            tag = f"w{writers}"
+            writers += 1
             finished = False
             while not finished:
                 args = [engine, where, schema, str(paid_path), tag, str(UNITS), str(PINS), str(EFFECT_SECONDS)]
@@ -112,7 +120,7 @@ def kill_run(engine: str, where: str, schema: str, tmp_path: Path, break_writes:
                 )
                 assert writer.stdout is not None
                 # Kill after a random number of lines: in an effect, right after a draw, or in a commit.
-                when = rng.randint(1, 3 * PINS) if kills < (KILLS + 1) // 2 * (1 + (tag == "w1")) else None
+                when = rng.randint(1, 3 * PINS) if kills < KILLS else None
                 for lines, line in enumerate(writer.stdout, start=1):
                     if line.strip() == "done":
                         finished = True
@@ -130,18 +138,20 @@ def kill_run(engine: str, where: str, schema: str, tmp_path: Path, break_writes:
         stop.set()
         thread.join()
 
-    paid = [tuple(json.loads(line)) for line in paid_path.read_text().splitlines()]
-    return {"kills": kills, "kills_in_an_effect": landed_in_effect, "paid": len(paid), "paid_lines": paid}  # type: ignore[dict-item]
+    paid: Paid = []
+    for line in paid_path.read_text().splitlines():
+        unit, key, value = json.loads(line)
+        paid.append((str(unit), str(key), str(value)))
+    return {"writers": writers, "kills": kills, "kills_in_an_effect": landed_in_effect, "paid": len(paid)}, paid  # type: ignore[dict-item]
 
 
-def figures(store: TimelineStore, run: dict[str, object]) -> dict[str, int]:
+def figures(store: TimelineStore, run: tuple[dict[str, int], Paid]) -> dict[str, int]:
     """Paid draws dropped and keys paid twice, from the effect's own file against the log."""
     logged = {(str(e.correlation_id), str(e.payload_json()["key"])): str(e.payload_json()["raw"]) for e in store.read()}
-    paid: list[tuple[str, str, str]] = run.pop("paid_lines")  # type: ignore[assignment]
+    counts, paid = run
     per_key = Counter((unit, key) for unit, key, _ in paid)
     dropped = [draw for draw in paid if logged.get((draw[0], draw[1])) != draw[2]]
-    result = {name: int(value) for name, value in run.items()}  # type: ignore[arg-type]
-    result |= {
+    result = counts | {
         "units_committed": len({unit for unit, _ in logged}),
         "paid_draws_dropped": len(dropped),
         "keys_paid_twice": sum(n > 1 for n in per_key.values()),
@@ -151,8 +161,8 @@ def figures(store: TimelineStore, run: dict[str, object]) -> dict[str, int]:
 
 
 def check(result: dict[str, int]) -> None:
-    assert result["units_committed"] == 2 * UNITS
-    assert result["paid"] == 2 * UNITS * PINS
+    assert result["units_committed"] == result["writers"] * UNITS
+    assert result["paid"] == result["writers"] * UNITS * PINS
     assert (result["paid_draws_dropped"], result["keys_paid_twice"]) == (0, 0)
     assert result["kills"] >= KILLS
 
@@ -196,5 +206,5 @@ def test_kill_run_on_postgres(
         terminated += 0 if row is None else int(row[0])
 
     run = kill_run("pg", postgres_dsn, pg_schema, tmp_path, terminate_backends)
-    run["backends_terminated"] = terminated
+    run[0]["backends_terminated"] = terminated
     check(figures(store, run))

@@ -383,27 +383,21 @@ class PinLedger:
         writing it again would count an attempt too many.
         """
         try:
-            try:
-                pin = self._write_once(key, held, checked=checked)
-            except StoreError:
-                # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
-                pin = self._write_once(key, held, checked=True)
-        except UnitClosed:
-            # Closed by another ledger meanwhile: the error carries the result as `.raw`; nothing can write it.
-            self._let_go(key, held)
-            raise
+            pin = self._write_once(key, held, checked=checked)
+        except StoreError:
+            # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
+            pin = self._write_once(key, held, checked=True)
         self._let_go(key, held)
         return pin
 
     def _write_once(self, key: str, held: _Held, *, checked: bool) -> ScratchPin:
         """One try at writing a held result, with the attempts it was asked for from memory."""
+        # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
+        # did, which is then the key's answer, as `scratch_put` would make it).
         pin = self._store.scratch_get(self.unit_id, key) if checked else None
-        extra = held.attempts - 1
         if pin is None:
             pin = self._store.scratch_put(self.unit_id, key, kind=held.kind, raw=held.raw, fingerprint=held.fingerprint)
-        elif (pin.raw, pin.kind, pin.fingerprint) != (held.raw, held.kind, held.fingerprint):
-            extra += 1  # another store's draw came first: this one counts as one more attempt at it
-        for _ in range(extra):
+        for _ in range(held.attempts - 1):
             pin = replace(pin, attempts=self._store.scratch_bump(self.unit_id, key))
         return pin
 
