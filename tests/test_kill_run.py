@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def open_store():
 
 def effect(unit, key):
     say("effect")
+    sys.stdin.readline()  # the run says when the call comes back (or kills the writer while it waits)
     time.sleep(seconds)
     value = f"{unit} {key} {random.random()}"
     with open(paid_path, "a") as paid:
@@ -115,24 +117,29 @@ def kill_run(
                 args = [engine, where, schema, str(paid_path), tag, str(UNITS), str(PINS), str(EFFECT_SECONDS)]
                 writer = subprocess.Popen(
                     [sys.executable, "-c", WRITER, *args],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
+                    bufsize=1,
                 )
-                assert writer.stdout is not None
+                assert writer.stdout is not None and writer.stdin is not None
                 # Kill after a random number of lines: in an effect, right after a draw, or in a commit.
                 when = rng.randint(1, 3 * PINS) if kills < KILLS else None
                 for lines, line in enumerate(writer.stdout, start=1):
                     if line.strip() == "done":
                         finished = True
                     if when is not None and lines == when and line.strip() != "done":
-                        if line.strip() == "effect":
-                            time.sleep(rng.uniform(0, EFFECT_SECONDS / 2))
-                            landed_in_effect += 1
+                        # In an effect, the writer waits for the run's word: the kill lands while the call is out.
+                        landed_in_effect += line.strip() == "effect"
                         writer.send_signal(signal.SIGKILL)
                         kills += 1
                         break
+                    if line.strip() == "effect":
+                        writer.stdin.write("go\n")
                 writer.wait(120)
                 writer.stdout.close()
+                with suppress(BrokenPipeError):
+                    writer.stdin.close()
                 assert finished or when is not None, f"the writer failed: exit {writer.returncode}"
     finally:
         stop.set()
