@@ -150,6 +150,14 @@ class UpcastGap(EventTypeError):
 class StoreError(AnagrapheusError):
     """The event store failed; the sqlite3 (or other backend) error is the cause."""
 
+    drawn: str | None = None
+    """A result whose effect had run when the store failed to write it (canonical JSON text), else None.
+
+    Set by `PinLedger` on the error its `resolve` raises: nothing paid for is lost. The ledger also
+    holds the result and writes it on its next `resolve` or `commit` (asking for the key again answers
+    from memory); if the ledger is gone, this is the only copy.
+    """
+
 
 class StoreUnavailable(StoreError):
     """The store did not answer within its bound, or lost the connection: nothing was decided, so try again later.

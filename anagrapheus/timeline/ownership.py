@@ -40,7 +40,10 @@ class Ownership:
     def __init__(self, *, where: str, timeout: float) -> None:
         self._where = where
         self._timeout = timeout
-        self._changed = threading.Condition()
+        # Entered as the lock itself, not the condition: a lock's own enter and exit run no Python code in
+        # which a KeyboardInterrupt could fall with the lock taken and no exit to come.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._hold: _Hold | None = None
         self._busy_thread: int | None = None
         self._busy = 0
@@ -85,27 +88,32 @@ class Ownership:
         """Hold the connection for the running context; yield True when this call took the hold (it is outermost)."""
         me = threading.get_ident()
         ticket = object()
-        with self._changed:
-            deadline = time.monotonic() + self._timeout
-            try:
-                self._wait_turn(me, ticket, exclusive, deadline)
-            finally:
-                if ticket in self._queue:
-                    self._queue.remove(ticket)
-                    self._changed.notify_all()
-            taken = self._hold is None
-            token = None
-            if taken:
-                self._hold = _Hold()
-                token = _HOLDS.set(_HOLDS.get() | {self._hold})
-            if exclusive:
-                self._busy += 1
-                self._busy_thread = me
+        taken = counted = False
+        token = None
+        # One try from before the hold is taken: an interrupt (Ctrl-C) that falls between taking it and
+        # yielding would otherwise leave it taken for ever, and every later call would be told the store is
+        # "held by another task".
         try:
+            with self._lock:
+                deadline = time.monotonic() + self._timeout
+                try:
+                    self._wait_turn(me, ticket, exclusive, deadline)
+                finally:
+                    if ticket in self._queue:
+                        self._queue.remove(ticket)
+                        self._changed.notify_all()
+                if self._hold is None:
+                    taken = True
+                    self._hold = _Hold()
+                    token = _HOLDS.set(_HOLDS.get() | {self._hold})
+                if exclusive:
+                    counted = True
+                    self._busy += 1
+                    self._busy_thread = me
             yield taken
         finally:
-            with self._changed:
-                if exclusive:
+            with self._lock:
+                if counted:
                     self._busy -= 1
                     if self._busy == 0:
                         self._busy_thread = None
@@ -114,7 +122,8 @@ class Ownership:
                     self._hold = None
                     try:
                         _HOLDS.reset(token)  # pyright: ignore[reportArgumentType]
-                    except ValueError:
-                        # Left in another context than it was entered in (a generator closed elsewhere).
+                    except (ValueError, TypeError):
+                        # Left in another context than it was entered in (a generator closed elsewhere), or
+                        # interrupted before the hold joined this context.
                         _HOLDS.set(_HOLDS.get() - {released} if released is not None else _HOLDS.get())
                 self._changed.notify_all()

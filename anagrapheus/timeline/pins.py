@@ -9,10 +9,11 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal, TypeVar, cast
 
-from anagrapheus.errors import CanonicalError, PinResultError, UnitClosed, UsageError
+from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
@@ -55,14 +56,21 @@ class _Draw:
     """A draw in flight: later requests for its key wait on it, from threads or from event loops."""
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        self._done = False
+        # Released once, when the draw finishes: a lock's release is one step no Ctrl-C can cut in half,
+        # where an Event's set runs Python code that one can.
+        self._open = threading.Lock()
+        self._open.acquire()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._guard = threading.Lock()
 
     def finish(self) -> None:
+        """Wake every waiter; safe to call again after an interrupt cut a first call short."""
         with self._guard:
-            self._done.set()
+            self._done = True
             waiters, self._waiters = self._waiters, []
+            if self._open.locked():
+                self._open.release()
         for loop, future in waiters:
             # A waiter's loop may have closed since it queued (it timed out, its `asyncio.run` ended): nobody
             # waits there any more, and the waiters behind it must still wake.
@@ -72,13 +80,14 @@ class _Draw:
                 continue
 
     def wait(self) -> None:
-        self._done.wait()
+        with self._open:
+            pass
 
     async def wait_async(self) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._guard:
-            if self._done.is_set():
+            if self._done:
                 return
             self._waiters.append((loop, future))
         try:
@@ -87,6 +96,22 @@ class _Draw:
             with self._guard:
                 if (loop, future) in self._waiters:
                     self._waiters.remove((loop, future))
+
+
+@dataclass(slots=True)
+class _Held:
+    """A drawn result the store has not confirmed yet, kept in memory until it is written."""
+
+    kind: str
+    """The scratch kind (a failed draw's ends in `!failed`)."""
+    raw: str
+    """The result as canonical JSON text."""
+    fingerprint: str | None
+    """The fingerprint as canonical JSON text, if any."""
+    attempts: int = 1
+    """How many times the unit asked for the key, counting the asks answered from memory."""
+    writing: bool = False
+    """Set while one caller writes it, so that two never write it at once."""
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -106,6 +131,9 @@ class _UnitGate:
         self.lock = threading.Lock()
         self.inflight: dict[str, _Draw] = {}
         self.releases = 0
+        # Drawn results whose write the store has not confirmed (it failed, or an interrupt cut it short), in
+        # draw order: the key is answered from here, and they are written on the next chance (see `_flush`).
+        self.held: dict[str, _Held] = {}
         # A unit is closed once, for good; `closing` is set while a commit or abandon is at the store.
         self.closing: str | None = None
         self.closed: UnitOutcome | None = None
@@ -239,8 +267,11 @@ class PinLedger:
         with self._lock:
             self._gate.asked.setdefault(key, len(self._gate.asked))
 
-    def _claim(self, key: str) -> ScratchPin | _Draw | None:
-        """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw."""
+    def _claim(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | _Draw | None:
+        """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw.
+
+        The draw taken is put in `mine` first, so a caller interrupted right after can still release it.
+        """
         while True:
             with self._lock:
                 self._refuse_unless_open()
@@ -253,6 +284,8 @@ class PinLedger:
                         )
                     return draw
                 releases = self._gate.releases
+            if (held := self._flush_for(key)) is not None:
+                return held
             # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
             # The store is not touched under `_lock`, so a ledger waiting on a busy store blocks no one else.
             pin = self._store.scratch_reuse(self.unit_id, key)
@@ -262,13 +295,46 @@ class PinLedger:
                 self._refuse_unless_open()
                 if key in self._gate.inflight or self._gate.releases != releases:
                     continue  # a draw started or landed meanwhile: look again
-                self._gate.inflight[key] = _Draw()
+                draw = _Draw()
+                if mine is not None:
+                    mine.append(draw)
+                self._gate.inflight[key] = draw
                 return None
 
-    def _turn(self, key: str) -> ScratchPin | None:
+    def _flush_for(self, key: str) -> ScratchPin | None:
+        """Write the held results before a claim; if the store still fails, answer a held `key` from memory."""
+        try:
+            self._flush()
+        except StoreError:
+            with self._lock:
+                held = self._gate.held.get(key)
+                if held is None:
+                    raise
+                # Answered from memory, and counted there: the attempt reaches the store with the write.
+                held.attempts += 1
+                return ScratchPin(self.unit_id, key, held.kind, held.raw, held.attempts, 0, held.fingerprint)
+        return None
+
+    def _flush(self) -> None:
+        """Write every held result, in draw order; raise the store's error (the rest stay held) if one fails."""
+        if not self._gate.held:
+            return
+        with self._lock:
+            pending = [(key, held) for key, held in self._gate.held.items() if not held.writing]
+            for _, held in pending:
+                held.writing = True
+        try:
+            for key, held in pending:
+                self._write_held(key, held, checked=True)
+        finally:
+            with self._lock:
+                for _, held in pending:
+                    held.writing = False
+
+    def _turn(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
         _note(key)
-        while isinstance(claimed := self._claim(key), _Draw):
+        while isinstance(claimed := self._claim(key, mine), _Draw):
             claimed.wait()
         return claimed
 
@@ -293,11 +359,17 @@ class PinLedger:
         if not claim.cancelled() and claim.exception() is None and claim.result() is None:
             self._release(key)
 
-    def _release(self, key: str) -> None:
+    def _release(self, key: str, mine: list[_Draw] | None = None) -> None:
+        """Let the draw of `key` go (only `mine`, if given: an interrupted claim may not have registered it)."""
         with self._lock:
-            draw = self._gate.inflight.pop(key)
-            self._gate.releases += 1
-        draw.finish()
+            draw = self._gate.inflight.get(key)
+            if draw is None or (mine is not None and draw not in mine):
+                draw = mine[0] if mine else None
+            else:
+                del self._gate.inflight[key]
+                self._gate.releases += 1
+        if draw is not None:
+            draw.finish()
 
     @contextmanager
     def _drawing(self, key: str) -> Generator[None]:
@@ -312,17 +384,95 @@ class PinLedger:
                 # A stream's context manager may be closed from another context than it was opened in.
                 _DRAWING.set(_DRAWING.get() - {drawing})
 
+    def _keep(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> _Held:
+        """Hold a drawn result in memory, before it is written: from here on, no failure or interrupt loses it."""
+        held = _Held(scratch_kind(kind, failed=failed), raw_text_of(result, key=key, kind=kind), digests)
+        with self._lock:
+            self._gate.held[key] = held
+        return held
+
     def _put(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> ScratchPin:
         """Pin a draw; the pin returned is the key's pin in the unit, which another store may have written first."""
-        raw = raw_text_of(result, key=key, kind=kind)
-        return self._store.scratch_put(
-            self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=digests
-        )
+        return self._write(key, self._keep(key, kind, result, digests, failed=failed))
+
+    def _write(self, key: str, held: _Held) -> ScratchPin:
+        """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
+        with self._lock:
+            held.writing = True
+        try:
+            return self._write_held(key, held, checked=False)
+        except StoreError as e:
+            e.drawn = held.raw
+            e.add_note(
+                f"anagrapheus: the result drawn for {key} is kept on this error as .drawn (canonical JSON), and held"
+                f" by the ledger of unit {self.unit_id}, which writes it on its next resolve or commit"
+            )
+            raise
+        finally:
+            with self._lock:
+                held.writing = False
+
+    def _write_held(self, key: str, held: _Held, *, checked: bool) -> ScratchPin:
+        """Write one held result (a second, fresh attempt if the first fails) and let it go once the store has it.
+
+        `checked` first looks for the pin in scratch: a write cut short may have landed all the same, and
+        writing it again would count an attempt too many.
+        """
+        try:
+            pin = self._write_once(key, held, checked=checked)
+        except StoreError:
+            # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
+            pin = self._write_once(key, held, checked=True)
+        self._let_go(key, held)
+        return pin
+
+    def _write_once(self, key: str, held: _Held, *, checked: bool) -> ScratchPin:
+        """One try at writing a held result, with the attempts it was asked for from memory."""
+        # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
+        # did, which is then the key's answer, as `scratch_put` would make it).
+        pin = self._store.scratch_get(self.unit_id, key) if checked else None
+        if pin is None:
+            pin = self._store.scratch_put(self.unit_id, key, kind=held.kind, raw=held.raw, fingerprint=held.fingerprint)
+        for _ in range(held.attempts - 1):
+            pin = replace(pin, attempts=self._store.scratch_bump(self.unit_id, key))
+        return pin
+
+    def _let_go(self, key: str, held: _Held) -> None:
+        """Forget a held result once written (or refused for good)."""
+        with self._lock:
+            if self._gate.held.get(key) is held:
+                del self._gate.held[key]
 
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
-        """Pin a failed draw; never let pinning it mask the failure it records."""
+        """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
         with suppress(Exception):
             self._put(key, kind, failed, digests, failed=True)
+
+    def _draw_now(
+        self,
+        key: str,
+        kind: str,
+        effect: Callable[[], object],
+        digests: str | None,
+        failure: FailureCodec | None,
+    ) -> _Held:
+        """Run a synchronous effect and hold its result; an interrupt after the effect returned keeps it too."""
+        drawn: list[object] = []
+        try:
+            with self._drawing(key):
+                drawn.append(effect())
+            return self._keep(key, kind, drawn[0], digests)
+        except Exception as e:
+            if not drawn and (failed := _failed_draw(e, failure)) is not None:
+                self._put_failure(key, kind, failed, digests)
+            raise
+        except BaseException:
+            # A KeyboardInterrupt (or SystemExit) after the effect returned: what was paid for is held, and
+            # written on the next resolve or commit, before the interrupt goes on.
+            if drawn and key not in self._gate.held:
+                with suppress(Exception):
+                    self._keep(key, kind, drawn[0], digests)
+            raise
 
     def resolve(
         self,
@@ -334,24 +484,27 @@ class PinLedger:
         fingerprint: Mapping[str, str] | None = None,
         failure: FailureCodec | None = None,
     ) -> T:
-        """Resolve `key` with a synchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
+        """Resolve `key` with a synchronous effect: drawn once per unit, reused after (a pinned failure is raised).
+
+        If the store fails to write the result after the effect ran, the result is not lost: see
+        `StoreError.drawn` and the how-to "Units of work" on failed writes.
+        """
         self._note_asked(key)
-        pin = self._turn(key)
-        if pin is not None:
-            return _answered(pin, interpret, failure)
+        mine: list[_Draw] = []
         try:
-            digests = _digests_text(fingerprint)
-            try:
-                with self._drawing(key):
-                    result = effect()
-            except Exception as e:
-                if (failed := _failed_draw(e, failure)) is not None:
-                    self._put_failure(key, kind, failed, digests)
-                raise
-            pin = self._put(key, kind, result, digests)
+            pin = self._turn(key, mine)
+            if pin is None:
+                digests = _digests_text(fingerprint)
+                # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
+                pin = self._write(key, self._draw_now(key, kind, effect, digests, failure))
         finally:
-            self._release(key)
-        # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
+            try:
+                self._release(key, mine)
+            except BaseException:
+                # A Ctrl-C cut the release short (it can fall as the call begins): release again, or every
+                # later draw of the key, and the unit's close, would wait for it for ever.
+                self._release(key, mine)
+                raise
         return _answered(pin, interpret, failure)
 
     async def aresolve(
@@ -493,6 +646,7 @@ class PinLedger:
             # From here until the store answers, a new draw is refused before its effect runs.
             self._gate.closing = "committing" if outcome == "committed" else "abandoning"
         try:
+            self._flush_before(action)
             stored = self._store.settle_unit(self.unit_id, outcome=outcome, events=events)
         finally:
             with self._lock:
@@ -501,12 +655,28 @@ class PinLedger:
             self._gate.closed = outcome
         return stored
 
+    def _flush_before(self, action: str) -> None:
+        """Write the held results before a close; if the store cannot take them, the close fails and they stay held."""
+        try:
+            self._flush()
+        except StoreError as e:
+            with self._lock:
+                keys = list(self._gate.held)
+            e.add_note(
+                f"anagrapheus: cannot {action} unit {self.unit_id}: {len(keys)} drawn result(s) the store has not"
+                f" taken yet are held in memory ({', '.join(keys)}); the unit stays open: {action} again once the"
+                " store is back"
+            )
+            raise
+
     def commit(self) -> list[StoredEvent]:
         """Promote every scratch pin to the log as `PinPromoted`, and clear scratch, atomically.
 
         Pins are promoted in the order their keys were first asked for, not the order concurrent draws
         finished in, so an unchanged run commits the same log however its draws were scheduled. Pins an
-        earlier ledger drew and nobody asked for again come first, in draw order.
+        earlier ledger drew and nobody asked for again come first, in draw order. Results held in memory
+        after a failed write are written first; if they cannot be, the commit raises the store's error and
+        the unit stays open with them held.
         """
         return self._close("committed", self._commit_events)
 

@@ -278,20 +278,24 @@ class SQLiteEventStore:
             raise StoreError(f"{self.path}: opened read_only, so it takes no writes (open it without read_only)")
         with self._owner.held(exclusive=False) as outermost:
             if outermost:
-                # The block may span awaits; only its own statements need the connection to itself.
-                with self._owner.held(), self._sql("beginning a transaction"):
-                    self._conn.execute("BEGIN IMMEDIATE")
-                self._depth = 1
+                # Whatever ends the block, KeyboardInterrupt and CancelledError included, and wherever it
+                # falls (in the block, or just after BEGIN returned, or before COMMIT ran), the transaction is
+                # rolled back: left open, it would refuse every later write on this connection ("cannot start
+                # a transaction within a transaction") and lock every other process out until close().
                 try:
+                    # The block may span awaits; only its own statements need the connection to itself.
+                    with self._owner.held(), self._sql("beginning a transaction"):
+                        self._conn.execute("BEGIN IMMEDIATE")
+                    self._depth = 1
                     yield
+                    self._depth = 0
+                    with self._owner.held():
+                        self._finish("COMMIT")
                 except BaseException:
                     self._depth = 0
                     with self._owner.held():
-                        self._roll_back("ROLLBACK")
+                        self._roll_back_open()
                     raise
-                self._depth = 0
-                with self._owner.held():
-                    self._finish("COMMIT")
             else:
                 # A savepoint holds the connection to this thread for the whole block, so two threads of
                 # one holder never interleave savepoints.
@@ -316,6 +320,13 @@ class SQLiteEventStore:
                 self._conn.execute(statement)
         except sqlite3.Error:
             pass
+
+    def _roll_back_open(self) -> None:
+        """Roll back the connection's transaction, if one is open (a failed COMMIT or BEGIN may have ended it)."""
+        # A failed rollback must not mask the error that caused it.
+        with suppress(sqlite3.Error):
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
 
     def _finish(self, statement: str) -> None:
         try:
