@@ -30,6 +30,7 @@ from anagrapheus.timeline.events import (
 from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
+from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
 __all__ = ["LedgerState", "PinLedger", "noting_keys"]
 
@@ -489,6 +490,19 @@ class PinLedger:
         If the store fails to write the result after the effect ran, the result is not lost: see
         `StoreError.drawn` and the how-to "Units of work" on failed writes.
         """
+        with pin_span(kind, key, self.unit_id) as span:
+            return self._resolve(span, key, kind, effect, interpret, fingerprint, failure)
+
+    def _resolve(
+        self,
+        span: PinSpan,
+        key: str,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None,
+        failure: FailureCodec | None,
+    ) -> T:
         self._note_asked(key)
         mine: list[_Draw] = []
         try:
@@ -497,6 +511,9 @@ class PinLedger:
                 digests = _digests_text(fingerprint)
                 # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
                 pin = self._write(key, self._draw_now(key, kind, effect, digests, failure))
+                span.set("drawn", attempts=pin.attempts)
+            else:
+                span.set("reused", attempts=pin.attempts)
         finally:
             try:
                 self._release(key, mine)
@@ -520,22 +537,25 @@ class PinLedger:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         # Noted before the first await: tasks started in one order reach this line in that order.
         self._note_asked(key)
-        pin = await self._aturn(key)
-        if pin is not None:
-            return _answered(pin, interpret, failure)
-        try:
-            digests = _digests_text(fingerprint)
+        with pin_span(kind, key, self.unit_id) as span:
+            pin = await self._aturn(key)
+            if pin is not None:
+                span.set("reused", attempts=pin.attempts)
+                return _answered(pin, interpret, failure)
             try:
-                with self._drawing(key):
-                    result = await effect()
-            except Exception as e:
-                if (failed := _failed_draw(e, failure)) is not None:
-                    await _written(self._put_failure, key, kind, failed, digests)
-                raise
-            pin = await _written(self._put, key, kind, result, digests)
-        finally:
-            self._release(key)
-        return _answered(pin, interpret, failure)
+                digests = _digests_text(fingerprint)
+                try:
+                    with self._drawing(key):
+                        result = await effect()
+                except Exception as e:
+                    if (failed := _failed_draw(e, failure)) is not None:
+                        await _written(self._put_failure, key, kind, failed, digests)
+                    raise
+                pin = await _written(self._put, key, kind, result, digests)
+                span.set("drawn", attempts=pin.attempts)
+            finally:
+                self._release(key)
+            return _answered(pin, interpret, failure)
 
     def resolve_stream(
         self,
@@ -562,50 +582,55 @@ class PinLedger:
         fingerprint: Mapping[str, str] | None,
         failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
-        self._note_asked(key)
-        pin = await self._aturn(key)
-        if pin is not None:
-            if not stored_kind(pin.kind)[1]:
-                yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+        with pin_span(kind, key, self.unit_id, current=False) as span:
+            self._note_asked(key)
+            pin = await self._aturn(key)
+            if pin is not None:
+                span.set("reused", attempts=pin.attempts)
+                if not stored_kind(pin.kind)[1]:
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                    return
+                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                    yield draw
                 return
-            async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
-                yield draw
-            return
-        try:
-            digests = _digests_text(fingerprint)
-            opened = False
             try:
-                with self._drawing(key):
-                    async with effect() as live:
-                        opened = True
-                        error: BaseException | None = None
-                        try:
-                            yield StreamDraw(live=live, pinned=None)
-                        except BaseException as e:
-                            error = e
-                            raise
-                        finally:
-                            # A partial answer is still something the model produced: pin it, even when the
-                            # consumer stopped early or the stream failed. With a codec, a failure is pinned
-                            # as what it was, after what the stream produced. Never let pinning mask it.
-                            failed = (
-                                None if error is None else _failed_draw(error, failure, capture=lambda: capture(live))
-                            )
+                digests = _digests_text(fingerprint)
+                opened = False
+                try:
+                    with self._drawing(key):
+                        async with effect() as live:
+                            opened = True
+                            span.set("drawn")
+                            error: BaseException | None = None
                             try:
-                                if failed is not None:
-                                    await _written(self._put_failure, key, kind, failed, digests)
-                                else:
-                                    await _written(self._put, key, kind, capture(live), digests)
-                            except Exception:
-                                if error is None:
-                                    raise
-            except Exception as e:
-                if not opened and (failed := _failed_draw(e, failure)) is not None:
-                    # The stream never opened: the failure is the whole draw.
-                    await _written(self._put_failure, key, kind, failed, digests)
-                raise
-        finally:
-            self._release(key)
+                                yield StreamDraw(live=live, pinned=None)
+                            except BaseException as e:
+                                error = e
+                                raise
+                            finally:
+                                # A partial answer is still something the model produced: pin it, even when the
+                                # consumer stopped early or the stream failed. With a codec, a failure is pinned
+                                # as what it was, after what the stream produced. Never let pinning mask it.
+                                failed = (
+                                    None
+                                    if error is None
+                                    else _failed_draw(error, failure, capture=lambda: capture(live))
+                                )
+                                try:
+                                    if failed is not None:
+                                        await _written(self._put_failure, key, kind, failed, digests)
+                                    else:
+                                        await _written(self._put, key, kind, capture(live), digests)
+                                except Exception:
+                                    if error is None:
+                                        raise
+                except Exception as e:
+                    if not opened and (failed := _failed_draw(e, failure)) is not None:
+                        # The stream never opened: the failure is the whole draw.
+                        await _written(self._put_failure, key, kind, failed, digests)
+                    raise
+            finally:
+                self._release(key)
 
     # Used by ReplayPins in record mode.
 
@@ -637,6 +662,17 @@ class PinLedger:
         self, outcome: UnitOutcome, events: Callable[[list[ScratchPin]], list[PendingEvent]]
     ) -> list[StoredEvent]:
         action = "commit" if outcome == "committed" else "abandon"
+        with unit_span(action, self.unit_id) as span:
+            stored = self._settle(outcome, action, events)
+            if span is not None:
+                span.set_attribute("anagrapheus.unit.pins", _pins_settled(stored))
+                span.set_attribute("anagrapheus.unit.events", len(stored))
+            return stored
+
+    def _settle(
+        self, outcome: UnitOutcome, action: str, events: Callable[[list[ScratchPin]], list[PendingEvent]]
+    ) -> list[StoredEvent]:
+        """Settle the unit in the store: its pins promoted (or its scratch dropped) with `events`, atomically."""
         with self._lock:
             self._refuse_unless_open()
             if self._gate.inflight:
@@ -743,6 +779,14 @@ class PinLedger:
     async def aabandon(self, *, reason: str) -> StoredEvent:
         """Like `abandon`, with the store work in a worker thread, so it waits off the event loop."""
         return await asyncio.to_thread(self.abandon, reason=reason)
+
+
+def _pins_settled(stored: list[StoredEvent]) -> int:
+    """How many pins a settled unit's events promoted, or listed as abandoned."""
+    promoted = sum(event.type == PinPromoted.event_type for event in stored)
+    listed = (event.payload_json().get("pins") for event in stored if event.type == PinsAbandoned.event_type)
+    abandoned = sum(len(pins) for pins in listed if isinstance(pins, list))
+    return promoted + abandoned
 
 
 async def _written(write: Callable[..., R], *args: object) -> R:

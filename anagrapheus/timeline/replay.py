@@ -21,6 +21,7 @@ from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording import stream_pins
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import EventStore
+from anagrapheus.timeline.tracing import PinSpan, pin_span
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
@@ -254,6 +255,23 @@ class ReplayPins:
         self._into.note_divergence(self._divergence)
         return self._into
 
+    def _missed(self, span: PinSpan, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
+        """`_miss`, told to the key's span: a strict miss with what moved, a recorded one as missed then drawn."""
+        try:
+            ledger = self._miss(key, kind, fingerprint)
+        except PinMiss as e:
+            span.set("missed", moved=e.divergence.moved)
+            raise
+        span.set("missed", moved=self._divergence.moved if self._divergence is not None else ())
+        return ledger
+
+    def _unit_of(self, key: str) -> str | None:
+        """The unit a span of `key` names: the recorded pin's unit, else the unit a record-mode miss draws into."""
+        pin = self._pins.get(key)
+        if pin is not None:
+            return pin.unit_id
+        return self._into.unit_id if self._into is not None else None
+
     def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
         return diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=self._recorded(kind))
 
@@ -279,13 +297,15 @@ class ReplayPins:
         failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
-        pin = self._answer(key)
-        if pin is not None:
-            return _answered(pin, interpret, failure)
-        ledger = self._miss(key, kind, fingerprint)
-        return ledger.resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
+        with pin_span(kind, key, self._unit_of(key)) as span:
+            pin = self._answer(key)
+            if pin is not None:
+                span.set("answered", attempts=pin.attempts)
+                return _answered(pin, interpret, failure)
+            ledger = self._missed(span, key, kind, fingerprint)
+            return ledger.resolve(
+                key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+            )
 
     async def aresolve(
         self,
@@ -298,13 +318,15 @@ class ReplayPins:
         failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
-        pin = self._answer(key)
-        if pin is not None:
-            return _answered(pin, interpret, failure)
-        ledger = self._miss(key, kind, fingerprint)
-        return await ledger.aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
+        with pin_span(kind, key, self._unit_of(key)) as span:
+            pin = self._answer(key)
+            if pin is not None:
+                span.set("answered", attempts=pin.attempts)
+                return _answered(pin, interpret, failure)
+            ledger = self._missed(span, key, kind, fingerprint)
+            return await ledger.aresolve(
+                key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+            )
 
     def resolve_stream(
         self,
@@ -331,25 +353,27 @@ class ReplayPins:
         fingerprint: Mapping[str, str] | None,
         failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
-        pin = self._answer(key)
-        if pin is not None:
-            if not pin.failed:
-                yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+        with pin_span(kind, key, self._unit_of(key), current=False) as span:
+            pin = self._answer(key)
+            if pin is not None:
+                span.set("answered", attempts=pin.attempts)
+                if not pin.failed:
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                    return
+                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                    yield draw
                 return
-            async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+            ledger = self._missed(span, key, kind, fingerprint)
+            async with ledger.resolve_stream(
+                key,
+                kind=kind,
+                effect=effect,
+                capture=capture,
+                interpret=interpret,
+                fingerprint=fingerprint,
+                failure=failure,
+            ) as draw:
                 yield draw
-            return
-        ledger = self._miss(key, kind, fingerprint)
-        async with ledger.resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        ) as draw:
-            yield draw
 
 
 def _answered(pin: _Pin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:

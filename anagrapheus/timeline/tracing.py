@@ -79,8 +79,11 @@ _NO_SPAN = PinSpan(None)
 
 
 @contextmanager
-def pin_span(kind: str, key: str, unit_id: str | None) -> Generator[PinSpan]:
-    """Open the span of one resolve of `key`; an exception that escapes it without an outcome marks it `failed`."""
+def pin_span(kind: str, key: str, unit_id: str | None, *, current: bool = True) -> Generator[PinSpan]:
+    """Open the span of one resolve of `key`; an exception that escapes it without an outcome marks it `failed`.
+
+    `current=False` for a stream, whose body runs in its consumer's context: the span is not made current there.
+    """
     tracer = _tracer()
     if tracer is None:
         yield _NO_SPAN
@@ -91,9 +94,14 @@ def pin_span(kind: str, key: str, unit_id: str | None) -> Generator[PinSpan]:
     span = tracer.start_span(f"pin {kind}", attributes=attributes)
     pinned = PinSpan(span)
     try:
-        with use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
+        if current:
+            with use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
+                yield pinned
+        else:
             yield pinned
-    except BaseException:
+    except BaseException as e:
+        if not current:
+            span.record_exception(e)
         if pinned.outcome is None:
             pinned.set("failed")
         raise
