@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,32 +55,63 @@ def test_order():
     stamp = datetime.now()
     orders = json.loads((ROOT / "fixtures" / "orders.json").read_text())
     ping()
-    first = ORDER(orders["cities"])[0]
+    first = ORDER(set(orders["cities"]))[0]
     assert "umbrella" in app.advise(f"Do I need an umbrella in {first}? ({stamp:%Y})")
 """
 
+CITIES = ["Paris", "Lyon", "Nice", "Brest", "Arles"]
 
-def sample(pytester: pytest.Pytester, *, order: str = "list", manifest: str = "") -> None:
+
+def sample(pytester: pytest.Pytester, *, order: str, manifest: str = "") -> None:
     pytester.makepyfile(app=APP, test_sample=SAMPLE.replace("ORDER", order))
     pytester.makefile(".toml", pyproject=PYPROJECT + manifest)
     (pytester.path / "fixtures").mkdir(exist_ok=True)
-    (pytester.path / "fixtures" / "orders.json").write_text(json.dumps({"cities": ["Paris", "Lyon", "Nice"]}))
+    (pytester.path / "fixtures" / "orders.json").write_text(json.dumps({"cities": CITIES}))
 
 
-@pytest.fixture(autouse=True)
-def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
-        monkeypatch.delenv(name, raising=False)
+def two_hash_seeds() -> tuple[str, str]:
+    """Two values of PYTHONHASHSEED under which the sample's set of cities starts with a different city."""
+    firsts: dict[str, str] = {}
+    for seed in map(str, range(1, 30)):
+        first = subprocess.run(
+            [sys.executable, "-c", f"print(list(set({CITIES!r}))[0])"],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for other, seen in firsts.items():
+            if seen != first:
+                return other, seed
+        firsts[seed] = first
+    raise AssertionError("every hash seed put the same city first")  # pragma: no cover - 29 seeds, 5 cities
 
 
-def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(pytester: pytest.Pytester) -> None:
-    sample(pytester)
-    pytester.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+@pytest.fixture
+def hash_seeds() -> tuple[str, str]:
+    return two_hash_seeds()
 
-    result = pytester.runpytest("--anagrapheus-guard")
+
+def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, hash_seeds: tuple[str, str]
+) -> None:
+    sample(pytester, order="list")
+    monkeypatch.setenv("PYTHONHASHSEED", hash_seeds[0])
+    pytester.runpytest_subprocess("--anagrapheus=record").assert_outcomes(passed=1)
+
+    # Unguarded, under the same hash seed, the test passes: every source answered as it did when recorded.
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+    # Guarded, under another hash seed: one failure, the set's order as the recording's divergence (the prompt
+    # moved), and the clock, the fixture and the socket each with its file and line.
+    monkeypatch.setenv("PYTHONHASHSEED", hash_seeds[1])
+    result = pytester.runpytest_subprocess("--anagrapheus-guard")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
+            "*test_sample.py::test_order left its recording",
+            "*missed:    a model_call after * hit(s)",
+            "*moved:     messages[[]0]",
             "*test_sample.py::test_order touched 3 undeclared source(s) of nondeterminism:",
             "*clock      datetime.now()  at test_sample.py:22 (in test_order)",
             "*read       fixtures/orders.json  at test_sample.py:23 (in test_order)",
@@ -86,14 +120,12 @@ def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(pyte
         ]
     )
     # The agent's own clock, ids and the recording it reads are pydantic-ai's and anagrapheus's: not the test's.
-    assert "run_clock" not in result.stdout.str()
     assert result.stdout.str().count("at test_sample.py") == 3
 
-    # Without the guard, the same test passes: the guard is off unless asked for.
-    pytester.runpytest().assert_outcomes(passed=1)
 
-
-def test_declared_and_sorted_the_sample_passes_under_two_hash_seeds(pytester: pytest.Pytester) -> None:
+def test_declared_and_sorted_the_sample_passes_under_two_hash_seeds(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, hash_seeds: tuple[str, str]
+) -> None:
     manifest = """
 [tool.anagrapheus.entropy.clock]
 frozen_at = 2026-01-01T00:00:00Z
@@ -103,9 +135,10 @@ allow_network = true
 declared_reads = ["fixtures/*.json"]
 """
     sample(pytester, order="sorted", manifest=manifest)
-    pytester.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
-    for hash_seed in ("1", "2"):
-        pytester._monkeypatch.setenv("PYTHONHASHSEED", hash_seed)  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setenv("PYTHONHASHSEED", hash_seeds[0])
+    pytester.runpytest_subprocess("--anagrapheus=record", "--anagrapheus-guard").assert_outcomes(passed=1)
+    for hash_seed in hash_seeds:
+        monkeypatch.setenv("PYTHONHASHSEED", hash_seed)
         pytester.runpytest_subprocess("--anagrapheus-guard").assert_outcomes(passed=1)
 
 
@@ -176,10 +209,11 @@ def test_clock():
     assert time.time() == 978307203.0
     assert time.time_ns() == 978307204 * 10**9
     assert dt.date.today() == date(2001, 1, 1)
+    assert datetime.today() == datetime(2001, 1, 1, 0, 0, 6)
     assert time.gmtime().tm_year == 2001
     assert time.gmtime(0).tm_year == 1970
     assert isinstance(dt.datetime(2020, 1, 1), datetime) and type(datetime(2020, 1, 1)) is dt.datetime.__mro__[1]
-    assert isinstance(local_import_now(), datetime)
+    assert isinstance(local_import_now(), datetime) and issubclass(dt.datetime, datetime)
     assert local_import_now().year != 2001
     # A deadline loop on a stepped monotonic ends.
     deadline = monotonic() + 5
@@ -187,6 +221,7 @@ def test_clock():
     while monotonic() < deadline:
         reads += 1
     assert reads == 4
+    globals()["date"] = None  # a name the body rebinds keeps what it was given
 """
 
 
@@ -339,7 +374,8 @@ def test_a_failing_body_keeps_its_error_and_lists_the_violations(pytester: pytes
 
         @pytest.mark.anagrapheus(path="none.jsonl")
         def test_both():
-            time.monotonic()
+            for _ in range(2):
+                time.monotonic()
             assert False, "the test's own failure"
         """
     )
@@ -347,12 +383,19 @@ def test_a_failing_body_keeps_its_error_and_lists_the_violations(pytester: pytes
     result = pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*the test's own failure*", "*anagrapheus guard*", "*clock      time.monotonic()  at test_both.py:8*"]
+        [
+            "*the test's own failure*",
+            "*anagrapheus guard*",
+            "*touched 1 undeclared*",
+            "*clock      time.monotonic()  at test_both.py:9*",
+        ]
     )
 
 
 PROCESSES = """
 import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 
@@ -370,6 +413,14 @@ def test_processes(tmp_path):
     assert open("made-here.txt").read() == "x"
     import json  # an import reads files of the standard library: not the test's
     json.dumps({})
+    os.close(os.open("pyproject.toml", os.O_RDONLY))
+    os.close(os.open("made-here.txt", os.O_WRONLY))
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    open(read_end).close()
+    exec("open('pyproject.toml').read()")  # code compiled from a string is no user file's
+    with ThreadPoolExecutor(1) as pool:  # a connection with no user frame on its thread's stack
+        assert pool.submit(socket.create_connection, ("127.0.0.1", 9), 0.5).exception() is not None
 """
 
 
@@ -378,7 +429,11 @@ def test_processes_are_violations_unless_allowed_and_tmp_path_is_the_tests(
     pytester: pytest.Pytester, allowed: bool
 ) -> None:
     pytester.makepyfile(test_processes=PROCESSES)
-    manifest = "[tool.anagrapheus.entropy.io]\nallow_subprocess = true\n" if allowed else ""
+    manifest = (
+        "[tool.anagrapheus.entropy.io]\nallow_subprocess = true\nallow_network = true\ndeclared_reads = ['pyproject.toml']\n"
+        if allowed
+        else ""
+    )
     pytester.makefile(".toml", pyproject=PYPROJECT + manifest)
     result = pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live")
     if allowed:
@@ -387,9 +442,11 @@ def test_processes_are_violations_unless_allowed_and_tmp_path_is_the_tests(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*touched 2 undeclared*",
-            "*subprocess subprocess.Popen *python* -c pass  at test_processes.py:10 (in test_processes)",
-            "*subprocess os.system true  at test_processes.py:11 (in test_processes)",
+            "*touched 4 undeclared*",
+            "*subprocess subprocess.Popen *python* -c pass  at test_processes.py:12 (in test_processes)",
+            "*subprocess os.system true  at test_processes.py:13 (in test_processes)",
+            "*read       pyproject.toml  at test_processes.py:21 (in test_processes)",
+            "*network    connect ('127.0.0.1', 9)  at no user frame",
         ]
     )
 
@@ -408,12 +465,17 @@ def test_hypothesis_is_seeded_per_test_only_when_the_manifest_opts_in(pytester: 
         def test_first(value):
             with open("first.log", "a") as log:
                 log.write(f"{value}\\n")
+
+
+        @pytest.mark.anagrapheus(path="none.jsonl")
+        def test_plain():
+            pass
         """
     )
     seeded = "[tool.anagrapheus.entropy.entropy]\nseed = 3\nhypothesis = true\n"
     pytester.makefile(".toml", pyproject=PYPROJECT + seeded)
     for _ in range(2):
-        pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=1)
+        pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=2)
     first, second = (pytester.path / "first.log").read_text().split()
     assert first == second
     assert pytester.runpytest("--anagrapheus=live").ret == 0

@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["is_user_file", "opener", "user_frame", "where"]
+__all__ = ["caller", "is_user_file", "opener", "shown", "user_frame", "where"]
 
 _OWN = str(Path(__file__).resolve().parents[2]) + os.sep
 _SITE = tuple(
@@ -89,19 +89,14 @@ def where(frame: FrameType | None) -> str:
     """`path:line (function)` of a frame, relative to the working directory where it lies inside."""
     if frame is None:
         return "no user frame"
-    filename = _shown(frame.f_code.co_filename)
+    filename = shown(frame.f_code.co_filename)
     return f"{filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
-
-
-def _shown(path: str) -> str:
-    """A path relative to the working directory where it lies inside it, else as it is."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
 
 
 def shown(path: str) -> str:
     """A path as a reader finds it: relative to the working directory where it lies inside it."""
-    return _shown(path)
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def caller(depth: int) -> FrameType | None:
