@@ -429,11 +429,8 @@ def test_processes_are_violations_unless_allowed_and_tmp_path_is_the_tests(
     pytester: pytest.Pytester, allowed: bool
 ) -> None:
     pytester.makepyfile(test_processes=PROCESSES)
-    manifest = (
-        "[tool.anagrapheus.entropy.io]\nallow_subprocess = true\nallow_network = true\ndeclared_reads = ['pyproject.toml']\n"
-        if allowed
-        else ""
-    )
+    declared = "allow_subprocess = true\nallow_network = true\ndeclared_reads = ['pyproject.toml']\n"
+    manifest = "[tool.anagrapheus.entropy.io]\n" + declared if allowed else ""
     pytester.makefile(".toml", pyproject=PYPROJECT + manifest)
     result = pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live")
     if allowed:
