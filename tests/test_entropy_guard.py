@@ -457,25 +457,32 @@ def test_hypothesis_is_seeded_per_test_only_when_the_manifest_opts_in(pytester: 
 
 
         @pytest.mark.anagrapheus(path="none.jsonl")
-        @settings(max_examples=1, database=None)
+        @settings(max_examples=5, database=None)
         @given(st.integers())
-        def test_first(value):
-            with open("first.log", "a") as log:
-                log.write(f"{value}\\n")
+        def test_examples(value):
+            with open("examples.log", "a") as log:
+                log.write(f"{value} ")
 
 
         @pytest.mark.anagrapheus(path="none.jsonl")
         def test_plain():
-            pass
+            with open("examples.log", "a") as log:
+                log.write("\\n")
         """
     )
-    seeded = "[tool.anagrapheus.entropy.entropy]\nseed = 3\nhypothesis = true\n"
-    pytester.makefile(".toml", pyproject=PYPROJECT + seeded)
-    for _ in range(2):
-        pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=2)
-    first, second = (pytester.path / "first.log").read_text().split()
-    assert first == second
-    assert pytester.runpytest("--anagrapheus=live").ret == 0
+
+    def examples(manifest: str) -> list[str]:
+        pytester.makefile(".toml", pyproject=PYPROJECT + manifest)
+        for _ in range(2):
+            pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=2)
+        return (pytester.path / "examples.log").read_text().splitlines()
+
+    seeded = examples("[tool.anagrapheus.entropy.entropy]\nseed = 3\nhypothesis = true\n")
+    assert seeded[0] == seeded[1]
+    (pytester.path / "examples.log").unlink()
+    # Left alone, hypothesis draws its examples afresh on each run (the first is always the simplest, 0).
+    left_alone = examples("[tool.anagrapheus.entropy.entropy]\nseed = 3\n")
+    assert left_alone[0] != left_alone[1]
 
 
 def test_a_bad_manifest_stops_the_run_naming_the_key(pytester: pytest.Pytester) -> None:
