@@ -36,6 +36,11 @@ _REAL_DATETIME = _dt.datetime
 _REAL_DATE = _dt.date
 _EPOCH = _REAL_DATETIME(1970, 1, 1, tzinfo=_dt.UTC)
 _SUBPROCESS_EVENTS = frozenset(("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"))
+_WATCHED = _SUBPROCESS_EVENTS | {"open", "socket.connect"}
+# What a user module can hold that has a stand-in; anything else is passed over without hashing it.
+_SWAPPABLE = frozenset(
+    (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+)
 _RANDOM_DRAWS = (
     "random",
     "randint",
@@ -105,6 +110,9 @@ class Guard:
         lines = [f"{nodeid} touched {len(self.violations)} undeclared source(s) of nondeterminism:"]
         lines += [f"  {violation.describe()}" for violation in self.violations]
         lines.append(f"declare them in {source}, or take them out of the test")
+        # Set and dict order of strings moves with the hash seed, which no hook sees: say which one this run had.
+        hash_seed = os.environ.get("PYTHONHASHSEED", "random")
+        lines.append(f"(PYTHONHASHSEED={hash_seed}: run again under another value to find an order taken from a set)")
         return "\n".join(lines)
 
     # The audit hook's half: sockets, processes, reads.
@@ -149,8 +157,9 @@ _installed = False
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Called for every audit event of the process (`id()` raises one): out at once unless armed and watched.
     guard = _current
-    if guard is None:
+    if guard is None or event not in _WATCHED:
         return
     guard.audit(event, args)
 
@@ -205,7 +214,36 @@ class _Served:
         return self.rng
 
 
-def _now(served: _Served, name: str, tz: _dt.tzinfo | None) -> _dt.datetime:
+class _Serving:
+    """What the stand-ins ask: the guarded body's `_Served` while one runs; outside it, the real sources, unjudged.
+
+    The stand-ins are made once for the process; one a user keeps past the body acts as the real thing.
+    """
+
+    served: _Served | None = None
+
+    def wall_ns(self, name: str) -> int | None:
+        """The body's next wall-clock reading, or None for the real clock."""
+        return None if self.served is None else self.served.wall_ns(name)
+
+    def monotonic_ns(self, name: str) -> int | None:
+        """The body's next monotonic reading, or None for the real clock."""
+        return None if self.served is None else self.served.monotonic_ns(name)
+
+    def draw(self, name: str) -> random.Random | None:
+        """The body's seeded stream, or None for the real source."""
+        return None if self.served is None else self.served.draw(name)
+
+    def draw_random(self, name: str) -> None:
+        """Report a draw from the global random, unless a seed is declared (it is seeded per test then)."""
+        if self.served is not None and self.served.rng is None:
+            self.served.draw(name)
+
+
+_SERVING = _Serving()
+
+
+def _now(served: _Serving, name: str, tz: _dt.tzinfo | None) -> _dt.datetime:
     ns = served.wall_ns(name)
     if ns is None:
         return _REAL_DATETIME.now(tz)
@@ -226,7 +264,7 @@ class _PassInstances(type):
         return issubclass(subclass, cls._real)
 
 
-def _datetime_class(served: _Served) -> type:
+def _datetime_class(served: _Serving) -> type:
     class datetime(_REAL_DATETIME, metaclass=_PassInstances):
         _real = _REAL_DATETIME
 
@@ -248,7 +286,7 @@ def _datetime_class(served: _Served) -> type:
     return datetime
 
 
-def _date_class(served: _Served) -> type:
+def _date_class(served: _Serving) -> type:
     class date(_REAL_DATE, metaclass=_PassInstances):
         _real = _REAL_DATE
 
@@ -274,8 +312,8 @@ class _Module(types.ModuleType):
         return getattr(self._anagrapheus_real, name)
 
 
-def _stand_ins(served: _Served) -> dict[int, object]:
-    """Each real module, function and class user code may hold, by id, with what it holds while the body runs."""
+def _stand_ins(served: _Serving) -> dict[object, object]:
+    """Each real module, function and class user code may hold, with what it holds while the body runs."""
 
     def wall(name: str, real: Callable[[], float], seconds: bool) -> Callable[[], Any]:
         def read() -> Any:
@@ -368,42 +406,64 @@ def _stand_ins(served: _Served) -> dict[int, object]:
         (secrets, _Module(secrets, drawn)),
         *((getattr(secrets, name), fake) for name, fake in drawn.items()),
     ]
-    if served.rng is None:
-        # Seeded, the global random is seeded per test; unseeded, every draw by user code is a violation.
-        draws: dict[str, object] = {
-            name: _reporting(served, f"random.{name}()", getattr(random, name)) for name in _RANDOM_DRAWS
-        }
-        swaps.append((random, _Module(random, draws)))
-        swaps.extend((getattr(random, name), fake) for name, fake in draws.items())
-    return {id(real): fake for real, fake in swaps}
+    # Seeded, the global random is seeded per test; unseeded, every draw by user code is a violation.
+    draws: dict[str, object] = {
+        name: _reporting(served, f"random.{name}()", getattr(random, name)) for name in _RANDOM_DRAWS
+    }
+    swaps.append((random, _Module(random, draws)))
+    swaps.extend((getattr(random, name), fake) for name, fake in draws.items())
+    return dict(swaps)
 
 
-def _reporting(served: _Served, name: str, real: Callable[..., _T]) -> Callable[..., _T]:
+def _reporting(served: _Serving, name: str, real: Callable[..., _T]) -> Callable[..., _T]:
     def draw(*args: Any, **kwargs: Any) -> _T:
-        served.draw(name)
+        served.draw_random(name)
         return real(*args, **kwargs)
 
     return draw
 
 
+_modules: dict[str, tuple[object, bool]] = {}
+_users: list[tuple[str, types.ModuleType]] = []
+_seen_count = -1
+_made: dict[object, object] = {}
+
+
 def _user_modules() -> Iterable[types.ModuleType]:
-    for module in list(sys.modules.values()):
-        filename = getattr(module, "__file__", None)
-        if isinstance(filename, str) and is_user_file(filename):
-            yield module
+    """The imported modules of user code; each module is judged once, by its file."""
+    global _seen_count
+    if len(sys.modules) != _seen_count or any(sys.modules.get(name) is not module for name, module in _users):
+        # Something was imported (or replaced) since the last body: look again, judging only what is new.
+        _users.clear()
+        for name, module in list(sys.modules.items()):
+            known = _modules.get(name)
+            if known is None or known[0] is not module:
+                filename = getattr(module, "__file__", None)
+                known = _modules[name] = (module, isinstance(filename, str) and is_user_file(filename))
+            if known[1]:
+                _users.append((name, module))
+        _seen_count = len(sys.modules)
+    return [module for _, module in _users]
+
+
+def _all_stand_ins() -> dict[object, object]:
+    """The stand-ins, made once for the process."""
+    if not _made:
+        _made.update(_stand_ins(_SERVING))
+    return _made
 
 
 @contextmanager
-def _swapped(stand_ins: dict[int, object]) -> Generator[None]:
+def _swapped(stand_ins: dict[object, object]) -> Generator[None]:
     """Swap what user modules hold for its stand-in while open; put back what is still swapped after.
 
-    `from random import choice` holds the module's own bound method, the same object, so it is found by id too.
+    `from random import choice` holds the module's own bound method, the same object, so it is found too.
     """
     swapped: list[tuple[dict[str, object], str, object, object]] = []
     for module in _user_modules():
         namespace = vars(module)
         for name, value in list(namespace.items()):
-            fake = stand_ins.get(id(value))
+            fake = stand_ins.get(value) if type(value) in _SWAPPABLE else None
             if fake is not None:
                 namespace[name] = fake
                 swapped.append((namespace, name, value, fake))
@@ -425,15 +485,14 @@ def guarded(manifest: EntropyManifest, *, seed: int | None, allowed_dirs: Sequen
     if _current is not None:
         raise UsageError("guarded scopes do not nest: one test body is guarded at a time")
     guard = Guard(manifest, seed, tuple(os.path.abspath(d) + os.sep for d in allowed_dirs))
-    served = _Served(guard)
     _install()
     state = random.getstate()
     if seed is not None:
         random.seed(seed)
-    with _swapped(_stand_ins(served)):
-        _current = guard
+    with _swapped(_all_stand_ins()):
+        _current, _SERVING.served = guard, _Served(guard)
         try:
             yield guard
         finally:
-            _current = None
+            _current = _SERVING.served = None
             random.setstate(state)
