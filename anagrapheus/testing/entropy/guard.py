@@ -38,9 +38,7 @@ _EPOCH = _REAL_DATETIME(1970, 1, 1, tzinfo=_dt.UTC)
 _SUBPROCESS_EVENTS = frozenset(("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"))
 _WATCHED = _SUBPROCESS_EVENTS | {"open", "socket.connect"}
 # What a user module can hold that has a stand-in; anything else is passed over without hashing it.
-_SWAPPABLE = frozenset(
-    (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
-)
+_SWAPPABLE = frozenset((types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type))
 _RANDOM_DRAWS = (
     "random",
     "randint",
