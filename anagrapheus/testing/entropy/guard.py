@@ -91,6 +91,7 @@ class Guard:
     violations: list[Violation] = field(default_factory=list[Violation])
     _seen: set[tuple[str, str, str]] = field(default_factory=set[tuple[str, str, str]])
     _written: set[str] = field(default_factory=set[str])
+    _declared: dict[str, bool] = field(default_factory=dict[str, bool])
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def report(self, kind: str, target: str, frame: types.FrameType | None) -> None:
@@ -144,8 +145,11 @@ class Guard:
             return
         if not reads or path in self._written or path.startswith(self.allowed_dirs):
             return
-        frame = opener(caller(3))
-        if frame is None or self.manifest.declares_read(path):
+        declared = self._declared.get(path)
+        if declared is None:
+            declared = self._declared[path] = self.manifest.declares_read(path)
+        frame = None if declared else opener(caller(3))
+        if frame is None:
             return
         self.report("read", shown(path), frame)
 

@@ -23,6 +23,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -88,12 +89,11 @@ class EntropyManifest:
 
     def declares_read(self, path: str) -> bool:
         """Whether `path` (absolute) is a declared read."""
-        try:
-            relative = Path(path).relative_to(self.root).as_posix()
-        except ValueError:
-            relative = None
+        root = str(self.root.absolute())
+        inside = path.startswith(root.rstrip(os.sep) + os.sep)
+        relative = path[len(root.rstrip(os.sep)) + 1 :].replace(os.sep, "/") if inside else None
         for pattern in self.declared_reads:
-            if Path(pattern).is_absolute():
+            if os.path.isabs(pattern):
                 if fnmatch.fnmatchcase(path, pattern):
                     return True
             elif relative is not None and fnmatch.fnmatchcase(relative, pattern):
