@@ -45,6 +45,7 @@ def _child(variant: str, n: int) -> float:
     """Run one variant `n` times in this process and return the seconds timed."""
     # A local name: this script is user code, so a guarded body swaps its module's `time` for the declared clock.
     from time import perf_counter
+
     from anagrapheus.testing.entropy import EntropyManifest, guarded
     from anagrapheus.testing.entropy.guard import _install  # pyright: ignore[reportPrivateUsage]
     from anagrapheus.testing.entropy.manifest import ClockDeclaration
