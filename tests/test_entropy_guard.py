@@ -162,10 +162,17 @@ def test_the_guard_is_armed_only_in_a_marked_test_body(pytester: pytest.Pytester
         @pytest.mark.anagrapheus(path="none.jsonl")
         def test_marked(started):
             pass
+
+
+        @pytest.mark.anagrapheus_guard
+        def test_guarded_unpinned():
+            time.time()
         """
     )
     pytester.makefile(".toml", pyproject=PYPROJECT)
-    pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=2)
+    result = pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*clock      time.time()  at test_scope.py:21 (in test_guarded_unpinned)"])
 
 
 def test_the_ini_setting_turns_the_guard_on(pytester: pytest.Pytester) -> None:
@@ -304,6 +311,45 @@ def test_what_the_guard_does_not_reach_is_not_reported(pytester: pytest.Pytester
     pytester.makepyfile(test_uncovered=UNCOVERED)
     pytester.makefile(".toml", pyproject=PYPROJECT)
     pytester.runpytest("--anagrapheus-guard", "--anagrapheus=live").assert_outcomes(passed=1)
+
+
+PATCHED = """
+import importlib
+import os
+import time
+from datetime import date
+
+import pytest
+from pydantic import BaseModel
+
+
+@pytest.mark.anagrapheus_guard
+def test_patches_reach_the_real_module(monkeypatch):
+    monkeypatch.setattr(os, "anagrapheus_mark", 1, raising=False)
+    monkeypatch.setattr(time, "time", lambda: 42.0)
+    assert importlib.import_module("os").anagrapheus_mark == 1
+    assert time.time() == importlib.import_module("time").time() == 42.0
+    monkeypatch.delattr(os, "anagrapheus_mark")
+    assert not hasattr(importlib.import_module("os"), "anagrapheus_mark")
+
+    class Trip(BaseModel):
+        day: date
+
+    assert Trip(day="2026-01-02").day == date(2026, 1, 2)
+
+
+def test_after():
+    real = importlib.import_module("time")
+    assert real.time() != 42.0 and type(real.time).__name__ == "builtin_function_or_method"
+"""
+
+
+def test_a_test_patching_a_module_it_holds_patches_the_real_one(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_patched=PATCHED)
+    pytester.makefile(
+        ".toml", pyproject=PYPROJECT + '[tool.anagrapheus.entropy.clock]\nfrozen_at = "2026-01-01T00:00:00Z"\n'
+    )
+    pytester.runpytest("--anagrapheus-guard", "-p", "no:randomly").assert_outcomes(passed=2)
 
 
 DRAWS = """

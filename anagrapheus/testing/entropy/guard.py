@@ -285,6 +285,11 @@ def _datetime_class(served: _Serving) -> type:
         def today(cls) -> Any:
             return _now(served, "datetime.today()", None)
 
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            # A model declared in the body with a `datetime` field is a model of real datetimes.
+            return handler.generate_schema(_REAL_DATETIME)
+
     return datetime
 
 
@@ -299,19 +304,47 @@ def _date_class(served: _Serving) -> type:
         def today(cls) -> Any:
             return _now(served, "date.today()", None).date()
 
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+            return handler.generate_schema(_REAL_DATE)
+
     return date
 
 
 class _Module(types.ModuleType):
-    """A stand-in for a module: its own attributes first, the real module's for the rest."""
+    """A stand-in for a module: its own attributes first, the real module's for the rest.
+
+    What a test sets on it (monkeypatch.setattr(os, "kill", ...)) is set on the real module, where the
+    libraries it calls look; setting a stand-in back puts back what the real module held before.
+    """
 
     def __init__(self, real: types.ModuleType, overrides: dict[str, object]) -> None:
         super().__init__(real.__name__, real.__doc__)
         self.__dict__.update(overrides)
-        self._anagrapheus_real = real
+        self.__dict__["_anagrapheus_real"] = real
+        self.__dict__["_anagrapheus_stand_ins"] = dict(overrides)
+        self.__dict__["_anagrapheus_saved"] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._anagrapheus_real, name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        real: types.ModuleType = self._anagrapheus_real
+        stand_in = self._anagrapheus_stand_ins.get(name)
+        saved: dict[str, object] = self._anagrapheus_saved
+        if stand_in is None:
+            setattr(real, name, value)
+        elif value is stand_in:
+            if name in saved:
+                setattr(real, name, saved.pop(name))
+            self.__dict__[name] = stand_in
+        else:
+            saved.setdefault(name, getattr(real, name))
+            setattr(real, name, value)
+            self.__dict__[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._anagrapheus_real, name)
 
 
 def _stand_ins(served: _Serving) -> dict[object, object]:

@@ -16,11 +16,12 @@ from anagrapheus.errors import ManifestError
 from anagrapheus.testing.entropy.guard import guarded
 from anagrapheus.testing.entropy.manifest import EntropyManifest, load_manifest, test_seed
 
-__all__ = ["GUARD_INI", "GUARD_OPTION"]
+__all__ = ["GUARD_INI", "GUARD_MARKER", "GUARD_OPTION"]
 
 GUARD_OPTION = "--anagrapheus-guard"
 GUARD_INI = "anagrapheus_guard"
 _MARKER = "anagrapheus"  # anagrapheus.testing.plugin.MARKER, which imports this module's host
+GUARD_MARKER = "anagrapheus_guard"
 _MANIFEST = pytest.StashKey[EntropyManifest]()
 _GUARD_ON = pytest.StashKey[bool]()
 _SEED = pytest.StashKey[int]()
@@ -52,7 +53,12 @@ def _manifest(config: pytest.Config) -> EntropyManifest:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Read the manifest once, when the guard is on, so a bad one stops the run before any test."""
+    """Register the marker; read the manifest once, when the guard is on, so a bad one stops the run before any test."""
+    config.addinivalue_line(
+        "markers",
+        f"{GUARD_MARKER}: guard the test's body with --anagrapheus-guard, as a test marked {_MARKER} is, without"
+        " pinning its agent runs.",
+    )
     on = cast("bool | None", config.getoption("anagrapheus_guard")) or bool(config.getini(GUARD_INI))
     config.stash[_GUARD_ON] = on
     if on:
@@ -93,7 +99,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Guard a marked test's body, and fail it listing everything it touched that its manifest does not declare."""
-    if not item.config.stash.get(_GUARD_ON, False) or item.get_closest_marker(_MARKER) is None:
+    marked = item.get_closest_marker(_MARKER) is not None or item.get_closest_marker(GUARD_MARKER) is not None
+    if not (marked and item.config.stash.get(_GUARD_ON, False)):
         return (yield)
     manifest = _manifest(item.config)
     funcargs = cast("dict[str, object]", getattr(item, "funcargs", {}))
