@@ -501,6 +501,9 @@ def test_processes(tmp_path):
     read_end, write_end = os.pipe()
     os.close(write_end)
     open(read_end).close()
+    open("pyproject.toml", "r+").close()  # reads what was there: judged as a read
+    open("appended.txt", "a").close()
+    assert open("appended.txt").read() == ""
     exec("open('pyproject.toml').read()")  # code compiled from a string is no user file's
     with ThreadPoolExecutor(1) as pool:  # a connection with no user frame on its thread's stack
         assert pool.submit(socket.create_connection, ("127.0.0.1", 9), 0.5).exception() is not None
@@ -522,10 +525,11 @@ def test_processes_are_violations_unless_allowed_and_tmp_path_is_the_tests(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*touched 4 undeclared*",
+            "*touched 5 undeclared*",
             "*subprocess subprocess.Popen *python* -c pass  at test_processes.py:12 (in test_processes)",
             "*subprocess os.system true  at test_processes.py:13 (in test_processes)",
             "*read       pyproject.toml  at test_processes.py:21 (in test_processes)",
+            "*read       pyproject.toml  at test_processes.py:26 (in test_processes)",
             "*network    connect ('127.0.0.1', 9)  at no user frame",
         ]
     )

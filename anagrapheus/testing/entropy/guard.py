@@ -133,17 +133,18 @@ class Guard:
         if isinstance(target, int):
             return
         if mode is not None:
-            reads = "r" in mode or "+" in mode
-            writes = not reads or "+" in mode
+            # `w` and `x` start the file afresh; `r+` and `a+` read what was there before.
+            fresh = "w" in mode or "x" in mode
+            reads = not fresh and ("r" in mode or "+" in mode)
         else:
-            access = flags & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR)
-            reads, writes = access != os.O_WRONLY, access != os.O_RDONLY
+            fresh = flags & os.O_ACCMODE == os.O_WRONLY or bool(flags & os.O_TRUNC)
+            reads = not fresh
         path = os.path.abspath(os.fsdecode(target))
-        if writes:
+        if not reads:
             # What the test wrote, it may read back.
             self._written.add(path)
             return
-        if not reads or path in self._written or path.startswith(self.allowed_dirs):
+        if path in self._written or path.startswith(self.allowed_dirs):
             return
         declared = self._declared.get(path)
         if declared is None:
