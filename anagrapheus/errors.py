@@ -16,6 +16,7 @@ __all__ = [
     "CorruptEvent",
     "EventTypeError",
     "FutureSchemaVersion",
+    "ManifestError",
     "PartialPin",
     "PinMiss",
     "PinResultError",
@@ -342,3 +343,15 @@ class RemoteConnectionRefused(AnagrapheusError):
     def __init__(self, address: object) -> None:
         super().__init__(f"refused a connection to {address!r}: a replay reaches no host but loopback")
         self.address = address
+
+
+class ManifestError(AnagrapheusError):
+    """A determinism manifest (`[tool.anagrapheus.entropy]` or `nondeterminism.toml`) cannot be used."""
+
+    def __init__(self, message: str, *, path: str, key: str | None = None) -> None:
+        where = path if key is None else f"{path}: {key}"
+        super().__init__(f"{where}: {message}")
+        self.message = message
+        self.path = path
+        self.key = key
+        """The dotted key at fault (`clock.step`), or None when the file as a whole is."""

@@ -63,6 +63,46 @@ def pytest_configure(config: pytest.Config) -> None:
     bounds.SOAK = bool(config.getoption("soak"))
 
 
+# The modules that run under the project's own determinism guard (`anagrapheus_guard = true` and
+# `[tool.anagrapheus.entropy]` in pyproject.toml; docs/how-to/guard-entropy.md). Left out: modules that start
+# processes or reach sockets by design (crash tests, stub servers, PostgreSQL), and pytester runs, which guard
+# their own tests (guarded bodies do not nest).
+GUARDED_MODULES = frozenset(
+    f"test_{name}.py"
+    for name in [
+        "canonical",
+        "capability",
+        "capability_clock",
+        "copy",
+        "divergence_values",
+        "events",
+        "fingerprint",
+        "identity",
+        "key_rules",
+        "key_stability",
+        "ledger",
+        "policy",
+        "provider_model",
+        "provider_tools",
+        "recording",
+        "recording_checks",
+        "regress",
+        "replay",
+        "replay_sources",
+        "same_run",
+        "sqlite_store",
+        "stamps",
+        "upcast",
+    ]
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in GUARDED_MODULES:
+            item.add_marker(pytest.mark.anagrapheus_guard)
+
+
 POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 """Where the Postgres tests run (trust authentication on the project's machines); each test gets its own schema."""
 

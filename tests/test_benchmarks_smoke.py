@@ -25,6 +25,12 @@ def run_quick(script: str, *extra: str) -> str:
     return done.stdout
 
 
+def test_entropy_guard_benchmark_runs() -> None:
+    out = run_quick("entropy_guard.py")
+    assert "baseline: no audit hook at all" in out
+    assert "guarded - unguarded:" in out
+
+
 def test_loop_stall_benchmark_runs() -> None:
     out = run_quick("loop_stall.py")
     assert "stall ratio   aresolve / on the loop" in out

@@ -19,6 +19,7 @@ from anagrapheus.errors import (
     EventTypeError,
     FutureSchemaVersion,
     InexactReplay,
+    ManifestError,
     PartialPin,
     PinMiss,
     PinnedFailure,
@@ -46,6 +47,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    ManifestError("unknown key", path="pyproject.toml", key="clock.speed"),
     StoreUnavailable("the server did not answer within 30 s"),
     RecordingConflict("rec.jsonl", first="a", second="b"),
     InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),

@@ -27,6 +27,9 @@ from anagrapheus.testing.session import MODES, Mode, RecordingSession
 
 __all__ = ["DEFAULT_PATH", "MARKER", "recording_name"]
 
+# The determinism guard (`--anagrapheus-guard`) keeps its hooks in a module of its own.
+pytest_plugins = ["anagrapheus.testing.entropy.plugin"]
+
 MARKER = "anagrapheus"
 DEFAULT_PATH = "{test_dir}/recordings/{module}/{name}.jsonl"
 """Where a test's recording lives unless configured: `{test_dir}`, `{module}` and `{name}` are filled per test."""
