@@ -48,6 +48,7 @@ from anagrapheus.provider.tools import (
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.tracing import answers_untraced
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
 
@@ -113,15 +114,19 @@ class Pinning(AbstractCapability[Any]):
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
-        if in_replay_scope():
-            # A durable engine's scope is open already: its tally counts the pinned answers too.
-            return await handler()
-        with replay_scope():
-            return await handler()
+        # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
+        with answers_untraced():
+            if in_replay_scope():
+                # A durable engine's scope is open already: its tally counts the pinned answers too.
+                return await handler()
+            with replay_scope():
+                return await handler()
 
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver."""
-        return RunClocks.of(self.resolver).draw_run_id(self.resolver, self.new_id)
+        # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
+        with answers_untraced():
+            return RunClocks.of(self.resolver).draw_run_id(self.resolver, self.new_id)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""

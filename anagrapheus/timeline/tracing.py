@@ -14,9 +14,9 @@ from contextvars import ContextVar
 from typing import Literal
 
 from opentelemetry import trace
-from opentelemetry.trace import ProxyTracerProvider, Span, use_span
+from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
 
-__all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "unit_span"]
+__all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "short_key", "traced_to", "unit_span"]
 
 Outcome = Literal["drawn", "answered", "reused", "missed", "failed"]
 """What became of one resolve: drawn live, answered from the log, reused from scratch, missed, or failed."""
@@ -27,14 +27,25 @@ KEY_CHARS = 12
 _NAMESPACE = "anagrapheus"
 _ANSWERS: frozenset[str] = frozenset({"answered", "reused"})
 _untraced_answers: ContextVar[bool] = ContextVar("anagrapheus_untraced_answers", default=False)
+_provider: ContextVar[trace.TracerProvider | None] = ContextVar("anagrapheus_tracer_provider", default=None)
 
 
 def _tracer() -> trace.Tracer | None:
-    """The tracer of the global provider, or None while none is set (the API's proxy stands in for it)."""
-    provider = trace.get_tracer_provider()
+    """The tracer of `traced_to`'s provider or the global one, or None while none is set (the API's proxy)."""
+    provider = _provider.get() or trace.get_tracer_provider()
     if isinstance(provider, ProxyTracerProvider):
         return None
     return provider.get_tracer(_NAMESPACE)
+
+
+@contextmanager
+def traced_to(provider: trace.TracerProvider) -> Generator[None]:
+    """Within: pins report their spans to `provider` rather than to OpenTelemetry's global one."""
+    token = _provider.set(provider)
+    try:
+        yield
+    finally:
+        _provider.reset(token)
 
 
 def short_key(key: str) -> str:
@@ -102,7 +113,9 @@ def pin_span(kind: str, key: str, unit_id: str | None, *, current: bool = True) 
     except BaseException as e:
         if not current:
             span.record_exception(e)
-        if pinned.outcome is None:
+            span.set_status(StatusCode.ERROR, f"{type(e).__name__}: {e}")
+        # A draw that raised (its effect, a stream cut short, a write) failed; a reused pinned failure stays reused.
+        if pinned.outcome in (None, "drawn"):
             pinned.set("failed")
         raise
     finally:
