@@ -206,7 +206,9 @@ def test_a_stream_cut_short_failed(
 def test_without_a_tracer_provider_no_span_is_made() -> None:
     with pin_span("t", "p1:t:abcdef", None) as span:
         span.set("drawn", attempts=1, moved=("x",))
-    assert span.outcome == "drawn"
+    # One shared no-op: it keeps nothing, so concurrent resolves share it safely.
+    assert span.outcome is None
+    assert pin_span("u", "p1:u:0", "unit") is pin_span("t", "p1:t:1", None)
     with unit_span("commit", "u") as unit:
         assert unit is None
     assert short_key("p1:model_call:" + "f" * 64) == "p1:model_call:" + "f" * 12

@@ -9,7 +9,7 @@ out of traces, as pydantic-ai keeps a durable engine's replayed work out.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Literal
 
@@ -86,19 +86,33 @@ class PinSpan:
             span.set_attribute("anagrapheus.pin.moved", list(moved))
 
 
-_NO_SPAN = PinSpan(None)
+class _NoSpan(PinSpan):
+    """The span of a resolve while no tracer provider is set: told its outcome, it keeps nothing."""
+
+    __slots__ = ()
+
+    def set(self, outcome: Outcome, *, attempts: int | None = None, moved: Sequence[str] = ()) -> None:
+        """Keep nothing: no span is made."""
 
 
-@contextmanager
-def pin_span(kind: str, key: str, unit_id: str | None, *, current: bool = True) -> Generator[PinSpan]:
+# One reusable context for every resolve while no provider is set: no generator, no span, nothing kept.
+_UNTRACED: AbstractContextManager[PinSpan] = nullcontext(_NoSpan(None))
+
+
+def pin_span(kind: str, key: str, unit_id: str | None, *, current: bool = True) -> AbstractContextManager[PinSpan]:
     """Open the span of one resolve of `key`; an exception that escapes it without an outcome marks it `failed`.
 
     `current=False` for a stream, whose body runs in its consumer's context: the span is not made current there.
     """
     tracer = _tracer()
     if tracer is None:
-        yield _NO_SPAN
-        return
+        return _UNTRACED
+    return _pin_span(tracer, kind, key, unit_id, current=current)
+
+
+@contextmanager
+def _pin_span(tracer: trace.Tracer, kind: str, key: str, unit_id: str | None, *, current: bool) -> Generator[PinSpan]:
+    """The span of one resolve, ended as it closes unless it was an answer to leave out of traces."""
     attributes: dict[str, str] = {"anagrapheus.pin.kind": kind, "anagrapheus.pin.key": short_key(key)}
     if unit_id is not None:
         attributes["anagrapheus.unit.id"] = unit_id
