@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from anagrapheus.testing.miss import read_miss
+
 pytest_plugins = ["pytester"]
 
 # The application under test: it builds its agent inside `advise`, where no test can reach it, and its
@@ -150,11 +152,16 @@ def test_a_reworded_prompt_fails_saying_what_moved_and_how_to_record_again(proje
             "  missed:    a model_call after 2 hit(s)",  # the run's id and its first request's times
             "  moved:     messages[[]0[]]",
             "  re-record: pytest test_app.py::test_advice --anagrapheus=record",
+            "  see it:    anagrapheus view --miss recordings/test_app/test_advice.jsonl.miss.json",
         ]
     )
     assert "Traceback" not in result.stdout.str()
     assert calls(project) == []
     assert (project.path / RECORDING).read_bytes() == recorded
+    # The miss is kept beside the recording, naming it, for a page that shows it.
+    divergence, named = read_miss(project.path / "recordings/test_app/test_advice.jsonl.miss.json")
+    assert named == str(project.path / RECORDING)
+    assert divergence.moved == ("messages[0]",)
 
     # The command it prints records the new run, after which replay passes again. The tool call is asked
     # with the same arguments as before, so record mode answers it from the recording.

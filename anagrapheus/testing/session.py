@@ -15,6 +15,7 @@ from typing import Literal, get_args
 from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.testing.miss import write_miss
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
     Divergence,
@@ -216,7 +217,22 @@ class RecordingSession:
         else:
             lines.append("  moved:     nothing the fingerprint covers (the call policy keys more than it shows)")
         lines.append(f"  re-record: {self.rerecord}")
+        miss = self._write_miss(divergence)
+        if miss is not None:
+            lines.append(f"  see it:    anagrapheus view --miss {miss}")
         return "\n".join(lines)
+
+    def _write_miss(self, divergence: Divergence) -> str | None:
+        """Keep the miss beside the recording (`<recording>.miss.json`), for `anagrapheus view --miss`."""
+        target = self.path.with_name(self.path.name + ".miss.json")
+        try:
+            write_miss(divergence, target, recording=self.path)
+        except OSError:
+            return None  # a read-only checkout: the account above still says where the run left
+        try:
+            return str(target.relative_to(Path.cwd()))
+        except ValueError:
+            return str(target)
 
     def close(self) -> None:
         """Drop whatever the run drew without finishing, and remove the scratch database."""
