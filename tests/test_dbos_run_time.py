@@ -13,6 +13,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
 
 from anagrapheus import EventTypeRegistry, PinLedger, Pinning, SQLiteEventStore
+from anagrapheus.provider import UnitPerRun, dbos_workflow_id
 from tests.conftest import Scripted
 
 try:
@@ -44,6 +45,16 @@ def test_pinning_given_to_one_run_inside_a_workflow_is_accepted_and_pins(
         result = await agent.run("Where?", capabilities=[Pinning(PinLedger(store, types, unit_id=unit))])
         return result.output
 
+    routed = Agent(
+        scripted.model,
+        name="routed",
+        capabilities=[DBOSDurability(), Pinning(UnitPerRun(store, types, unit_of=dbos_workflow_id))],
+    )
+
+    @DBOS.workflow()
+    async def in_its_unit() -> str:
+        return (await routed.run("Where?")).output
+
     @DBOS.workflow()
     async def unflagged() -> str:
         return (await agent.run("Where?", capabilities=[Unflagged()])).output
@@ -55,6 +66,8 @@ def test_pinning_given_to_one_run_inside_a_workflow_is_accepted_and_pins(
         try:
             with SetWorkflowID("wf-pinned"):
                 output = await (await DBOS.start_workflow_async(pinned, "unit-1")).get_result()
+            with SetWorkflowID("wf-routed"):
+                await (await DBOS.start_workflow_async(in_its_unit)).get_result()
             refused: BaseException | None = None
             try:
                 await (await DBOS.start_workflow_async(unflagged)).get_result()
@@ -70,3 +83,5 @@ def test_pinning_given_to_one_run_inside_a_workflow_is_accepted_and_pins(
     # The run's pins are in the unit it was given (committed by the caller, as with any PinLedger).
     kinds = {pin.kind for pin in PinLedger(store, types, unit_id="unit-1").pins()}
     assert {"model_call", "tool_call"} <= kinds
+    # An agent built with UnitPerRun(unit_of=dbos_workflow_id) pins into the workflow's unit, committed at its end.
+    assert PinLedger(store, types, unit_id="wf-routed").state == "committed"
