@@ -74,3 +74,10 @@ def test_key_floor_benchmark_takes_the_check_apart() -> None:
     assert "identity comparison alone (no reading)" in out
     # The compiled check is measured where a C compiler and Python's headers are, and says why not elsewhere.
     assert ("the check compiled (C)" in out) or ("the compiled check is not measured" in out)
+
+
+def test_dbos_benchmark_runs() -> None:
+    pytest.importorskip("dbos", reason="the DBOS benchmark needs the dbos extra (in dev)")
+    out = run_quick("durable_dbos.py")
+    assert "DBOSDurability + Pinning" in out
+    assert "with pins" in out and "finished tool calls run again: 0" in out
