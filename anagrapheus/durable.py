@@ -14,10 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from pydantic_ai import Agent
-from pydantic_ai.agent import AgentRunResult
+from typing import TYPE_CHECKING, Any
 
 from anagrapheus.errors import UnitClosed, UsageError
 from anagrapheus.provider.capability import Pinning
@@ -26,6 +23,11 @@ from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.failures import stored_kind
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.store import ScratchPin, TimelineStore
+
+if TYPE_CHECKING:
+    # Types only: the provider layer is the one that imports pydantic-ai.
+    from pydantic_ai import Agent
+    from pydantic_ai.agent import AgentRunResult
 
 __all__ = ["OpenRun", "aresume", "open_runs", "resume"]
 
