@@ -1,5 +1,6 @@
 """anagrapheus: pin every model and tool call of a pydantic-ai agent, and replay runs offline, exactly."""
 
+from anagrapheus.durable import OpenRun, aresume, open_runs, resume
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.provider.capability import Pinning
@@ -14,15 +15,19 @@ from anagrapheus.timeline.sqlite import SQLiteEventStore
 __all__ = [
     "AnagrapheusError",
     "EventTypeRegistry",
+    "OpenRun",
     "PinLedger",
     "PinnedModel",
     "Pinning",
     "ReplayPins",
     "SQLiteEventStore",
+    "aresume",
     "mint_entity_id",
+    "open_runs",
     "pin_events",
     "pinned_tool",
     "read_recording",
     "register_builtin_events",
+    "resume",
     "write_recording",
 ]

@@ -86,3 +86,10 @@ def test_view_benchmark_runs() -> None:
     out = run_quick("view.py")
     assert "anagrapheus view writing its page" in out
     assert "page size:" in out
+
+
+def test_dbos_benchmark_runs() -> None:
+    pytest.importorskip("dbos", reason="the DBOS benchmark needs the dbos extra (in dev)")
+    out = run_quick("durable_dbos.py")
+    assert "DBOSDurability + Pinning" in out
+    assert "with pins" in out and "finished tool calls run again: 0" in out

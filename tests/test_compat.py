@@ -140,3 +140,26 @@ def test_a_function_tool_whose_call_keeps_no_function_has_none(call_func: Any) -
     tool = anyio.run(combined_tool)
     source = replace(cast("FunctionToolsetTool[None]", tool.source_tool), call_func=call_func)  # type: ignore[attr-defined]
     assert compat.tool_function(source) is None
+
+
+def test_the_run_time_flag_durable_engines_read_is_where_the_compat_module_sets_it() -> None:
+    from pydantic_ai.capabilities import AbstractCapability, Instrumentation
+
+    from anagrapheus import Pinning
+
+    flag = AbstractCapability.__dict__.get("_safe_at_runtime")
+    assert flag is False, "pydantic-ai moved AbstractCapability._safe_at_runtime; update allow_at_run_time"
+    assert Instrumentation.__dict__.get("_safe_at_runtime") is True, "pydantic-ai changed what the flag means"
+    assert Pinning.__dict__.get("_safe_at_runtime") is True
+
+
+def test_allow_at_run_time_fails_loudly_when_the_flag_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic_ai.capabilities import AbstractCapability
+
+    monkeypatch.delattr(AbstractCapability, "_safe_at_runtime")
+
+    class Mine(AbstractCapability[Any]):
+        pass
+
+    with pytest.raises(RuntimeError, match="no longer has"):
+        compat.allow_at_run_time(Mine)

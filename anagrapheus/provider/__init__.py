@@ -6,6 +6,7 @@ from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
 from anagrapheus.provider.tools import pinned_tool
+from anagrapheus.provider.unit_per_run import UnitPerRun, dbos_workflow_id
 
 __all__ = [
     "CallPin",
@@ -15,7 +16,9 @@ __all__ = [
     "PinnedToolset",
     "Pinning",
     "SemanticCallPolicy",
+    "UnitPerRun",
     "call_pin",
+    "dbos_workflow_id",
     "every_agent_run",
     "pinned_tool",
     "refuse_model_requests",

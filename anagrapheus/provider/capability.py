@@ -21,7 +21,13 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.compat import fallback_with_models, in_replay_scope, is_mcp_toolset, tool_function
+from anagrapheus.provider.compat import (
+    allow_at_run_time,
+    fallback_with_models,
+    in_replay_scope,
+    is_mcp_toolset,
+    tool_function,
+)
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.model import PinnedModel, response_raw
@@ -45,6 +51,7 @@ from anagrapheus.provider.tools import (
     tool_answer_from_raw,
     tool_pin,
 )
+from anagrapheus.provider.unit_per_run import UnitPerRun
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
@@ -116,14 +123,25 @@ class Pinning(AbstractCapability[Any]):
         """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
         # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
         with answers_untraced():
-            if in_replay_scope():
-                # A durable engine's scope is open already: its tally counts the pinned answers too.
-                return await handler()
-            with replay_scope():
-                return await handler()
+            if isinstance(self.resolver, UnitPerRun):
+                # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
+                routed = self.resolver
+                return await routed.serve(ctx, lambda: self._scoped(handler), started=self._start_clocks)
+            return await self._scoped(handler)
+
+    async def _scoped(self, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Run `handler` inside one replay scope (a durable engine's, or this run's own)."""
+        if in_replay_scope():
+            # A durable engine's scope is open already: its tally counts the pinned answers too.
+            return await handler()
+        with replay_scope():
+            return await handler()
 
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver."""
+        if isinstance(self.resolver, UnitPerRun):
+            # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
+            return None
         # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
         with answers_untraced():
             return RunClocks.of(self.resolver).draw_run_id(self.resolver, self.new_id)
@@ -134,19 +152,31 @@ class Pinning(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> Pinning:
         """Number the run among the runs through the resolver; the same capability serves it."""
-        RunClocks.of(self.resolver).start(ctx.run_id)
+        if not isinstance(self.resolver, UnitPerRun):
+            # A run through UnitPerRun is numbered in its unit, once `wrap_run` picked it.
+            self._start_clocks(self.resolver, ctx)
         return self
+
+    def _start_clocks(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
+        """Number the run among the runs through `resolver`."""
+        RunClocks.of(resolver).start(ctx.run_id)
+
+    def _clocked(self, ctx: RunContext[Any]) -> PinResolver:
+        """The resolver the run's ids and times are positions in: the run's unit's ledger under UnitPerRun."""
+        return self.resolver.ledger_for(ctx) if isinstance(self.resolver, UnitPerRun) else self.resolver
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Pin the timestamps of the request about to be sent (and of any request before it not yet pinned)."""
-        await RunClocks.of(self.resolver).stamp(self.resolver, ctx.run_id, ctx.messages, clock=self.clock)
+        clocked = self._clocked(ctx)
+        await RunClocks.of(clocked).stamp(clocked, ctx.run_id, ctx.messages, clock=self.clock)
         return request_context
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
-        await RunClocks.of(self.resolver).finish(self.resolver, result.run_id, result.all_messages(), clock=self.clock)
+        clocked = self._clocked(ctx)
+        await RunClocks.of(clocked).finish(clocked, result.run_id, result.all_messages(), clock=self.clock)
         return result
 
     def get_wrapper_model(self, model: Model) -> Model | None:
@@ -242,6 +272,10 @@ class Pinning(AbstractCapability[Any]):
             tool_deps=self.tool_deps,
             dedupe_repeats=self.dedupe_repeats,
         )
+
+
+# Pinning contributes no toolset and no durable operation of its own, so a DBOS workflow may take it per run.
+allow_at_run_time(Pinning)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any, cast
 from pydantic_ai import _durable_replay  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -17,6 +18,7 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool
 
 __all__ = [
     "CATEGORIZED_HTTP_ERROR",
+    "allow_at_run_time",
     "fallback_with_models",
     "fill_response_cost",
     "in_replay_scope",
@@ -26,6 +28,19 @@ __all__ = [
 
 CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
 """What an HTTP error of a category (`ModelUnavailableError` with a status, say) pickles to: its rebuild recipe."""
+
+
+def allow_at_run_time(capability: type[AbstractCapability[Any]]) -> None:
+    """Let pydantic-ai's durable engines accept `capability` given to one run inside a workflow.
+
+    The engines refuse a capability added per run, because its toolsets and `@durable_operation`
+    methods were never registered as durable units; one that contributes neither (it only wraps
+    the model and the toolsets the agent already has) is safe. pydantic-ai says so with a private
+    class flag, `_safe_at_runtime`, today set only by its `Instrumentation`.
+    """
+    if not isinstance(getattr(AbstractCapability, "_safe_at_runtime", None), bool):
+        raise RuntimeError("pydantic-ai no longer has AbstractCapability._safe_at_runtime; update provider/compat.py")
+    capability._safe_at_runtime = True  # pyright: ignore[reportPrivateUsage]
 
 
 def fallback_with_models(fallback: FallbackModel, models: list[Model]) -> FallbackModel:

@@ -1,0 +1,231 @@
+"""UnitPerRun: a resolver that picks its unit of work when it draws, from the run that draws.
+
+A `PinLedger` is one unit of work, fixed when it is built; an agent is built once and serves many
+runs. Inside a durable engine each run belongs to a workflow whose id is known only once it runs,
+and the workflow's pins should be the workflow's unit, so that a recovered workflow answers its
+finished calls from its own scratch. `UnitPerRun` holds one `PinLedger` per unit id, and asks
+`unit_of(ctx)` for the unit of the run it is drawing for: `Pinning` makes the run's context
+available while the run is in flight, and closes the unit when the run ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic_ai import RunContext
+
+from anagrapheus.errors import UsageError
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.events import EventTypeRegistry
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
+from anagrapheus.timeline.store import TimelineStore
+
+__all__ = ["UnitPerRun", "dbos_workflow_id", "fails_for_good"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+S = TypeVar("S")
+
+# The run a `Pinning` is serving in this context: set around the run by `Pinning.wrap_run`, inherited by every
+# task and worker thread the run starts, so a draw anywhere in the run knows whose it is.
+_RUN: ContextVar[RunContext[Any] | None] = ContextVar("anagrapheus_run", default=None)
+
+
+@contextmanager
+def serving(ctx: RunContext[Any]) -> Generator[None]:
+    """Make `ctx` the run whose draws a `UnitPerRun` answers, for as long as the block runs."""
+    token = _RUN.set(ctx)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
+
+
+def fails_for_good(error: BaseException) -> bool:
+    """The default rule: a run that raised an `Exception` has failed for good; an interruption has not.
+
+    Under DBOS, a workflow that raises is marked failed and never run again, so its unit is abandoned. A
+    cancellation, or the process stopping (`KeyboardInterrupt`, `SystemExit`), is not an `Exception`: the
+    workflow stays pending and is recovered, so its unit is left open for the recovered run to reuse.
+    """
+    return isinstance(error, Exception)
+
+
+def dbos_workflow_id(ctx: RunContext[Any]) -> str:
+    """The id of the DBOS workflow the run is in: the unit its pins land in, the same after DBOS recovers it."""
+    from dbos import DBOS  # DBOS is an optional extra (`anagrapheus[dbos]`): imported only when asked.
+
+    workflow_id = DBOS.workflow_id
+    if workflow_id is None:
+        raise UsageError(
+            "dbos_workflow_id: this run is not inside a DBOS workflow; run the agent from a @DBOS.workflow()"
+            " function, or give UnitPerRun another unit_of"
+        )
+    return workflow_id
+
+
+@dataclass
+class _Unit:
+    """One unit in use: its ledger, the runs in flight in it, and whether one of them failed for good."""
+
+    ledger: PinLedger
+    runs: int = 0
+    failure: str | None = None
+
+
+class UnitPerRun:
+    """A resolver delegating each draw to the `PinLedger` of the drawing run's unit, named by `unit_of(ctx)`.
+
+    `Agent(model, capabilities=[Pinning(UnitPerRun(store, registry, unit_of=dbos_workflow_id))])`
+    serves every workflow with one capability: each run's pins land in its own unit, which is
+    committed when the last run in flight in it ends, or abandoned when one of them failed for good
+    (`abandons(error)`; by default any `Exception`). A run that is interrupted leaves its unit open,
+    and a later run with the same unit id (a recovered workflow) answers the finished calls from it.
+    A unit is closed once: a run after its unit was committed is refused with `UnitClosed`.
+    """
+
+    def __init__(
+        self,
+        store: TimelineStore,
+        registry: EventTypeRegistry,
+        *,
+        unit_of: Callable[[RunContext[Any]], str],
+        abandons: Callable[[BaseException], bool] = fails_for_good,
+    ) -> None:
+        self.store = store
+        """Where every unit's scratch and log live."""
+        self.registry = registry
+        """The event types the ledgers encode with (the built-ins included)."""
+        self.unit_of = unit_of
+        """The run's context to the id of the unit its pins land in."""
+        self.abandons = abandons
+        """Whether a run's error is final, so its unit is abandoned; otherwise the unit is left open."""
+        self._units: dict[str, _Unit] = {}
+        self._lock = threading.Lock()
+
+    def ledger_for(self, ctx: RunContext[Any]) -> PinLedger:
+        """The ledger of `ctx`'s unit: the one in use if a run is in flight in it, else a new one."""
+        unit_id = self._unit_id(ctx)
+        with self._lock:
+            unit = self._units.get(unit_id)
+            return unit.ledger if unit is not None else PinLedger(self.store, self.registry, unit_id=unit_id)
+
+    def begin(self, ctx: RunContext[Any]) -> PinLedger:
+        """Count a run in flight in its unit (called by `Pinning` as the run starts); return the unit's ledger."""
+        unit_id = self._unit_id(ctx)
+        with self._lock:
+            unit = self._units.get(unit_id)
+            if unit is None:
+                unit = self._units[unit_id] = _Unit(PinLedger(self.store, self.registry, unit_id=unit_id))
+            unit.runs += 1
+            return unit.ledger
+
+    async def serve(
+        self,
+        ctx: RunContext[Any],
+        run: Callable[[], Awaitable[R]],
+        *,
+        started: Callable[[PinLedger, RunContext[Any]], object],
+    ) -> R:
+        """Run `run` as a run in `ctx`'s unit: its draws go there, and the unit closes as the last run in it ends."""
+        ledger = self.begin(ctx)
+        try:
+            started(ledger, ctx)
+            with serving(ctx):
+                result = await run()
+        except BaseException as e:
+            await self.end(ctx, e)
+            raise
+        await self.end(ctx, None)
+        return result
+
+    async def end(self, ctx: RunContext[Any], error: BaseException | None) -> None:
+        """A run ended (with `error` if it raised): close its unit once no other run is in flight in it."""
+        unit_id = self._unit_id(ctx)
+        with self._lock:
+            unit = self._units[unit_id]
+            unit.runs -= 1
+            if error is not None and unit.failure is None and self.abandons(error):
+                unit.failure = f"{type(error).__name__}: {error}"
+            if unit.runs:
+                return
+            del self._units[unit_id]
+        if unit.failure is not None:
+            await unit.ledger.aabandon(reason=f"the run failed for good ({unit.failure})")
+        elif error is None:
+            await unit.ledger.acommit()
+        # Interrupted, not failed: the unit stays open for the run that resumes it.
+
+    def _unit_id(self, ctx: RunContext[Any]) -> str:
+        unit_id = self.unit_of(ctx)
+        if not isinstance(unit_id, str) or not unit_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise UsageError(f"UnitPerRun: unit_of returned {unit_id!r}, not a unit id (a non-empty string)")
+        return unit_id
+
+    def _ledger(self) -> PinLedger:
+        """The ledger of the run drawing now."""
+        ctx = _RUN.get()
+        if ctx is None:
+            raise UsageError(
+                "UnitPerRun answers only inside an agent run under Pinning (it picks the unit from the run);"
+                " give it to Pinning, or draw through a PinLedger"
+            )
+        return self.ledger_for(ctx)
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        """Resolve `key` in the drawing run's unit with a synchronous effect."""
+        return self._ledger().resolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
+
+    async def aresolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        """Resolve `key` in the drawing run's unit with an asynchronous effect."""
+        return await self._ledger().aresolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
+
+    def resolve_stream(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], AbstractAsyncContextManager[S]],
+        capture: Callable[[S], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
+        """Resolve `key` in the drawing run's unit with a streaming effect."""
+        return self._ledger().resolve_stream(
+            key,
+            kind=kind,
+            effect=effect,
+            capture=capture,
+            interpret=interpret,
+            fingerprint=fingerprint,
+            failure=failure,
+        )
