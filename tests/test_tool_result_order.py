@@ -1,0 +1,176 @@
+"""A pinned tool's result reaches the model exactly as the unpinned tool's does: live, reused and replayed.
+
+Found by the fidelity suite: a tool's result was pinned as canonical JSON (keys sorted, `1.0` as `1`,
+strings in NFC, tuples as lists), so a pinned live run sent the model another tool message than the
+same run unpinned. A tool's result is now pinned as ordered text (`{"$anagrapheus.tool_result": 2,
+"ordered_json": text}`); its key is unchanged, and a pin of the canonical form still replays.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai import Agent, ToolOutput
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+
+from anagrapheus import Pinning
+from anagrapheus.provider import pinned_tool
+from anagrapheus.provider.outputs import output_result_from_raw
+from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import canonical_json
+from tests.fidelity_runs import HARBOUR
+
+PROMPT = "How is the cod stock off Hull?"
+SURVEY = HARBOUR.with_name("mcp_survey.py")
+WHEN = datetime(2026, 1, 5, tzinfo=UTC)
+_definitions: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
+
+
+def survey(port: str) -> dict[str, Any]:
+    """Read the stock survey at a port."""
+    # Keys out of order, an integral float, a string not in NFC, a tuple inside a list: canonical JSON changes each.
+    return {"port": port, "trend": "down", "biomass": 1.0, "name": "Sa\u0301o", "depths": [(4.0, 7.5)]}
+
+
+class Seen:
+    """A FunctionModel that calls every tool offered once, and keeps the messages it received, as JSON."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.tools: list[bytes] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.received.append(ModelMessagesTypeAdapter.dump_json(messages))
+        self.tools.append(_definitions.dump_json(info.function_tools))
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart(tool.name, {"port": "Hull"}, tool_call_id=f"call-{tool.name}")
+                    for tool in info.function_tools
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+
+def returns(messages: list[ModelMessage]) -> list[bytes]:
+    """The tool-return parts of `messages`, each as pydantic-ai writes it (its content in its own key order)."""
+    parts = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    # The timestamp is the run's own (pinned, so equal on replay, but not equal to an unpinned run's).
+    return [ModelMessagesTypeAdapter.dump_json([ModelRequest(parts=[replace(p, timestamp=WHEN)])]) for p in parts]
+
+
+def three_ways(
+    store: SQLiteEventStore,
+    types: EventTypeRegistry,
+    make: Callable[[PinResolver | None, Seen], Agent[None, Any]],
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The tool returns the model received unpinned and pinned live, and those a replay of the pinned run holds."""
+    unpinned, live = Seen(), Seen()
+    make(None, unpinned).run_sync(PROMPT)
+    ledger = PinLedger(store, types)
+    make(ledger, live).run_sync(PROMPT)
+    ledger.commit()
+    replay = ReplayPins.from_events(store.read(), types)
+    replayed = make(replay, Seen()).run_sync(PROMPT)
+    assert replay.unused() == {}
+    assert len(unpinned.received) == len(live.received) == 2
+    # The tools offered reach the model as they do unpinned too (an MCP server's listing, its schemas' key order).
+    assert live.tools == unpinned.tools
+    received = [returns(ModelMessagesTypeAdapter.validate_json(seen.received[1])) for seen in (unpinned, live)]
+    return received[0], received[1], returns(replayed.all_messages())
+
+
+def assert_sent_alike(unpinned: list[bytes], live: list[bytes], replayed: list[bytes]) -> None:
+    assert unpinned
+    # Byte for byte, as the model is sent them: key order, `1.0`, the string's own code points.
+    assert live == unpinned
+    assert replayed == unpinned
+    content = json.loads(unpinned[0])[0]["parts"][0]["content"]
+    assert list(content) == ["port", "trend", "biomass", "name", "depths"]
+    assert b'"biomass":1.0' in unpinned[0] and content["name"] == "Sa\u0301o"
+
+
+def test_a_capability_pinned_tool_sends_the_model_what_it_sends_unpinned(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def make(resolver: PinResolver | None, model: Seen) -> Agent[None, Any]:
+        capabilities = [] if resolver is None else [Pinning(resolver)]
+        return Agent(FunctionModel(model, model_name="m"), tools=[survey], capabilities=capabilities)
+
+    assert_sent_alike(*three_ways(store, types, make))
+
+
+def test_a_pinned_tool_sends_the_model_what_it_sends_unpinned(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def make(resolver: PinResolver | None, model: Seen) -> Agent[None, Any]:
+        tool = survey if resolver is None else pinned_tool(resolver, survey)
+        return Agent(FunctionModel(model, model_name="m"), tools=[tool])
+
+    assert_sent_alike(*three_ways(store, types, make))
+
+
+def test_an_mcp_tool_sends_the_model_what_it_sends_unpinned(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    from fastmcp.client.transports import StdioTransport
+
+    def make(resolver: PinResolver | None, model: Seen) -> Agent[None, Any]:
+        server: AbstractToolset[None] = MCPToolset(StdioTransport(sys.executable, [str(SURVEY)]), id="survey")
+        capabilities = [] if resolver is None else [Pinning(resolver)]
+        return Agent(FunctionModel(model, model_name="m"), toolsets=[server], capabilities=capabilities)
+
+    assert_sent_alike(*three_ways(store, types, make))
+
+
+def test_a_tool_pin_keeps_its_key_and_an_older_sorted_pin_still_replays() -> None:
+    result = survey("Hull")
+    raw = tool_result_raw("survey", result)
+    # The key is the call's, never the result's: the same as before the result was kept in order.
+    assert tool_pin("survey", {"port": "Hull"}).key.startswith(f"p1:{TOOL_CALL}:")
+    rebuilt = tool_result_from_raw(json.loads(canonical_json(raw)))
+    assert rebuilt == result and list(rebuilt) == list(result) and type(rebuilt["depths"][0]) is tuple
+    # A pin written as canonical JSON (before): read back as that JSON, as it always was.
+    old = json.loads(canonical_json(result))
+    assert tool_result_from_raw(old) == old and list(old) == sorted(result)
+
+
+def test_an_output_function_and_a_listing_come_back_in_their_own_order(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def filed(port: str, tonnes: float) -> dict[str, Any]:
+        """File the quota."""
+        return {"port": port, "tonnes": tonnes, "at": "Sa\u0301o"}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"port": "Hull", "tonnes": 2.0})])
+
+    def make(resolver: PinResolver) -> Agent[None, Any]:
+        return Agent(FunctionModel(model), output_type=ToolOutput(filed), capabilities=[Pinning(resolver)])
+
+    ledger = PinLedger(store, types)
+    live = make(ledger).run_sync(PROMPT).output
+    ledger.commit()
+    replayed = make(ReplayPins.from_events(store.read(), types)).run_sync(PROMPT).output
+    for output in (live, replayed):
+        assert output == filed("Hull", 2.0) and list(output) == ["port", "tonnes", "at"]
+        assert type(output["tonnes"]) is float
+    # An output pin written as canonical JSON (before) still reads as that JSON.
+    assert output_result_from_raw(None, {"at": "x", "port": "Hull"}) == {"at": "x", "port": "Hull"}
