@@ -13,8 +13,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, ToolOutput
 from pydantic_ai.mcp import MCPToolset
@@ -32,12 +34,16 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 
 from anagrapheus import Pinning
+from anagrapheus.cli import main
 from anagrapheus.provider import pinned_tool
 from anagrapheus.provider.outputs import output_result_from_raw
 from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
+from tests.cli_fixtures import NEGOTIATION_LINES, rewritten
 from tests.fidelity_runs import HARBOUR
+from tests.test_cli import NEGOTIATION, ROOT
 
 PROMPT = "How is the cod stock off Hull?"
 SURVEY = HARBOUR.with_name("mcp_survey.py")
@@ -174,3 +180,20 @@ def test_an_output_function_and_a_listing_come_back_in_their_own_order(
         assert type(output["tonnes"]) is float
     # An output pin written as canonical JSON (before) still reads as that JSON.
     assert output_result_from_raw(None, {"at": "x", "port": "Hull"}) == {"at": "x", "port": "Hull"}
+
+
+def test_diff_reads_inside_a_tool_pin_and_names_the_field_that_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    (line, *_) = [n for n, text in enumerate(NEGOTIATION_LINES, start=1) if '"kind":"tool_call"' in text]
+    raw = json.loads(NEGOTIATION_LINES[line - 1])["payload"]["raw"]
+    envelope: Any = read_ordered(raw)
+    assert envelope["value"]["v"]["trend"] == "falling"
+    envelope["value"]["v"]["trend"] = "rising"
+    changed = rewritten(tmp_path, "changed.jsonl", line, {"raw": {**raw, ORDERED_FIELD: ordered_json(envelope)}})
+
+    code = main(["diff", NEGOTIATION, str(changed)])
+
+    assert code == 1
+    assert "value.v.trend" in capsys.readouterr().out

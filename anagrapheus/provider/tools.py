@@ -213,15 +213,11 @@ _ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
 
 def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
     """A tool pin's result as the run receives it, with what the call did to its run besides."""
-    if (
-        isinstance(raw, dict)
-        and raw.get(_TAGGED) == _ORDERED_VERSION
-        and raw.keys() == {_TAGGED, ORDERED_FIELD}
-        and isinstance(text := raw[ORDERED_FIELD], str)
-    ):
-        raw = read_ordered({ORDERED_FIELD: text})
+    if isinstance(raw, dict) and raw.get(_TAGGED) == _ORDERED_VERSION and raw.keys() == {_TAGGED, ORDERED_FIELD}:
+        text = raw[ORDERED_FIELD]
+        raw = read_ordered(raw)
         if not (isinstance(raw, dict) and "value" in raw and raw.keys() <= _ENVELOPE):
-            raise PinResultError(f"a tool pin's ordered result is {text[:200]!r}, not a result and what its call did")
+            raise PinResultError(f"a tool pin's ordered result is {text!r:.200}, not a result and what its call did")
     # A pin written before results were kept as ordered text: its JSON is canonical, a tagged result marked 1.
     elif not (
         isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE
