@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from pydantic_ai import Agent, ToolOutput
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
@@ -35,6 +35,7 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from anagrapheus import Pinning
 from anagrapheus.cli import main
+from anagrapheus.errors import PinResultError
 from anagrapheus.provider import pinned_tool
 from anagrapheus.provider.outputs import output_result_from_raw
 from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
@@ -197,3 +198,24 @@ def test_diff_reads_inside_a_tool_pin_and_names_the_field_that_changed(
 
     assert code == 1
     assert "value.v.trend" in capsys.readouterr().out
+
+
+def test_a_tool_pin_whose_ordered_text_is_not_a_result_is_refused() -> None:
+    for text in ("[1]", '{"other": 1}', "{not json"):
+        with pytest.raises(PinResultError):
+            tool_result_from_raw({"$anagrapheus.tool_result": 2, ORDERED_FIELD: text})
+    # Anything else beside the text is a plain JSON result that happens to look alike: returned as it is.
+    odd = {"$anagrapheus.tool_result": 2, ORDERED_FIELD: "[1]", "other": 1}
+    assert tool_result_from_raw(odd) == odd
+
+
+def test_a_model_inside_a_tuple_comes_back_as_its_json_in_field_order() -> None:
+    class Stock(BaseModel):
+        trend: str
+        biomass: float
+
+    raw = json.loads(canonical_json(tool_result_raw("survey", (Stock(trend="down", biomass=1.0), {"b": 1, "a": 2.0}))))
+    back = tool_result_from_raw(raw)
+    assert back == ({"trend": "down", "biomass": 1.0}, {"b": 1, "a": 2.0})
+    assert [list(item) for item in back] == [["trend", "biomass"], ["b", "a"]]
+    assert type(back[1]["a"]) is float
