@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastmcp.client.transports import StdioTransport
 from pydantic import BaseModel, TypeAdapter
 from pydantic_ai import Agent, ToolOutput
 from pydantic_ai.mcp import MCPToolset
@@ -137,12 +138,12 @@ def test_a_pinned_tool_sends_the_model_what_it_sends_unpinned(
 
 
 def test_an_mcp_tool_sends_the_model_what_it_sends_unpinned(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
-    from fastmcp.client.transports import StdioTransport
-
     def make(resolver: PinResolver | None, model: Seen) -> Agent[None, Any]:
         server: AbstractToolset[None] = MCPToolset(StdioTransport(sys.executable, [str(SURVEY)]), id="survey")
         capabilities = [] if resolver is None else [Pinning(resolver)]
-        return Agent(FunctionModel(model, model_name="m"), toolsets=[server], capabilities=capabilities)
+        return Agent(
+            FunctionModel(model, model_name="m"), deps_type=type(None), toolsets=[server], capabilities=capabilities
+        )
 
     assert_sent_alike(*three_ways(store, types, make))
 
