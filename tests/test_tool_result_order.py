@@ -220,3 +220,20 @@ def test_a_model_inside_a_tuple_comes_back_as_its_json_in_field_order() -> None:
     assert back == ({"trend": "down", "biomass": 1.0}, {"b": 1, "a": 2.0})
     assert [list(item) for item in back] == [["trend", "biomass"], ["b", "a"]]
     assert type(back[1]["a"]) is float
+
+
+def test_a_repeat_answered_from_the_first_pin_sends_the_model_what_it_sends_unpinned(ledger: PinLedger) -> None:
+    def twice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) < 5:
+            return ModelResponse(parts=[ToolCallPart("survey", {"port": "Hull"}, tool_call_id=f"c{len(messages)}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    def sent(capabilities: list[Pinning]) -> list[bytes]:
+        result = Agent(FunctionModel(twice), tools=[survey], capabilities=capabilities).run_sync(PROMPT)
+        return returns(result.all_messages())
+
+    unpinned = sent([])
+    # The second call is answered from the first call's pin (the opt-out of the repeat rule): the same message.
+    reused = sent([Pinning(ledger, dedupe_repeats=True)])
+    assert [pin.kind for pin in ledger.pins()].count(TOOL_CALL) == 1
+    assert len(unpinned) == 2 and reused == unpinned
