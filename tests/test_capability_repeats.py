@@ -57,7 +57,7 @@ from anagrapheus.provider.outputs import (
 )
 from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.provider.tools import TOOL_CALL, tool_answer_from_raw, tool_pin, tool_result_from_raw, tool_result_raw
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore, canonical_json
 from anagrapheus.timeline.events import PinText
 
 PROMPT = "Settle the quota with the UK."
@@ -254,10 +254,11 @@ def test_a_background_job_is_polled_as_often_pinned_as_unpinned_and_replays(
 
 def test_a_recording_made_before_the_rule_answers_a_repeat_from_the_first_pin_as_often_as_it_was_asked() -> None:
     first = tool_pin("send", {"to": "Brussels"}).key
-    raw = tool_result_raw("send", "sent #1 to Brussels")
+    # A pin of that time: the result's canonical JSON itself.
+    raw = canonical_json("sent #1 to Brussels")
     # Before the rule the second call was answered from the first call's pin: one pin, asked twice.
     old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
-        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=f'"{raw}"', attempts=2, fingerprint=None)],
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=raw, attempts=2, fingerprint=None)],
         unit_id=None,
         on_miss="strict",
         into=None,
@@ -271,7 +272,7 @@ def test_a_recording_made_before_the_rule_answers_a_repeat_from_the_first_pin_as
     # A third call is past what the recording asked: a miss, not a third answer from the first pin.
     thrice = scripted(*[ModelResponse(parts=[ToolCallPart("send", {"to": "Brussels"})])] * 3)
     old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
-        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=f'"{raw}"', attempts=2, fingerprint=None)],
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=raw, attempts=2, fingerprint=None)],
         unit_id=None,
         on_miss="strict",
         into=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai import Agent
@@ -24,6 +25,7 @@ from anagrapheus.timeline import (
     read_recording,
     write_recording,
 )
+from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 
 ROOT = Path(__file__).resolve().parent.parent
 NEGOTIATION = ROOT / "recordings" / "negotiation.jsonl"
@@ -72,7 +74,11 @@ def changed_copy(tmp_path: Path) -> Path:
     tools = [i for i, line in enumerate(lines) if '"kind":"tool_call"' in line]
     models = [i for i, line in enumerate(lines) if '"kind":"model_call"' in line]
     event = json.loads(lines[tools[0]])
-    event["payload"]["raw"]["trend"] = "rising"
+    # A tool's result is pinned as ordered text: changed inside it.
+    raw = event["payload"]["raw"]
+    result: Any = read_ordered(raw)
+    result["value"]["v"]["trend"] = "rising"
+    raw[ORDERED_FIELD] = ordered_json(result)
     lines[tools[0]] = json.dumps(event, separators=(",", ":"), sort_keys=True)
     event = json.loads(lines[models[3]])
     event["payload"]["key"] = event["payload"]["key"][:-4] + "beef"
@@ -88,7 +94,7 @@ def test_against_shows_the_differing_pins_side_by_side(tmp_path: Path) -> None:
     assert view(str(NEGOTIATION), "--against", str(changed_copy(tmp_path)), "-o", str(out)) == 1
     page = page_of(out)
     assert "2 difference(s)" in page
-    assert "same request, another answer: result.trend" in page
+    assert "same request, another answer: result.value.v.trend" in page
     assert "what moved: messages[0]" in page
     # The moved field is highlighted in the fingerprints of both sides, shown open.
     assert page.count('<tr class="moved"><td>messages[0]</td>') == 2

@@ -28,6 +28,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider.discovery import TOOLSET_INSTRUCTIONS, TOOLSET_TOOLS, PinnedDiscovery
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.ordered import read_ordered
 from tests.test_capability_clock import Damaged
 from tests.test_capability_mcp import agent
 
@@ -209,7 +210,7 @@ def test_a_listing_is_pinned_in_its_json_form(store: SQLiteEventStore, types: Ev
     ledger = PinLedger(store, types)
     live = agent(Pinning(ledger), Harbour(log, id="north", definition=dated)).run_sync(PROMPT)
     (listing,) = [pin for pin in ledger.pins() if pin.kind == TOOLSET_TOOLS]
-    assert json.loads(listing.raw)[0]["metadata"] == {"surveyed": "2026-01-05"}
+    assert read_ordered(json.loads(listing.raw))[0]["metadata"] == {"surveyed": "2026-01-05"}  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportArgumentType, reportCallIssue]
     ledger.commit()
     replayed = agent(Pinning(ReplayPins.from_events(store.read(), types)), Harbour(log, id="north")).run_sync(PROMPT)
     assert replayed.all_messages_json() == live.all_messages_json()

@@ -61,8 +61,8 @@ def quota(species: str, year: int) -> str:
 
 def survey(species: str) -> dict[str, Any]:
     """Read the stock survey of a species."""
-    # Keys in sorted order: how a tool's own result is pinned is not what this suite holds (tests/test_capability*).
-    return {"biomass": 310, "species": species, "trend": "down"}
+    # Keys out of sorted order and an integral float: the pinned run must send the provider this very JSON.
+    return {"species": species, "biomass": 310.0, "trend": "down"}
 
 
 def build(api: API, url: str, *, retries: int = 0) -> Model:

@@ -45,8 +45,8 @@ from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import (
     TOOL_CALL,
     CallWatch,
-    holds_content,
     is_pinned_tool,
+    needs_tags,
     settle,
     tool_answer_from_raw,
     tool_pin,
@@ -317,8 +317,9 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             watch = CallWatch(ctx, self.resolver)
             with watch.running():
                 result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
-            # Content pydantic-ai sends as more than JSON (an image) is kept as itself; anything else as its JSON.
-            return watch.raw(name, result if holds_content(result) else _jsonable(name, result))
+            # Content pydantic-ai sends as more than JSON (an image) and tuples are kept as themselves; anything else
+            # as its JSON, in its own key order.
+            return watch.raw(name, result if needs_tags(result) else _jsonable(name, result))
 
         answer = await self.draws.resolve(
             self.resolver,

@@ -15,6 +15,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.ordered import ordered, read_ordered
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 
@@ -72,7 +73,8 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
 
         async def listed() -> JSONValue:
             tools = await self.wrapped.get_tools(ctx)
-            return _definitions.dump_python([tool.tool_def for tool in tools.values()], mode="json")
+            # As ordered text: a schema reaches the model in its own key order, its descriptions as they were written.
+            return ordered(_definitions.dump_python([tool.tool_def for tool in tools.values()], mode="json"))
 
         definitions = await self.resolver.aresolve(
             pin_key(TOOLSET_TOOLS, {"toolset": self.name}),
@@ -90,8 +92,8 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
             found = await self.wrapped.get_instructions(ctx)
             # A text is a Sequence too: only several instructions are pinned as a list, never a text's characters.
             if isinstance(found, str) or not isinstance(found, Sequence):
-                return _instructions.dump_python(found, mode="json")
-            return _instructions.dump_python(list(found), mode="json")
+                return ordered(_instructions.dump_python(found, mode="json"))
+            return ordered(_instructions.dump_python(list(found), mode="json"))
 
         return await self.resolver.aresolve(
             pin_key(TOOLSET_INSTRUCTIONS, {"toolset": self.name}),
@@ -110,13 +112,13 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
 
 def _definitions_from_raw(raw: JSONValue) -> list[ToolDefinition]:
     try:
-        return _definitions.validate_python(raw)
+        return _definitions.validate_python(read_ordered(raw))
     except ValueError as e:
         raise PinResultError(f"a {TOOLSET_TOOLS} pin does not hold tool definitions ({e})") from e
 
 
 def _instructions_from_raw(raw: JSONValue) -> Instructions:
     try:
-        return _instructions.validate_python(raw)
+        return _instructions.validate_python(read_ordered(raw))
     except ValueError as e:
         raise PinResultError(f"a {TOOLSET_INSTRUCTIONS} pin does not hold instructions ({e})") from e

@@ -3,8 +3,9 @@
 An output function (`output_type=ToolOutput(f)`, `TextOutput(f)`, `NativeOutput(f)`, a bare function)
 may read the world as a tool does, so under `Pinning` it is pinned like one: keyed on its name and
 the output it was given, drawn once, answered from its pin thereafter, under the repeat rule. What it
-returned is kept as the JSON of its return annotation and rebuilt as that type on every path; a
-result that would not come back equal to itself is refused while recording, never replayed different.
+returned is kept as the JSON of its return annotation, as ordered text (`{"ordered_json": text}`), and
+rebuilt as that type on every path; a result that would not come back equal to itself is refused while
+recording, never replayed different.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.ordered import ordered, read_ordered
 
 __all__ = [
     "OUTPUT_CALL",
@@ -92,10 +94,10 @@ def _adapter(returns: object) -> TypeAdapter[Any]:
 def output_result_raw(function: str, returns: object, result: object) -> JSONValue:
     """What an output function returned, as its pin keeps it; refused unless it rebuilds equal to itself."""
     try:
-        if returns is None:
-            raw = canonical_value(result)
-        else:
-            raw = canonical_value(_adapter(returns).dump_python(result, mode="json"))
+        dumped: object = result if returns is None else _adapter(returns).dump_python(result, mode="json")
+        # Refused as canonical JSON refuses it; kept as ordered text, so a dict comes back in its own key order.
+        canonical_value(dumped)
+        raw = ordered(dumped)
     except (CanonicalError, PydanticSerializationError) as e:
         raise PinResultError(
             f"output function {function!r} returned {type(result).__qualname__}, which has no JSON form ({e});"
@@ -111,9 +113,10 @@ def output_result_raw(function: str, returns: object, result: object) -> JSONVal
 
 def output_result_from_raw(returns: object, raw: JSONValue) -> Any:
     """Rebuild an output function's result from its pin: as its return type, or as JSON when it has none."""
+    value = read_ordered(raw)
     if returns is None:
-        return raw
+        return value
     try:
-        return _adapter(returns).validate_python(raw)
+        return _adapter(returns).validate_python(value)
     except ValueError as e:
         raise PinResultError(f"an {OUTPUT_CALL} pin does not hold a {returns!r} ({e})") from e

@@ -34,6 +34,7 @@ from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
@@ -152,30 +153,35 @@ def tool_result_raw(
 ) -> JSONValue:
     """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
 
-    A result holding what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image or other
-    `BinaryContent`, a URL to a file) is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
+    The pin is `{"$anagrapheus.tool_result": 2, "ordered_json": text}`: the result and what the call did
+    to its run, written as JSON text in the result's own key order, floats and strings as they were, so
+    the model is sent the very tool return it would be sent unpinned. A result holding what pydantic-ai
+    sends the model as more than JSON (a `ToolReturn`, an image or other `BinaryContent`, a URL to a file),
+    or a tuple, is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
     """
-    if enqueued or usage is not None or runs or within:
-        # What the call did to its run besides returning: kept with the result, only when it did anything.
-        raw: dict[str, JSONValue] = {_TAGGED: 1, "value": _tagged(tool, result)}
-        if enqueued:
-            raw["enqueued"] = enqueued_raw(tool, enqueued)
-        if usage is not None:
-            raw["usage"] = canonical_value(_usages.dump_python(usage, mode="json"))
-        if runs:
-            raw["runs"] = runs
-        if within:
-            raw["within"] = list(within)
-        return raw
-    if holds_content(result):
-        return {_TAGGED: 1, "value": _tagged(tool, result)}
-    try:
-        return canonical_value(result)
-    except CanonicalError as e:
-        raise PinResultError(
-            f"tool {tool!r} returned {type(result).__qualname__}, which is not JSON-shaped ({e}); a pinned tool must"
-            " return JSON types (dict, list, str, int, float, bool, None), e.g. model.model_dump(mode='json')"
-        ) from e
+    envelope: dict[str, JSONValue]
+    if enqueued or usage is not None or runs or within or needs_tags(result):
+        envelope = {"value": _tagged(tool, result)}
+    else:
+        try:
+            # Checked as canonical JSON would write it (which refuses what JSON cannot hold), kept as it is.
+            canonical_value(result)
+        except CanonicalError as e:
+            raise PinResultError(
+                f"tool {tool!r} returned {type(result).__qualname__}, which is not JSON-shaped ({e}); a pinned tool"
+                " must return JSON types (dict, list, str, int, float, bool, None), e.g. model.model_dump(mode='json')"
+            ) from e
+        envelope = {"value": {"$t": "json", "v": cast(JSONValue, result)}}
+    # What the call did to its run besides returning: kept with the result, only when it did anything.
+    if enqueued:
+        envelope["enqueued"] = enqueued_raw(tool, enqueued)
+    if usage is not None:
+        envelope["usage"] = _usages.dump_python(usage, mode="json")
+    if runs:
+        envelope["runs"] = runs
+    if within:
+        envelope["within"] = list(within)
+    return {_TAGGED: _ORDERED_VERSION, ORDERED_FIELD: ordered_json(envelope)}
 
 
 def tool_result_from_raw(raw: JSONValue) -> Any:
@@ -207,7 +213,15 @@ _ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
 
 def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
     """A tool pin's result as the run receives it, with what the call did to its run besides."""
-    if not (isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE):
+    if isinstance(raw, dict) and raw.get(_TAGGED) == _ORDERED_VERSION and raw.keys() == {_TAGGED, ORDERED_FIELD}:
+        text = raw[ORDERED_FIELD]
+        raw = read_ordered(raw)
+        if not (isinstance(raw, dict) and "value" in raw and raw.keys() <= _ENVELOPE):
+            raise PinResultError(f"a tool pin's ordered result is {text!r:.200}, not a result and what its call did")
+    # A pin written before results were kept as ordered text: its JSON is canonical, a tagged result marked 1.
+    elif not (
+        isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE
+    ):
         return ToolAnswer(raw)
     enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
     try:
@@ -248,6 +262,8 @@ def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
 # A tool's result holding pydantic-ai message content is kept as {_TAGGED: 1, "value": <tagged tree>}, in which every
 # node says what it is ({"$t": "json" | "list" | "dict" | "content" | "ToolReturn", ...}), so nothing is guessed back.
 _TAGGED = "$anagrapheus.tool_result"
+# Marks a result kept as ordered text (see `tool_result_raw`); 1 marked a tagged result kept as canonical JSON.
+_ORDERED_VERSION = 2
 _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
 
 
@@ -261,14 +277,18 @@ def _is_request_part(value: object) -> bool:
     return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
 
 
-def holds_content(value: object) -> bool:
-    """Whether `value` is, or holds in a list, tuple or dict, something pydantic-ai sends as more than JSON."""
-    if isinstance(value, (ToolReturn, ModelRequest, ModelResponse, *_CONTENT_TYPES)) or _is_request_part(value):
+def needs_tags(value: object) -> bool:
+    """Whether `value` is, or holds in a list, tuple or dict, something JSON alone would not bring back as itself.
+
+    That is what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image, a message part),
+    and a tuple (JSON has only lists).
+    """
+    if isinstance(value, (tuple, ToolReturn, ModelRequest, ModelResponse, *_CONTENT_TYPES)) or _is_request_part(value):
         return True
-    if isinstance(value, (list, tuple)):
-        return any(holds_content(item) for item in cast("list[object] | tuple[object, ...]", value))
+    if isinstance(value, list):
+        return any(needs_tags(item) for item in cast("list[object]", value))
     if isinstance(value, dict):
-        return any(holds_content(item) for item in cast("dict[object, object]", value).values())
+        return any(needs_tags(item) for item in cast("dict[object, object]", value).values())
     return False
 
 
@@ -280,17 +300,17 @@ def _tagged(tool: str, value: object) -> JSONValue:
         return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name)) for name in names}}
     if isinstance(value, _CONTENT_TYPES):
         dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
-        return {"$t": "content", "class": type(value).__name__, "v": canonical_value(dumped)}
+        return {"$t": "content", "class": type(value).__name__, "v": dumped}
     if isinstance(value, (ModelRequest, ModelResponse)):
-        return {"$t": "message", "v": canonical_value(_messages.dump_python([value], mode="json")[0])}
+        return {"$t": "message", "v": _messages.dump_python([value], mode="json")[0]}
     if _is_request_part(value):
-        return {"$t": "request_part", "v": canonical_value(_request_parts.dump_python(cast(Any, value), mode="json"))}
+        return {"$t": "request_part", "v": _request_parts.dump_python(cast(Any, value), mode="json")}
     if isinstance(value, (list, tuple)):
         items = cast("list[object] | tuple[object, ...]", value)
         return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
     if isinstance(value, dict):
         entries = cast("dict[object, object]", value)
-        if holds_content(entries):
+        if needs_tags(entries):
             return {"$t": "dict", "v": {str(name): _tagged(tool, item) for name, item in entries.items()}}
     return _json_leaf(tool, cast(object, value))
 
@@ -298,7 +318,10 @@ def _tagged(tool: str, value: object) -> JSONValue:
 def _json_leaf(tool: str, value: object) -> JSONValue:
     """A part of a tagged result that holds no message content, as its JSON."""
     try:
-        return {"$t": "json", "v": canonical_value(to_jsonable_python(value))}
+        jsonable: JSONValue = to_jsonable_python(value)
+        # Refused as canonical JSON refuses it; kept in its own key order, its floats and strings as they were.
+        canonical_value(jsonable)
+        return {"$t": "json", "v": jsonable}
     except (CanonicalError, PydanticSerializationError) as e:
         held = type(value).__qualname__
         raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e

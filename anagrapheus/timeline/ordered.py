@@ -45,8 +45,16 @@ def ordered(value: object) -> JSONValue:
 
 
 def read_ordered(raw: JSONValue) -> JSONValue:
-    """The value a pin holds: parsed from its ordered text, or, as pins before it held it, the raw value itself."""
-    if isinstance(raw, dict) and len(raw) == 1 and isinstance(text := raw.get(ORDERED_FIELD), str):
+    """The value a pin holds: parsed from its ordered text, or, as pins before it held it, the raw value itself.
+
+    A marker beside the text (a key starting with `$`, as a tool pin's `$anagrapheus.tool_result`) says how
+    the parsed value is to be read; it is left to the reader that knows it.
+    """
+    if (
+        isinstance(raw, dict)
+        and isinstance(text := raw.get(ORDERED_FIELD), str)
+        and all(name == ORDERED_FIELD or name.startswith("$") for name in raw)
+    ):
         try:
             return json.loads(text)  # pyright: ignore[reportAny]
         except ValueError as e:
