@@ -42,7 +42,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
 def run(args: argparse.Namespace) -> Outcome:
     """Export the units."""
     source = open_source(args.source, units=args.unit)
-    pins = list(pin_events(source.events))
+    kept = list(pin_events(source.events, with_inputs=True))
+    pins = [event for event in kept if event.type == "pin_promoted"]
     pinned = {unit_of(event) for event in pins}
     for unit in args.unit:
         if unit in pinned:
@@ -71,10 +72,13 @@ def run(args: argparse.Namespace) -> Outcome:
         details={"exported_from": source.path.name, "units": list(args.unit)},
     )
     try:
-        written = write_recording(args.output, pins, header=header, redact=SecretPolicy() if args.redact else None)
+        written = write_recording(args.output, kept, header=header, redact=SecretPolicy() if args.redact else None)
     except SecretInRecording as e:
         raise BadInput(f"{e}; or export with --redact", path=args.source) from e
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
-    text = f"wrote {written}: {len(pins)} pin(s) of {len(args.unit)} unit(s) from {source.path}"
-    return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins)})
+    runs = len(kept) - len(pins)
+    text = (
+        f"wrote {written}: {len(pins)} pin(s) and {runs} run(s)' inputs of {len(args.unit)} unit(s) from {source.path}"
+    )
+    return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins), "runs": runs})

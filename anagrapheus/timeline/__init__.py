@@ -11,6 +11,7 @@ from anagrapheus.timeline.events import (
     PinPromoted,
     PinsAbandoned,
     ReplayDiverged,
+    RunInputs,
     StoredEvent,
     register_builtin_events,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
+    "RunInputs",
     "SQLiteEventStore",
     "ScratchPin",
     "SecretFinding",

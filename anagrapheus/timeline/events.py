@@ -429,7 +429,26 @@ class ReplayDiverged(Event):
     """The recorded key the miss was compared with, if any."""
 
 
-BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged)
+class RunInputs(Event):
+    """What one agent run of a unit was asked: its prompt, the history it continued, its settings.
+
+    The timeline keeps it as it keeps any event and never reads `inputs`: its shape is the provider's.
+    Replay ignores it; a re-run, an exported test or an eval reads it to ask the run again.
+    """
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "run_inputs"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The unit of work the run belonged to."""
+    run_id: str
+    """The run's pinned id."""
+    inputs: JsonValue
+    """What the run was asked, as JSON shaped by the layer that recorded it."""
+
+
+BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged, RunInputs)
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
 
 
