@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ def test_inputs_past_the_bound_leave_the_history_out_then_the_prompt(tmp_path: P
     one, two, three = recorded_runs(events)
     assert one.left_out == ()
     assert (two.left_out, two.message_history, two.prompt) == (("history",), None, "And then?")
-    assert (three.left_out, three.prompt) == (("history", "prompt"), None)
+    assert (three.left_out, three.prompt) == (("prompt",), None)  # it had no history to leave out
     assert all(len(event.payload) < 2000 for event in events if event.type == "run_inputs")
     assert json.loads(events[-1].payload)["inputs"]["prompt_left_out"] == 4002
 
@@ -195,3 +196,16 @@ def test_a_recording_without_inputs_has_no_recorded_runs() -> None:
     from examples.negotiation.runs import RECORDING
 
     assert recorded_runs(read_recording(RECORDING).events) == []
+
+
+def test_the_output_type_is_named_as_the_agent_gives_it(tmp_path: Path) -> None:
+    from pydantic_ai import ToolOutput
+
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        for output_type in ([int, str], ToolOutput(int)):
+            agent = Agent(Scripted("m").model, output_type=output_type, capabilities=[Pinning(ledger)])
+            with contextlib.suppress(Exception):  # the script answers otherwise: the run fails, its inputs stay
+                agent.run_sync("Count.")
+        runs = recorded_runs(ledger.commit())
+    assert [run.output_type for run in runs] == ["int | str", "ToolOutput"]

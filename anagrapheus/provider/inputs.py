@@ -60,8 +60,6 @@ def output_json(value: object) -> JSONValue:
 
 def _type_name(spec: object) -> str | None:
     """The name of an agent's output type (or of each member of a list of them)."""
-    if spec is None:
-        return None
     if isinstance(spec, (list, tuple)):
         return " | ".join(_type_name(member) or "?" for member in cast(Sequence[object], spec))
     name = getattr(spec, "__name__", None)
@@ -84,7 +82,6 @@ class InputsRecorder:
             "format": INPUTS_FORMAT,
             "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
             "history": cast(JSONValue, ModelMessagesTypeAdapter.dump_python(list(ctx.messages), mode="json")),
-            "model_settings": None if ctx.model_settings is None else output_json(ctx.model_settings),
             "output_type": _type_name(getattr(ctx.agent, "output_type", None)),
             "agent": getattr(ctx.agent, "name", None),
             "metadata": None if ctx.metadata is None else output_json(ctx.metadata),
@@ -121,8 +118,7 @@ class InputsRecorder:
         if ledger is None or run_id is None:
             return
         inputs["instructions"] = instructions
-        if inputs["model_settings"] is None:
-            inputs["model_settings"] = settings
+        inputs["model_settings"] = settings
         if error is None:
             inputs["outcome"] = "completed"
             inputs["output"] = output_json(output)
@@ -138,6 +134,8 @@ class InputsRecorder:
             if size <= self.limit:
                 break
             value = inputs.get(dropped)
+            if not value:
+                continue  # nothing to leave out: an empty history
             inputs[dropped] = None
             inputs[f"{dropped}_left_out"] = len(canonical_json(value).encode())
         return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)

@@ -2,6 +2,7 @@
 
 from anagrapheus.testing.compare import VOLATILE_FIELDS, assert_same_run, first_difference
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
+from anagrapheus.testing.rerun import RerunOutcome, rerun
 from anagrapheus.testing.session import Mode, RecordingSession
 from anagrapheus.testing.verdict import (
     Conversation,
@@ -23,6 +24,7 @@ __all__ = [
     "InvariantStatus",
     "Mode",
     "RecordingSession",
+    "RerunOutcome",
     "Turn",
     "Verdict",
     "VerdictStatus",
@@ -30,4 +32,5 @@ __all__ = [
     "assert_same_run",
     "first_difference",
     "regress",
+    "rerun",
 ]
