@@ -37,7 +37,16 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.resolver import FailureCodec
 
-__all__ = ["WORLD_KINDS", "RerunOutcome", "RerunStatus", "WorldPinned", "rerun", "rerun_events"]
+__all__ = [
+    "WORLD_KINDS",
+    "RerunOutcome",
+    "RerunStatus",
+    "WorldPinned",
+    "ask_recorded_runs",
+    "read_events",
+    "rerun",
+    "rerun_events",
+]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -254,3 +263,31 @@ def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun
         detail = f"the output moved: recorded {canonical_json(run.output)[:200]}, now {canonical_json(output)[:200]}"
         return ends("diverged", moved=("output",), detail=detail, output=output)
     return ends("same", output=output)
+
+
+def ask_recorded_runs(
+    path: str | Path, agent: Agent[Any, Any], *, deps: Callable[[RecordedRun], object] | None = None
+) -> int:
+    """Ask each recorded run in the recording at `path` again of `agent`, under whatever pins the caller set up.
+
+    For a test marked for the pytest plugin: its session answers (and judges) every call, so a call the
+    recording lacks fails the test naming what moved. An output other than the recorded one raises
+    `AssertionError`. Returns how many runs were asked.
+    """
+    runs = [run for run in recorded_runs(read_events(path)) if not run.nested]
+    if not runs:
+        raise UsageError(
+            f"{path} holds no recorded run inputs (a recording rewritten by the pytest plugin keeps only pins):"
+            " export it again with `anagrapheus export DB --unit ID --agent MODULE:ATTR --as-test PATH`"
+        )
+    for run in runs:
+        kwargs = run.run_kwargs()
+        if deps is not None:
+            kwargs["deps"] = deps(run)
+        output = output_json(agent.run_sync(**kwargs).output)
+        if canonical_json(output) != canonical_json(run.output):
+            raise AssertionError(
+                f"run {run.run_id} of unit {run.unit_id}: the output moved:\n"
+                f"  recorded {canonical_json(run.output)[:500]}\n  now      {canonical_json(output)[:500]}"
+            )
+    return len(runs)
