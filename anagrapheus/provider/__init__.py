@@ -2,6 +2,7 @@
 
 from anagrapheus.provider.capability import PinnedToolset, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.provider.fork import Forked, ForkPins, fork_run
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
@@ -10,6 +11,8 @@ from anagrapheus.provider.tools import pinned_tool
 __all__ = [
     "CallPin",
     "CallPolicy",
+    "ForkPins",
+    "Forked",
     "PinnedModel",
     "PinnedStreamedResponse",
     "PinnedToolset",
@@ -17,6 +20,7 @@ __all__ = [
     "SemanticCallPolicy",
     "call_pin",
     "every_agent_run",
+    "fork_run",
     "pinned_tool",
     "refuse_model_requests",
 ]

@@ -13,6 +13,7 @@ from anagrapheus.timeline.events import (
     ReplayDiverged,
     RunInputs,
     StoredEvent,
+    UnitForked,
     register_builtin_events,
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
@@ -95,6 +96,7 @@ __all__ = [
     "StoredEvent",
     "StreamDraw",
     "TimelineStore",
+    "UnitForked",
     "UnitOutcome",
     "UpcastRegistry",
     "canonical_json",

@@ -448,7 +448,24 @@ class RunInputs(Event):
     """What the run was asked, as JSON shaped by the layer that recorded it."""
 
 
-BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged, RunInputs)
+class UnitForked(Event):
+    """A unit that began as a replay of another unit's first pins and went on live from there (a fork)."""
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "unit_forked"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The new unit: its first pins are the origin's, the rest were drawn live."""
+    origin_unit_id: str
+    """The unit it was forked from."""
+    replayed: int
+    """How many of its pins were answered from the origin before it went live."""
+    at: str
+    """Where the fork was asked for, as said (`after 3 pins`, `after turn 2`)."""
+
+
+BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged, RunInputs, UnitForked)
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
 
 
