@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> Outcome:
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
     runs = len(kept) - len(pins)
-    text = (
-        f"wrote {written}: {len(pins)} pin(s) and {runs} run(s)' inputs of {len(args.unit)} unit(s) from {source.path}"
-    )
+    text = f"wrote {written}: {len(pins)} pin(s) of {len(args.unit)} unit(s) from {source.path}"
+    if runs:
+        text += f", with the inputs of {runs} run(s)"
     return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins), "runs": runs})
 
 
