@@ -39,9 +39,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _pytest(test: Path) -> subprocess.CompletedProcess[str]:
+def _pytest(test: Path, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider", *options],
         cwd=test.parent,
         env=_env(),
         capture_output=True,
@@ -66,6 +66,13 @@ def test_a_production_run_exported_as_a_test_passes_and_fails_when_the_prompt_ch
     passed = _pytest(test)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "1 passed" in passed.stdout
+
+    # Recorded again through the plugin, the recording keeps the inputs the test asks again, and passes again.
+    recording = project / "recordings" / "test_incident" / "test_incident_42.jsonl"
+    rerecorded = _pytest(test, "--anagrapheus=record")
+    assert rerecorded.returncode == 0, rerecorded.stdout + rerecorded.stderr
+    assert '"type":"run_inputs"' in recording.read_text()
+    assert _pytest(test).returncode == 0
 
     # The agent's prompt changes: the test fails, naming what moved.
     test.write_text(test.read_text().replace("AGENT = _source.support", "AGENT = _source.reworded"))
@@ -134,7 +141,7 @@ def test_as_test_refuses_a_bad_module_name_and_a_unit_without_inputs(
 def test_a_recording_without_inputs_cannot_be_asked_again(tmp_path: Path) -> None:
     from examples.negotiation.runs import RECORDING
 
-    with pytest.raises(UsageError, match="export it again"):
+    with pytest.raises(UsageError, match="export the unit again"):
         ask_recorded_runs(RECORDING, rerun_agents.support)
 
 

@@ -109,8 +109,8 @@ _TEST_MODULE = '''"""{description}
 
 Written by `{command}`.
 The pytest plugin replays each recording strictly: a call it lacks fails the test naming what moved, and an
-output other than the recorded one fails it too. To refresh the recordings, run the export again (the plugin's
---anagrapheus=record keeps only pins, not the inputs the test asks again).
+output other than the recorded one fails it too. Record it again with --anagrapheus=record (the recording keeps
+its runs' inputs), or run the export again.
 """
 
 from __future__ import annotations

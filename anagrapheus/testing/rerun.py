@@ -277,8 +277,8 @@ def ask_recorded_runs(
     runs = [run for run in recorded_runs(read_events(path)) if not run.nested]
     if not runs:
         raise UsageError(
-            f"{path} holds no recorded run inputs (a recording rewritten by the pytest plugin keeps only pins):"
-            " export it again with `anagrapheus export DB --unit ID --agent MODULE:ATTR --as-test PATH`"
+            f"{path} holds no recorded run inputs: export the unit again with"
+            " `anagrapheus export DB --unit ID --agent MODULE:ATTR --as-test PATH`"
         )
     for run in runs:
         kwargs = run.run_kwargs()
