@@ -1,4 +1,4 @@
-"""The `anagrapheus` command: inspect, compare, check, export, upcast, copy, unlock and view logs; digest entropy.
+"""The `anagrapheus` command: inspect, compare, check, export, rerun, upcast, copy, unlock and view logs; digest entropy.
 
 Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
 violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from anagrapheus.cli import check, copy, diff, entropy, export, regress, show, unlock, upcast, view
+from anagrapheus.cli import check, copy, diff, entropy, export, regress, rerun, show, unlock, upcast, view
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
 
 __all__ = ["Exit", "main", "parser"]
 
 # Each command module registers its subcommand; a new command is one more module here.
-COMMANDS = (show, diff, check, export, upcast, regress, copy, unlock, view, entropy)
+COMMANDS = (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
+from pathlib import Path
+
+from pydantic_ai import Agent
 
 from anagrapheus.cli.report import BadInput, Exit, Outcome
-from anagrapheus.cli.sources import open_source, unit_of
+from anagrapheus.cli.sources import load_object, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
-from anagrapheus.timeline import RecordingHeader, SecretPolicy, pin_events, write_recording
+from anagrapheus.provider.inputs import recorded_runs
+from anagrapheus.timeline import RecordingHeader, SecretPolicy, StoredEvent, pin_events, write_recording
 
 __all__ = ["add_parser", "run"]
 
@@ -24,7 +29,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     )
     parser.add_argument("source", metavar="DB", help="an anagrapheus SQLite database (or a recording)")
     parser.add_argument("--unit", action="append", required=True, metavar="ID", help="a unit to export (repeatable)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the recording to write")
+    parser.add_argument("-o", "--output", metavar="FILE", help="the recording to write (not with --as-test)")
+    parser.add_argument(
+        "--as-test",
+        metavar="PATH",
+        help="write a pytest test module at PATH asking each recorded run again of --agent, and each unit's"
+        " recording where the pytest plugin looks for it (recordings/<module>/<test>.jsonl beside PATH)",
+    )
+    parser.add_argument("--agent", metavar="MODULE:ATTR", help="the agent the test asks (with --as-test)")
+    parser.add_argument(
+        "--deps", metavar="MODULE:ATTR", help="a function of the recorded run giving its deps (with --as-test)"
+    )
     parser.add_argument("--description", help="what run the recording holds (header)")
     parser.add_argument("--recorded-with", help="how the run was recorded (header)")
     parser.add_argument("--rerecord", help="the command that records it again (header)")
@@ -42,7 +57,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
 def run(args: argparse.Namespace) -> Outcome:
     """Export the units."""
     source = open_source(args.source, units=args.unit)
-    pins = list(pin_events(source.events))
+    kept = list(pin_events(source.events, with_inputs=True))
+    pins = [event for event in kept if event.type == "pin_promoted"]
     pinned = {unit_of(event) for event in pins}
     for unit in args.unit:
         if unit in pinned:
@@ -59,6 +75,12 @@ def run(args: argparse.Namespace) -> Outcome:
         if not equals or not role or not model_id:
             raise BadInput("expected --model ROLE=ID", path=pair)
         models[role] = model_id
+    if args.as_test is not None:
+        return as_test(args, source.path.name, kept, models)
+    if args.output is None:
+        raise BadInput(
+            "name the recording to write with -o FILE (or write a test with --as-test PATH)", path=args.source
+        )
     units = " ".join(f"--unit {shlex.quote(unit)}" for unit in args.unit)
     header = RecordingHeader(
         description=args.description or f"Unit(s) {', '.join(args.unit)} of the log {source.path.name}.",
@@ -71,10 +93,121 @@ def run(args: argparse.Namespace) -> Outcome:
         details={"exported_from": source.path.name, "units": list(args.unit)},
     )
     try:
-        written = write_recording(args.output, pins, header=header, redact=SecretPolicy() if args.redact else None)
+        written = write_recording(args.output, kept, header=header, redact=SecretPolicy() if args.redact else None)
     except SecretInRecording as e:
         raise BadInput(f"{e}; or export with --redact", path=args.source) from e
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
+    runs = len(kept) - len(pins)
     text = f"wrote {written}: {len(pins)} pin(s) of {len(args.unit)} unit(s) from {source.path}"
-    return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins)})
+    if runs:
+        text += f", with the inputs of {runs} run(s)"
+    return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins), "runs": runs})
+
+
+_TEST_MODULE = '''"""{description}
+
+Written by `{command}`.
+The pytest plugin replays each recording strictly: a call it lacks fails the test naming what moved, and an
+output other than the recorded one fails it too. Record it again with --anagrapheus=record (the recording keeps
+its runs' inputs), or run the export again.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import {module} as _source
+from anagrapheus.testing import RecordingSession
+from anagrapheus.testing.rerun import ask_recorded_runs
+
+AGENT = _source.{attribute}
+"""The agent asked again: `{agent}`."""
+{deps_line}
+'''
+
+_TEST_FUNCTION = '''
+
+@pytest.mark.anagrapheus(path="{{test_dir}}/recordings/{{module}}/{{name}}.jsonl")
+def {name}(anagrapheus: RecordingSession) -> None:
+    """Unit {unit}: its {runs} recorded run(s), asked again of the agent with the world pinned."""
+    assert ask_recorded_runs(anagrapheus.path, AGENT{deps_argument}) == {runs}
+'''
+
+
+def _spec(spec: str) -> tuple[str, str]:
+    """`MODULE:ATTR` split, after checking that it imports (so both are Python names)."""
+    load_object(spec)
+    module, _, attribute = spec.partition(":")
+    return module, attribute
+
+
+def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], models: dict[str, str]) -> Outcome:
+    """Write the test module at `--as-test` and each unit's recording where the pytest plugin looks for it."""
+    if args.agent is None:
+        raise BadInput("--as-test needs --agent MODULE:ATTR, the agent the test asks again", path=args.as_test)
+    if args.output is not None:
+        raise BadInput("--as-test writes the recordings where the plugin looks: leave out -o", path=args.output)
+    if not isinstance(load_object(args.agent), Agent):
+        raise BadInput("is not a pydantic-ai Agent", path=args.agent)
+    module, attribute = _spec(args.agent)
+    deps_module = deps_attribute = None
+    if args.deps is not None:
+        deps_module, deps_attribute = _spec(args.deps)
+    target = Path(args.as_test)
+    if target.suffix != ".py" or not target.stem.isidentifier():
+        raise BadInput("the test module must be a .py file named as a Python module (test_*.py)", path=args.as_test)
+    command = shlex.join(["anagrapheus", "export", str(args.source)] + [f"--unit={unit}" for unit in args.unit])
+    command += f" --agent {args.agent} --as-test {shlex.quote(args.as_test)}"
+    if args.deps is not None:
+        command += f" --deps {args.deps}"
+    text = _TEST_MODULE.format(
+        description=args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test.",
+        command=command,
+        module=module,
+        attribute=attribute,
+        agent=args.agent,
+        deps_line="" if deps_module is None else f"from {deps_module} import {deps_attribute} as DEPS\n",
+    )
+    written: list[str] = []
+    for unit in args.unit:
+        events = [event for event in kept if unit_of(event) == unit]
+        runs = len(recorded_runs(events))
+        if not runs:
+            raise BadInput(
+                f"unit {unit} holds no recorded run inputs: record it under Pinning(record_inputs=True)",
+                path=args.source,
+            )
+        # Only the characters the plugin keeps in a file name: the recording is then named as the test.
+        name = "test_" + re.sub(r"[^A-Za-z0-9_]", "_", unit).strip("_")
+        recording = target.parent / "recordings" / target.stem / f"{name}.jsonl"
+        header = RecordingHeader(
+            description=f"Unit {unit} of the log {log_name}: its pins and its runs' inputs.",
+            recorded_with=f"Exported from the event log {log_name}: the pins are what the application drew.",
+            rerecord=command,
+            models=models,
+            details={"exported_from": log_name, "units": [unit]},
+        )
+        _write(recording, events, header, redact=args.redact, source=args.source)
+        written.append(str(recording))
+        text += _TEST_FUNCTION.format(
+            name=name, unit=unit, runs=runs, deps_argument="" if deps_module is None else ", deps=DEPS"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise BadInput(f"cannot write the test ({e.strerror or e})", path=args.as_test) from e
+    report = f"wrote {target} and {len(written)} recording(s): {', '.join(written)}"
+    return Outcome(Exit.OK, report, {"test": str(target), "recordings": written, "units": list(args.unit)})
+
+
+def _write(path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: bool, source: str) -> None:
+    """Write one recording, refusing a secret unless asked to redact it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_recording(path, events, header=header, redact=SecretPolicy() if redact else None)
+    except SecretInRecording as e:
+        raise BadInput(f"{e}; or export with --redact", path=source) from e
+    except (OSError, AnagrapheusError) as e:
+        raise BadInput(f"cannot write the recording ({e})", path=str(path)) from e

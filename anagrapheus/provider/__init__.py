@@ -2,6 +2,7 @@
 
 from anagrapheus.provider.capability import PinnedToolset, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.provider.fork import Forked, ForkPins, fork_run
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
@@ -11,6 +12,8 @@ from anagrapheus.provider.unit_per_run import UnitPerRun, dbos_workflow_id
 __all__ = [
     "CallPin",
     "CallPolicy",
+    "ForkPins",
+    "Forked",
     "PinnedModel",
     "PinnedStreamedResponse",
     "PinnedToolset",
@@ -20,6 +23,7 @@ __all__ = [
     "call_pin",
     "dbos_workflow_id",
     "every_agent_run",
+    "fork_run",
     "pinned_tool",
     "refuse_model_requests",
 ]

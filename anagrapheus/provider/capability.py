@@ -30,6 +30,7 @@ from anagrapheus.provider.compat import (
 )
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
@@ -76,6 +77,8 @@ class Pinning(AbstractCapability[Any]):
     or tool that already pins its own calls is passed through. A request or tool call asked again in one
     run after its answer arrived reaches the world again, as it does unpinned (the repeat rule), unless
     `dedupe_repeats` says otherwise; an approved tool call is keyed apart from the unapproved one.
+    Each run's inputs (prompt, history, settings, and the deps' snapshot `record_deps` gives) and its
+    output are noted on the unit as a `RunInputs` event, unless `record_inputs=False`.
     """
 
     resolver: PinResolver
@@ -91,6 +94,8 @@ class Pinning(AbstractCapability[Any]):
     dedupe_repeats: bool | Collection[str]
     """The repeat rule's opt-out: True answers every request and tool call asked again in one run from the first
     asking's pin, as before the rule; a collection of tool names does so for those tools only."""
+    record_inputs: bool
+    """Whether each run's inputs and output are recorded as a `RunInputs` event of its unit (replay ignores it)."""
 
     def __init__(
         self,
@@ -101,8 +106,13 @@ class Pinning(AbstractCapability[Any]):
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], str] = new_uuid7,
         dedupe_repeats: bool | Collection[str] = False,
+        record_inputs: bool = True,
+        record_deps: Callable[[Any], object] | None = None,
+        inputs_limit: int = INPUTS_LIMIT,
     ) -> None:
         self.resolver = resolver
+        self.record_inputs = record_inputs
+        self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit)
         self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
         self.policy = policy
         self.tool_deps = dict(tool_deps or {})
@@ -126,11 +136,26 @@ class Pinning(AbstractCapability[Any]):
             if isinstance(self.resolver, UnitPerRun):
                 # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
                 routed = self.resolver
-                return await routed.serve(ctx, lambda: self._scoped(handler), started=self._start_clocks)
-            return await self._scoped(handler)
+                return await routed.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_clocks)
+            return await self._recorded(ctx, handler)
 
-    async def _scoped(self, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        """Run `handler` inside one replay scope (a durable engine's, or this run's own)."""
+    async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Run `handler` in its replay scope, noting the run's inputs (and its output or error) unless turned off."""
+        if not self.record_inputs:
+            return await self._scoped(handler)
+        resolver = self._clocked(ctx)
+        inputs, token = self._inputs.begin(ctx)
+        try:
+            result = await self._scoped(handler)
+        except Exception as e:
+            self._inputs.end(resolver, ctx.run_id, inputs, token, error=e)
+            raise
+        self._inputs.end(resolver, ctx.run_id, inputs, token, output=result.output)
+        return result
+
+    @staticmethod
+    async def _scoped(handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Run the handler inside a replay scope, unless a durable engine's is open already."""
         if in_replay_scope():
             # A durable engine's scope is open already: its tally counts the pinned answers too.
             return await handler()
@@ -169,6 +194,8 @@ class Pinning(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Pin the timestamps of the request about to be sent (and of any request before it not yet pinned)."""
+        if self.record_inputs:
+            self._inputs.saw_request(ctx.run_id, request_context)
         clocked = self._clocked(ctx)
         await RunClocks.of(clocked).stamp(clocked, ctx.run_id, ctx.messages, clock=self.clock)
         return request_context

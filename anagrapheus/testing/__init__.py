@@ -2,6 +2,7 @@
 
 from anagrapheus.testing.compare import PAIRED_FIELDS, VOLATILE_FIELDS, assert_same_run, comparable, first_difference
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
+from anagrapheus.testing.rerun import RerunOutcome, rerun
 from anagrapheus.testing.session import Mode, RecordingSession
 from anagrapheus.testing.verdict import (
     Conversation,
@@ -24,6 +25,7 @@ __all__ = [
     "InvariantStatus",
     "Mode",
     "RecordingSession",
+    "RerunOutcome",
     "Turn",
     "Verdict",
     "VerdictStatus",
@@ -32,4 +34,5 @@ __all__ = [
     "comparable",
     "first_difference",
     "regress",
+    "rerun",
 ]

@@ -87,6 +87,9 @@ class RecordingSession:
         self._replay: ReplayPins | None = None
         self.missing = mode == "replay" and not self.path.exists()
         """Whether replay was asked of a recording that does not exist."""
+        # A recording that holds its runs' inputs (a test exported from a production run asks them again) keeps
+        # them when it is recorded again; any other keeps its pins only, as it always has. Canonical JSON spells it so.
+        self._with_inputs = mode in ("record", "rewrite") and _holds_inputs(self.path)
         try:
             resolver = self._open(unit_id)
         except BaseException:
@@ -167,7 +170,7 @@ class RecordingSession:
         if self.mode == "live":
             self._ledger.abandon(reason="live run: nothing is recorded")
             return None
-        pins = pin_events(self._ledger.commit())
+        pins = pin_events(self._ledger.commit(), with_inputs=self._with_inputs)
         # Renumbered into a fresh log with a clock and ids seeded from the name, so that re-recording an
         # unchanged run writes the same bytes whatever else the first log held (a ReplayDiverged marker).
         seeded = SeededRun(f"anagrapheus-recording:{self.name}")
@@ -260,3 +263,11 @@ def _check_folder(path: Path, *, shown: str) -> None:
         raise _folder_error(path, f"{folder} is not a directory", shown=shown)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise _folder_error(path, f"{folder} is read-only", shown=shown)
+
+
+def _holds_inputs(path: Path) -> bool:
+    """Whether the recording at `path` holds any run's inputs (a `run_inputs` line)."""
+    try:
+        return b'"type":"run_inputs"' in path.read_bytes()
+    except OSError:
+        return False

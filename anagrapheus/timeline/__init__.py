@@ -11,7 +11,9 @@ from anagrapheus.timeline.events import (
     PinPromoted,
     PinsAbandoned,
     ReplayDiverged,
+    RunInputs,
     StoredEvent,
+    UnitForked,
     register_builtin_events,
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
@@ -84,6 +86,7 @@ __all__ = [
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
+    "RunInputs",
     "SQLiteEventStore",
     "ScratchPin",
     "SecretFinding",
@@ -93,6 +96,7 @@ __all__ = [
     "StoredEvent",
     "StreamDraw",
     "TimelineStore",
+    "UnitForked",
     "UnitOutcome",
     "UpcastRegistry",
     "canonical_json",

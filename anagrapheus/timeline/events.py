@@ -429,7 +429,43 @@ class ReplayDiverged(Event):
     """The recorded key the miss was compared with, if any."""
 
 
-BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged)
+class RunInputs(Event):
+    """What one agent run of a unit was asked: its prompt, the history it continued, its settings.
+
+    The timeline keeps it as it keeps any event and never reads `inputs`: its shape is the provider's.
+    Replay ignores it; a re-run, an exported test or an eval reads it to ask the run again.
+    """
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "run_inputs"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The unit of work the run belonged to."""
+    run_id: str
+    """The run's pinned id."""
+    inputs: JsonValue
+    """What the run was asked, as JSON shaped by the layer that recorded it."""
+
+
+class UnitForked(Event):
+    """A unit that began as a replay of another unit's first pins and went on live from there (a fork)."""
+
+    namespace: ClassVar[str] = BUILTIN_NAMESPACE
+    event_type: ClassVar[str] = "unit_forked"
+    schema_version: ClassVar[int] = 1
+
+    unit_id: str
+    """The new unit: its first pins are the origin's, the rest were drawn live."""
+    origin_unit_id: str
+    """The unit it was forked from."""
+    replayed: int
+    """How many of its pins were answered from the origin before it went live."""
+    at: str
+    """Where the fork was asked for, as said (`after 3 pins`, `after turn 2`)."""
+
+
+BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged, RunInputs, UnitForked)
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
 
 

@@ -231,6 +231,7 @@ class PinLedger:
         self._gate = _gate_for(store, self.unit_id)
         self._lock = self._gate.lock
         self._divergence: Divergence | None = None
+        self._noted: list[PendingEvent] = []
 
     @staticmethod
     def open_units(store: TimelineStore) -> list[OpenUnit]:
@@ -653,6 +654,15 @@ class PinLedger:
             if self._divergence is None:
                 self._divergence = divergence
 
+    def note_event(self, event: PendingEvent) -> None:
+        """Add an event (a run's inputs, say) to the unit's commit: appended after its pins, in the order noted.
+
+        Kept in memory only: a unit resumed after a crash commits its pins without the events noted before it.
+        """
+        with self._lock:
+            self._refuse_unless_open()
+            self._noted.append(event)
+
     @property
     def divergence(self) -> Divergence | None:
         """The divergence noted by a record-mode replay, if any."""
@@ -741,6 +751,8 @@ class PinLedger:
             # The marker goes right before the first pin the recording could not answer.
             at = next((i for i, pin in enumerate(pins) if pin.key == divergence.key), len(events))
             events.insert(at, diverged)
+        with self._lock:
+            events.extend(self._noted)
         return events
 
     def _promoted(self, pin: ScratchPin) -> PendingEvent:

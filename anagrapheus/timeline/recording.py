@@ -29,6 +29,7 @@ from anagrapheus.timeline.events import (
     EventTypeRegistry,
     PinPromoted,
     PinText,
+    RunInputs,
     StoredEvent,
     is_current_pin,
 )
@@ -127,10 +128,14 @@ class Recording:
         return found
 
 
-def pin_events(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
-    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs."""
+def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> Iterator[StoredEvent]:
+    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs.
+
+    `with_inputs=True` keeps each run's `RunInputs` too, so the recording can ask its runs again.
+    """
+    kept = (PinPromoted.event_type, RunInputs.event_type) if with_inputs else (PinPromoted.event_type,)
     for event in events:
-        if event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
+        if event.namespace == BUILTIN_NAMESPACE and event.type in kept:
             yield event
 
 

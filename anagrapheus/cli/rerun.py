@@ -1,0 +1,80 @@
+"""`anagrapheus rerun`: ask a recording's runs again of an agent, from their recorded inputs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pydantic_ai import Agent
+
+from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
+from anagrapheus.cli.sources import load_object, open_source
+from anagrapheus.errors import AnagrapheusError, UsageError
+from anagrapheus.testing.rerun import rerun_events
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
+    """Register `rerun`."""
+    parser = commands.add_parser(
+        "rerun",
+        parents=[common],
+        help="ask each recorded run of a unit again of an agent, from its recorded inputs",
+        description="Ask each recorded run of a unit (or of every unit) again of the agent MODULE:ATTR, from the"
+        " prompt and history the recording holds, strictly replayed (nothing reaches the model or the world), or"
+        " with --live-model the model drawn live and the tools and MCP servers still answered from pins. Each run"
+        " is same, diverged (what moved) or failed. Exit 0 when every run is the same, 3 when one diverged, 1 when"
+        " one failed.",
+    )
+    parser.add_argument("source", metavar="FILE_OR_DB", help="a recording or an anagrapheus SQLite database")
+    parser.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the pydantic-ai Agent to ask")
+    parser.add_argument("--unit", metavar="ID", help="the unit whose runs to ask again (default: every unit)")
+    parser.add_argument(
+        "--live-model", action="store_true", help="draw model requests live; the world is still answered from pins"
+    )
+    parser.add_argument(
+        "--deps", metavar="MODULE:ATTR", help="a function of the recorded run (its .deps snapshot) giving the deps"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """Re-run the recorded runs and report each."""
+    agent = load_object(args.agent)
+    if not isinstance(agent, Agent):
+        raise BadInput(f"is not a pydantic-ai Agent: {type(agent).__qualname__}", path=args.agent)
+    deps: object = None
+    if args.deps is not None:
+        deps = load_object(args.deps)
+        if not callable(deps):
+            raise BadInput("is not a function of the recorded run", path=args.deps)
+    source = open_source(args.source, units=[args.unit] if args.unit else ())
+    try:
+        outcomes = rerun_events(
+            source.events,
+            agent,  # pyright: ignore[reportUnknownArgumentType]
+            unit=args.unit,
+            live_model=args.live_model,
+            deps=deps,  # pyright: ignore[reportArgumentType]
+        )
+    except UsageError as e:
+        raise BadInput(str(e), path=args.source) from e
+    except AnagrapheusError as e:
+        raise bad_input(e, path=args.source) from e
+    statuses = {outcome.status for outcome in outcomes}
+    code = Exit.FAILED if "failed" in statuses else Exit.DIVERGED if "diverged" in statuses else Exit.OK
+    how = "with the model live" if args.live_model else "strictly replayed"
+    lines = [f"rerun {args.source} against {args.agent}, {how}: {len(outcomes)} run(s)"]
+    lines += [f"  {outcome.describe()}" for outcome in outcomes]
+    runs: list[dict[str, Any]] = [
+        {
+            "unit": outcome.unit_id,
+            "run_id": outcome.run_id,
+            "status": outcome.status,
+            "moved": list(outcome.moved),
+            "detail": outcome.detail,
+        }
+        for outcome in outcomes
+    ]
+    return Outcome(code, "\n".join(lines), {"source": args.source, "agent": args.agent, "runs": runs})

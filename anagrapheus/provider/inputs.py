@@ -1,0 +1,223 @@
+"""What an agent run was asked, recorded as a `RunInputs` event of its unit, and read back to ask it again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from pydantic import TypeAdapter
+from pydantic_ai import RunContext
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserContent
+from pydantic_ai.models import ModelRequestContext
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from anagrapheus.errors import CorruptEvent
+from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    EventTypeRegistry,
+    PendingEvent,
+    RunInputs,
+    StoredEvent,
+)
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.replay import ReplayPins
+from anagrapheus.timeline.resolver import PinResolver
+
+__all__ = ["INPUTS_FORMAT", "INPUTS_LIMIT", "InputsRecorder", "RecordedRun", "output_json", "recorded_runs"]
+
+INPUTS_FORMAT = 1
+"""The version of the `inputs` shape this module writes and reads."""
+
+INPUTS_LIMIT = 256 * 1024
+"""The default bound on one run's recorded inputs, in bytes of canonical JSON: past it the history is left out."""
+
+_PROMPT = TypeAdapter[str | Sequence[UserContent]](str | Sequence[UserContent])
+_REGISTRY = EventTypeRegistry()
+
+# Set while a run recorded by an `InputsRecorder` is under way: a run started inside it (by a tool) is nested.
+_OUTER_RUN: ContextVar[str | None] = ContextVar("anagrapheus_outer_run", default=None)
+
+
+def ledger_of(resolver: PinResolver) -> PinLedger | None:
+    """The unit of work a resolver draws into: the ledger itself, or a record-mode replay's; None for strict replay."""
+    if isinstance(resolver, PinLedger):
+        return resolver
+    if isinstance(resolver, ReplayPins):
+        return resolver.into
+    return None
+
+
+def output_json(value: object) -> JSONValue:
+    """A value as JSON, or its repr when it has none (it is recorded to be read, not rebuilt)."""
+    try:
+        return cast(JSONValue, to_jsonable_python(value))
+    except (PydanticSerializationError, TypeError, ValueError):
+        return {"unserialisable": repr(value)[:200]}
+
+
+def _type_name(spec: object) -> str | None:
+    """The name of an agent's output type (or of each member of a list of them)."""
+    if isinstance(spec, (list, tuple)):
+        return " | ".join(_type_name(member) or "?" for member in cast(Sequence[object], spec))
+    name = getattr(spec, "__name__", None)
+    return name if isinstance(name, str) else type(spec).__name__
+
+
+@dataclass
+class InputsRecorder:
+    """Records each run's inputs and outcome for `Pinning`, as one `RunInputs` event noted on the run's ledger."""
+
+    deps: Callable[[Any], object] | None = None
+    """The part of the run's deps to snapshot as JSON (the user's opt-in); None records no deps."""
+    limit: int = INPUTS_LIMIT
+    """The bound on one run's inputs in bytes; past it the message history, then the prompt, is left out."""
+    _first: dict[str, tuple[str | None, JSONValue]] = field(default_factory=dict[str, tuple[str | None, JSONValue]])
+
+    def begin(self, ctx: RunContext[Any]) -> tuple[dict[str, JSONValue], object]:
+        """What the run was asked, read before it starts (the history is copied: the run appends to it)."""
+        inputs: dict[str, JSONValue] = {
+            "format": INPUTS_FORMAT,
+            "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
+            "history": cast(JSONValue, ModelMessagesTypeAdapter.dump_python(list(ctx.messages), mode="json")),
+            "output_type": _type_name(getattr(ctx.agent, "output_type", None)),
+            "agent": getattr(ctx.agent, "name", None),
+            "metadata": None if ctx.metadata is None else output_json(ctx.metadata),
+            "deps": None if self.deps is None else output_json(self.deps(ctx.deps)),
+            "nested": _OUTER_RUN.get() is not None,
+        }
+        return inputs, _OUTER_RUN.set(ctx.run_id or "")
+
+    def saw_request(self, run_id: str | None, request_context: ModelRequestContext) -> None:
+        """Keep the instructions and model settings the run's first model request was sent with."""
+        if run_id is None or run_id in self._first:
+            return
+        last = request_context.messages[-1] if request_context.messages else None
+        settings = request_context.model_settings
+        self._first[run_id] = (
+            last.instructions if isinstance(last, ModelRequest) else None,
+            None if settings is None else output_json(settings),
+        )
+
+    def end(
+        self,
+        resolver: PinResolver,
+        run_id: str | None,
+        inputs: dict[str, JSONValue],
+        token: object,
+        *,
+        output: object = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Note the run's inputs and how it ended on its unit's ledger (nothing under strict replay)."""
+        _OUTER_RUN.reset(token)  # pyright: ignore[reportArgumentType]
+        instructions, settings = self._first.pop(run_id or "", (None, None))
+        ledger = ledger_of(resolver)
+        if ledger is None or run_id is None:
+            return
+        inputs["instructions"] = instructions
+        inputs["model_settings"] = settings
+        if error is None:
+            inputs["outcome"] = "completed"
+            inputs["output"] = output_json(output)
+        else:
+            inputs["outcome"] = "failed"
+            inputs["error"] = f"{type(error).__name__}: {error}"[:1000]
+        ledger.note_event(self._event(ledger.unit_id, run_id, inputs))
+
+    def _event(self, unit_id: str, run_id: str, inputs: dict[str, JSONValue]) -> PendingEvent:
+        """The `RunInputs` event, its inputs bounded: the history goes first, then the prompt."""
+        for dropped in ("history", "prompt"):
+            size = len(canonical_json(inputs).encode())
+            if size <= self.limit:
+                break
+            value = inputs.get(dropped)
+            if not value:
+                continue  # nothing to leave out: an empty history
+            inputs[dropped] = None
+            inputs[f"{dropped}_left_out"] = len(canonical_json(value).encode())
+        return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """One recorded run's inputs and outcome, rebuilt as pydantic-ai values to ask the run again."""
+
+    unit_id: str
+    """The unit of work the run belonged to."""
+    run_id: str
+    """The run's recorded id."""
+    prompt: str | Sequence[UserContent] | None
+    """The user prompt, text or multimodal parts."""
+    message_history: list[ModelMessage] | None
+    """The history the run continued, None when it started afresh."""
+    model_settings: dict[str, Any] | None
+    """The model settings the run's first request was sent with (the run's merged with the agent's)."""
+    instructions: str | None
+    """The instructions the run's first model request was sent with, as rendered."""
+    output_type: str | None
+    """The name of the agent's output type."""
+    deps: JSONValue
+    """The snapshot of the deps the user opted into, if any."""
+    output: JSONValue
+    """The run's output as JSON, when it completed."""
+    outcome: str
+    """`completed` or `failed`."""
+    error: str | None
+    """What the run failed with."""
+    nested: bool
+    """Whether the run was started inside another run of the unit (by a delegating tool)."""
+    left_out: tuple[str, ...] = ()
+    """Inputs left out of the recording for size (`history`, `prompt`): the run cannot be asked again as it was."""
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """The arguments of `agent.run(...)` that ask the run again (deps are the caller's to give)."""
+        kwargs: dict[str, Any] = {"user_prompt": self.prompt}
+        if self.message_history:
+            kwargs["message_history"] = self.message_history
+        return kwargs
+
+
+def _run_of(event: RunInputs, *, seq: int) -> RecordedRun:
+    inputs = event.inputs
+    if not isinstance(inputs, dict) or inputs.get("format") != INPUTS_FORMAT:
+        raise CorruptEvent(
+            f"run_inputs of run {event.run_id} is not in format {INPUTS_FORMAT}: written by a newer anagrapheus?",
+            seq=seq,
+        )
+    prompt = inputs.get("prompt")
+    history = inputs.get("history")
+    settings = inputs.get("model_settings")
+    instructions = inputs.get("instructions")
+    output_type = inputs.get("output_type")
+    error = inputs.get("error")
+    return RecordedRun(
+        unit_id=event.unit_id,
+        run_id=event.run_id,
+        prompt=None if prompt is None else _PROMPT.validate_python(prompt),
+        message_history=ModelMessagesTypeAdapter.validate_python(history) if history else None,
+        model_settings=cast(dict[str, Any], settings) if isinstance(settings, dict) else None,
+        instructions=instructions if isinstance(instructions, str) else None,
+        output_type=output_type if isinstance(output_type, str) else None,
+        deps=inputs.get("deps"),
+        output=inputs.get("output"),
+        outcome=str(inputs.get("outcome", "completed")),
+        error=error if isinstance(error, str) else None,
+        nested=inputs.get("nested") is True,
+        left_out=tuple(name for name in ("history", "prompt") if f"{name}_left_out" in inputs),
+    )
+
+
+def recorded_runs(events: Iterable[StoredEvent], *, unit_id: str | None = None) -> list[RecordedRun]:
+    """The runs whose inputs a log or recording holds (a unit's, or all), in the order they ended."""
+    runs: list[RecordedRun] = []
+    for stored in events:
+        if stored.namespace != BUILTIN_NAMESPACE or stored.type != RunInputs.event_type:
+            continue
+        event = _REGISTRY.decode(stored)
+        assert isinstance(event, RunInputs)
+        if unit_id is None or event.unit_id == unit_id:
+            runs.append(_run_of(event, seq=stored.seq))
+    return runs

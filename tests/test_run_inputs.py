@@ -1,0 +1,211 @@
+"""Each run under Pinning records what it was asked (a `run_inputs` event of its unit); replay ignores it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, ImageUrl, RunContext
+
+from anagrapheus import Pinning
+from anagrapheus.cli import main
+from anagrapheus.errors import CorruptEvent, UnitClosed
+from anagrapheus.provider.inputs import recorded_runs
+from anagrapheus.testing import assert_same_run
+from anagrapheus.timeline import (
+    EventTypeRegistry,
+    PinLedger,
+    ReplayPins,
+    RunInputs,
+    SQLiteEventStore,
+    read_recording,
+)
+from anagrapheus.timeline.events import PendingEvent
+from tests.conftest import Scripted
+
+
+def _agent(model: Any, pinning: Pinning) -> Agent[str, str]:
+    agent = Agent(model, deps_type=str, instructions="Answer in one line.", capabilities=[pinning])
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        """Read the weather in a city."""
+        return f"sunny in {city}"
+
+    return agent
+
+
+def test_a_run_records_its_prompt_history_settings_deps_and_output(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="support-1")
+        agent = _agent(Scripted("m").model, Pinning(ledger, record_deps=lambda deps: {"customer": deps}))
+        first = agent.run_sync(["Where?", ImageUrl("https://example.com/map.png")], deps="ann")
+        second = agent.run_sync(
+            "And tomorrow?", message_history=first.all_messages(), deps="ann", model_settings={"temperature": 0.5}
+        )
+        events = ledger.commit()
+
+    # The inputs follow the unit's pins, one event per run, in the order the runs ended.
+    assert [event.type for event in events][-2:] == ["run_inputs", "run_inputs"]
+    assert all(event.type == "pin_promoted" for event in events[:-2])
+    one, two = recorded_runs(events)
+    assert one.prompt == ["Where?", ImageUrl("https://example.com/map.png")]
+    assert one.message_history is None
+    assert one.deps == {"customer": "ann"}
+    assert one.output == first.output
+    assert one.outcome == "completed"
+    assert one.instructions == "Answer in one line."
+    assert one.output_type == "str"
+    assert not one.nested
+    assert two.prompt == "And tomorrow?"
+    assert two.message_history == first.all_messages()
+    assert two.model_settings == {"temperature": 0.5}
+    assert two.run_kwargs() == {"user_prompt": "And tomorrow?", "message_history": first.all_messages()}
+    assert (one.run_id, two.run_id) == (first.run_id, second.run_id)
+    assert recorded_runs(events, unit_id="another") == []
+
+    # Replay ignores the inputs: the runs replay strictly, byte for byte.
+    replay = ReplayPins.from_events(events, EventTypeRegistry())
+    again = _agent(Scripted("m").model, Pinning(replay))
+    replayed = again.run_sync(["Where?", ImageUrl("https://example.com/map.png")], deps="ann")
+    assert_same_run(first, replayed)
+
+
+def test_the_off_switch_records_no_inputs_and_strict_replay_notes_none(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        _agent(Scripted("m").model, Pinning(ledger, record_inputs=False)).run_sync("Where?", deps="ann")
+        events = ledger.commit()
+    assert {event.type for event in events} == {"pin_promoted"}
+
+    replay = ReplayPins.from_events(events, EventTypeRegistry())
+    _agent(Scripted("m").model, Pinning(replay)).run_sync("Where?", deps="ann")  # nothing to note it on: no error
+
+
+def test_a_record_mode_replay_notes_the_inputs_on_its_ledger(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="again")
+        replay = ReplayPins.from_events((), EventTypeRegistry(), on_miss="record", into=ledger)
+        _agent(Scripted("m").model, Pinning(replay)).run_sync("Where?", deps="ann")
+        (run,) = recorded_runs(ledger.commit())
+    assert (run.unit_id, run.prompt) == ("again", "Where?")
+
+
+def test_a_failed_run_records_its_inputs_and_the_failure(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        agent = Agent(Scripted("m").model, capabilities=[Pinning(ledger)])
+
+        @agent.tool_plain
+        def weather(city: str) -> str:
+            """Read the weather in a city."""
+            raise RuntimeError("the station is down")
+
+        with pytest.raises(RuntimeError):
+            agent.run_sync("Where?")
+        (run,) = recorded_runs(ledger.commit())
+    assert run.outcome == "failed"
+    assert run.error == "RuntimeError: the station is down"
+    assert run.output is None
+
+
+def test_a_run_started_by_a_tool_is_marked_nested(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        pinning = Pinning(ledger)
+        inner = Agent(Scripted("inner", text="Inner.").model, capabilities=[pinning])
+        outer = Agent(Scripted("outer").model, capabilities=[pinning])
+
+        @outer.tool
+        async def ask_inner(ctx: RunContext[object], city: str) -> str:
+            """Ask another agent."""
+            return (await inner.run(f"About {city}", usage=ctx.usage)).output
+
+        outer.run_sync("Where?")
+        runs = recorded_runs(ledger.commit())
+    assert [(run.prompt, run.nested) for run in runs] == [("About Paris", True), ("Where?", False)]
+
+
+def test_inputs_past_the_bound_leave_the_history_out_then_the_prompt(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        agent = _agent(Scripted("m").model, Pinning(ledger, inputs_limit=1500))
+        first = agent.run_sync("Where?", deps="ann")
+        agent.run_sync("And then?", message_history=first.all_messages(), deps="ann")
+        agent.run_sync("x" * 4000, deps="ann")
+        events = ledger.commit()
+    one, two, three = recorded_runs(events)
+    assert one.left_out == ()
+    assert (two.left_out, two.message_history, two.prompt) == (("history",), None, "And then?")
+    assert (three.left_out, three.prompt) == (("prompt",), None)  # it had no history to leave out
+    assert all(len(event.payload) < 2000 for event in events if event.type == "run_inputs")
+    assert json.loads(events[-1].payload)["inputs"]["prompt_left_out"] == 4002
+
+
+def test_deps_and_settings_that_are_not_json_are_recorded_as_their_repr(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        _agent(Scripted("m").model, Pinning(ledger, record_deps=lambda deps: object())).run_sync("Where?", deps="a")
+        (run,) = recorded_runs(ledger.commit())
+    assert isinstance(run.deps, dict) and "unserialisable" in run.deps
+
+
+def test_an_event_noted_on_a_closed_unit_is_refused(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        ledger.commit()
+        event = PendingEvent(namespace="anagrapheus", type="run_inputs", schema_version=1, payload="{}")
+        with pytest.raises(UnitClosed):
+            ledger.note_event(event)
+
+
+def test_inputs_of_an_unknown_format_are_refused(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        ledger.note_event(EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={"format": 99})))
+        events = ledger.commit()
+    with pytest.raises(CorruptEvent, match="not in format 1"):
+        recorded_runs(events)
+
+
+def test_export_keeps_the_inputs_and_refuses_a_secret_in_a_prompt(tmp_path: Path) -> None:
+    database = tmp_path / "prod.db"
+    with SQLiteEventStore(database) as store:
+        for unit, prompt in (("clean", "Where?"), ("leaky", "My key is sk-ant-api03-" + "a" * 90)):
+            ledger = PinLedger(store, EventTypeRegistry(), unit_id=unit)
+            _agent(Scripted("m").model, Pinning(ledger)).run_sync(prompt, deps="ann")
+            ledger.commit()
+
+    out = tmp_path / "clean.jsonl"
+    assert main(["export", str(database), "--unit", "clean", "-o", str(out)]) == 0
+    (run,) = recorded_runs(read_recording(out).events)
+    assert run.prompt == "Where?"
+
+    leaky = tmp_path / "leaky.jsonl"
+    assert main(["export", str(database), "--unit", "leaky", "-o", str(leaky)]) == 2
+    assert not leaky.exists()
+    assert main(["export", str(database), "--unit", "leaky", "-o", str(leaky), "--redact"]) == 0
+    (redacted,) = recorded_runs(read_recording(leaky).events)
+    assert isinstance(redacted.prompt, str) and "sk-ant" not in redacted.prompt
+
+
+def test_a_recording_without_inputs_has_no_recorded_runs() -> None:
+    from examples.negotiation.runs import RECORDING
+
+    assert recorded_runs(read_recording(RECORDING).events) == []
+
+
+def test_the_output_type_is_named_as_the_agent_gives_it(tmp_path: Path) -> None:
+    from pydantic_ai import ToolOutput
+
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        for output_type in ([int, str], ToolOutput(int)):
+            agent = Agent(Scripted("m").model, output_type=output_type, capabilities=[Pinning(ledger)])
+            with contextlib.suppress(Exception):  # the script answers otherwise: the run fails, its inputs stay
+                agent.run_sync("Count.")
+        runs = recorded_runs(ledger.commit())
+    assert [run.output_type for run in runs] == ["int | str", "ToolOutput"]
