@@ -1,4 +1,4 @@
-"""The `anagrapheus` command: inspect, compare, check, export, rerun, upcast, copy, unlock and view logs; digest entropy.
+"""The `anagrapheus` command: inspect, compare, check, export, rerun, upcast, copy, unlock, view logs; digest entropy.
 
 Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
 violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
