@@ -73,7 +73,9 @@ def test_each_run_pins_into_the_unit_it_names_and_commits_as_it_ends(
     for unit in ("unit-a", "unit-b"):
         assert PinLedger(store, types, unit_id=unit).state == "committed"
         kinds = [e.type for e in unit_events(store, unit)]
-        assert kinds and set(kinds) == {PinPromoted.event_type}
+        # Its pins, and what its one run was asked (the run's inputs, recorded under Pinning).
+        assert kinds and set(kinds) == {PinPromoted.event_type, "run_inputs"}
+        assert kinds.count("run_inputs") == 1
     # Each unit holds its own run's draws: two model requests and two tool calls apiece.
     assert scripted.calls == 4 and sorted(harbour.calls) == ["tide", "tide", "weather", "weather"]
 
