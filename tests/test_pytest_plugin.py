@@ -643,5 +643,6 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])
-    pytester.runpytest(*shown[1][-1].split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
+    rerecord = next(line for line in shown[1] if "re-record: " in line)
+    pytester.runpytest(*rerecord.split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
     pytester.runpytest().assert_outcomes(passed=1)
