@@ -394,3 +394,20 @@ def test_the_request_run_stream_appends_after_the_run_gets_pinned_times(
     assert isinstance(last, ModelRequest) and [type(p) for p in last.parts] == [ToolReturnPart]
     assert _seeded(_stamps(live)), _stamps(live)
     assert ModelMessagesTypeAdapter.dump_json(replayed) == ModelMessagesTypeAdapter.dump_json(live)
+
+
+def test_a_resolver_collected_while_clocks_are_looked_up_does_not_deadlock() -> None:
+    # The collector may run a dead resolver's finalizer (`_forget`) at any allocation, on the thread that holds
+    # the clocks' guard inside `RunClocks.of`: seen as a hang of the whole run before the guard was reentrant.
+    import threading
+
+    from anagrapheus.provider import run_clock
+
+    def looked_up_then_collected() -> None:
+        with run_clock._guard:  # pyright: ignore[reportPrivateUsage]
+            run_clock._forget(0, lambda: None)  # pyright: ignore[reportPrivateUsage]
+
+    worker = threading.Thread(target=looked_up_then_collected, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "a finalizer run under the clocks' guard waited for the guard itself"

@@ -223,7 +223,9 @@ def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list
     return slots
 
 
-_guard = threading.Lock()
+# Reentrant: a resolver collected while `of` holds it runs `_forget` on the same thread (the collector can run at
+# any allocation), which would otherwise wait for itself for ever.
+_guard = threading.RLock()
 # By the resolver's identity (a resolver need not be hashable): a resolver is one unit of work (a ledger) or one
 # replay, and its runs are numbered for as long as it lives, across every Pinning over it (one per agent, say).
 _by_resolver: dict[int, tuple[Callable[[], object], RunClocks]] = {}
