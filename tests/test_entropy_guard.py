@@ -25,6 +25,7 @@ def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
         monkeypatch.delenv(name, raising=False)
 
+
 MANIFEST = """
 [clock]
 frozen_at = 2026-01-01T00:00:00Z

@@ -13,6 +13,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from anagrapheus.provider.tools import tool_result_from_raw
 from anagrapheus.testing import RecordingSession
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore, pin_key
 from tests.test_pytest_plugin import PYPROJECT
@@ -127,7 +128,11 @@ def test_an_agents_parallel_tool_calls_are_recorded_in_the_order_the_model_asked
             session.close()
         written.append(path.read_bytes())
     assert written[0] == written[1]
-    tools = [json.loads(line)["payload"]["raw"] for line in written[0].splitlines() if b'"kind":"tool_call"' in line]
+    tools = [
+        tool_result_from_raw(json.loads(line)["payload"]["raw"])
+        for line in written[0].splitlines()
+        if b'"kind":"tool_call"' in line
+    ]
     assert tools == [f"rain in {city}" for city in CITIES]
 
 
@@ -189,5 +194,9 @@ def test_re_recording_under_xdist_writes_the_same_bytes(
     assert len(written[0]) == 4
     assert written[0] == written[1]
     for recording in written[0].values():
-        tools = [json.loads(line)["payload"]["raw"] for line in recording.splitlines() if b'"kind":"tool_call"' in line]
+        tools = [
+            tool_result_from_raw(json.loads(line)["payload"]["raw"])
+            for line in recording.splitlines()
+            if b'"kind":"tool_call"' in line
+        ]
         assert tools == ["rain in Paris", "rain in Lyon", "rain in Oslo"]
