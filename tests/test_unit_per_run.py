@@ -10,7 +10,7 @@ import pytest
 from pydantic_ai import Agent, RunContext
 
 from anagrapheus import Pinning
-from anagrapheus.errors import UnitClosed, UsageError
+from anagrapheus.errors import PinMiss, UnitClosed, UsageError
 from anagrapheus.provider import UnitPerRun
 from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
@@ -189,3 +189,25 @@ def test_dbos_workflow_id_outside_a_workflow_says_so() -> None:
 
     with pytest.raises(UsageError, match="not inside a DBOS workflow"):
         dbos_workflow_id(None)  # type: ignore[arg-type]
+
+
+def test_a_run_of_a_unit_committed_before_is_answered_from_its_log(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # A workflow killed after its unit committed but before the engine saw it finish is run again on recovery:
+    # it must repeat nothing (seen once under load as UnitClosed, the recovered workflow failing).
+    scripted, harbour = Scripted("m"), Harbour()
+    first = harbour.agent(scripted.model, Pinning(UnitPerRun(store, types, unit_of=by_deps))).run_sync(
+        "Where?", deps="a"
+    )
+    reached = (scripted.calls, list(harbour.calls))
+    events = len(list(store.read()))
+
+    recovered = harbour.agent(scripted.model, Pinning(UnitPerRun(store, types, unit_of=by_deps)))
+    again = recovered.run_sync("Where?", deps="a")
+
+    assert again.output == first.output
+    assert (scripted.calls, harbour.calls) == reached
+    assert len(list(store.read())) == events  # nothing committed twice
+    with pytest.raises(PinMiss):
+        recovered.run_sync("Where else?", deps="a")

@@ -23,6 +23,7 @@ from anagrapheus.errors import UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.store import TimelineStore
 
@@ -72,9 +73,10 @@ def dbos_workflow_id(ctx: RunContext[Any]) -> str:
 
 @dataclass
 class _Unit:
-    """One unit in use: its ledger, the runs in flight in it, and whether one of them failed for good."""
+    """One unit in use: what answers its runs, the runs in flight in it, and whether one of them failed for good."""
 
-    ledger: PinLedger
+    ledger: PinLedger | ReplayPins
+    """The unit's ledger; a strict replay of its log when the unit was committed before this run started."""
     runs: int = 0
     failure: str | None = None
 
@@ -87,7 +89,9 @@ class UnitPerRun:
     committed when the last run in flight in it ends, or abandoned when one of them failed for good
     (`abandons(error)`; by default any `Exception`). A run that is interrupted leaves its unit open,
     and a later run with the same unit id (a recovered workflow) answers the finished calls from it.
-    A unit is closed once: a run after its unit was committed is refused with `UnitClosed`.
+    A run whose unit was committed already (a workflow killed after its unit committed but before the
+    engine saw it finish, then recovered) is answered from that unit's log, strictly: it repeats nothing,
+    and a call the committed unit does not hold raises `PinMiss`. A unit abandoned is refused (`UnitClosed`).
     """
 
     def __init__(
@@ -109,20 +113,30 @@ class UnitPerRun:
         self._units: dict[str, _Unit] = {}
         self._lock = threading.Lock()
 
-    def ledger_for(self, ctx: RunContext[Any]) -> PinLedger:
-        """The ledger of `ctx`'s unit: the one in use if a run is in flight in it, else a new one."""
+    def ledger_for(self, ctx: RunContext[Any]) -> PinLedger | ReplayPins:
+        """What answers `ctx`'s unit: the one in use if a run is in flight in it, else a new one."""
         unit_id = self._unit_id(ctx)
         with self._lock:
             unit = self._units.get(unit_id)
-            return unit.ledger if unit is not None else PinLedger(self.store, self.registry, unit_id=unit_id)
+        return unit.ledger if unit is not None else self._answering(unit_id)
 
-    def begin(self, ctx: RunContext[Any]) -> PinLedger:
-        """Count a run in flight in its unit (called by `Pinning` as the run starts); return the unit's ledger."""
+    def _answering(self, unit_id: str) -> PinLedger | ReplayPins:
+        """The unit's ledger, or a strict replay of its log if it was committed already."""
+        ledger = PinLedger(self.store, self.registry, unit_id=unit_id)
+        if ledger.state != "committed":
+            return ledger
+        return ReplayPins.from_store(self.store, self.registry, unit_id=unit_id)
+
+    def begin(self, ctx: RunContext[Any]) -> PinLedger | ReplayPins:
+        """Count a run in flight in its unit (called by `Pinning` as the run starts); return what answers it."""
         unit_id = self._unit_id(ctx)
+        with self._lock:
+            unit = self._units.get(unit_id)
+        answering = unit.ledger if unit is not None else self._answering(unit_id)
         with self._lock:
             unit = self._units.get(unit_id)
             if unit is None:
-                unit = self._units[unit_id] = _Unit(PinLedger(self.store, self.registry, unit_id=unit_id))
+                unit = self._units[unit_id] = _Unit(answering)
             unit.runs += 1
             return unit.ledger
 
@@ -131,7 +145,7 @@ class UnitPerRun:
         ctx: RunContext[Any],
         run: Callable[[], Awaitable[R]],
         *,
-        started: Callable[[PinLedger, RunContext[Any]], object],
+        started: Callable[[PinLedger | ReplayPins, RunContext[Any]], object],
     ) -> R:
         """Run `run` as a run in `ctx`'s unit: its draws go there, and the unit closes as the last run in it ends."""
         ledger = self.begin(ctx)
@@ -156,6 +170,8 @@ class UnitPerRun:
             if unit.runs:
                 return
             del self._units[unit_id]
+        if isinstance(unit.ledger, ReplayPins):
+            return  # answered from a unit committed before: nothing to close
         if unit.failure is not None:
             await unit.ledger.aabandon(reason=f"the run failed for good ({unit.failure})")
         elif error is None:
@@ -168,7 +184,7 @@ class UnitPerRun:
             raise UsageError(f"UnitPerRun: unit_of returned {unit_id!r}, not a unit id (a non-empty string)")
         return unit_id
 
-    def _ledger(self) -> PinLedger:
+    def _ledger(self) -> PinLedger | ReplayPins:
         """The ledger of the run drawing now."""
         ctx = _RUN.get()
         if ctx is None:
