@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -256,6 +257,19 @@ def test_parts_and_failures_render_by_kind(tmp_path: Path) -> None:
     assert "&quot;bare&quot;" in page
     assert '<span class="label">file</span>' in page
     assert "p1:model_call:aaaaaaaaaaaa\u2026" in page
+
+
+def test_a_closed_fingerprint_is_data_for_the_page_and_redacted() -> None:
+    from anagrapheus.cli.page import PinView, UnitView, render_page
+
+    fingerprint = {"messages[0]": "ab" * 8, "=messages[0]": f"use {FAKE_KEY}", "tool": "cd" * 8}
+    pin = PinView("u", 1, "tool_call", "p1:tool_call:e", 1, False, {"ok": True}, fingerprint, "f:2")
+    page = render_page(title="t", header=None, units=[UnitView("u", pins=[pin])])
+    (data,) = re.findall(r'data-fp="([^"]*)"', page)
+    rows = json.loads(html.unescape(data))
+    assert [row[0] for row in rows] == ["messages[0]", "tool"]
+    assert rows[1] == ["tool", "cd" * 8, None]
+    assert FAKE_KEY not in page and "[redacted:" in rows[0][2]
 
 
 def test_a_miss_with_added_removed_and_half_kept_fields() -> None:

@@ -69,6 +69,12 @@ def test_the_conversation_reads_and_keys_move_between_pins(browser: Any, tmp_pat
     assert page.evaluate("document.activeElement.id") == "pin-eu-uk-talks-round-1-1"
     page.keyboard.press("u")
     assert page.evaluate("document.activeElement.id") == "pin-eu-uk-talks-round-2-1"
+    # What was asked is laid out when a reader opens it.
+    first = page.locator("details.fp").first
+    assert first.locator("table").count() == 0
+    first.locator("summary").click()
+    assert first.locator("tr").count() == 3  # a header and the entity id's two fields
+    assert first.locator("td").first.text_content() == "entity"
     page.screenshot(path=str(tmp_path / "negotiation.png"))
     assert (tmp_path / "negotiation.png").stat().st_size > 10_000
 

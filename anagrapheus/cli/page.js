@@ -13,4 +13,15 @@
     else if(e.key==='u'){var c=pins[Math.max(i,0)];var n=units[units.indexOf(c?c.closest('section.unit'):null)+1];
       if(n){go(n.querySelector('.pin')||n);}}
   });
+  // What was asked, laid out when first opened: a large page keeps its fingerprints as data until then.
+  document.addEventListener('toggle',function(e){
+    var d=e.target;if(!d.matches||!d.matches('details.fp[data-fp]')||d.querySelector('table'))return;
+    var t=document.createElement('table');var h=t.insertRow();
+    ['field','digest','value (kept with keep_values)'].forEach(function(x){var th=document.createElement('th');th.textContent=x;h.appendChild(th);});
+    JSON.parse(d.getAttribute('data-fp')).forEach(function(f){var r=t.insertRow();
+      r.insertCell().textContent=f[0];var c=document.createElement('code');c.textContent=f[1];r.insertCell().appendChild(c);
+      var v=r.insertCell();if(f[2]===null){v.className='dim';v.textContent='not kept';}
+      else{var k=document.createElement('code');k.textContent=f[2];v.appendChild(k);}});
+    d.appendChild(t);
+  },true);
 })();

@@ -86,6 +86,9 @@ class _Writer:
     def text(self, value: str) -> str:
         return escape(self._redactor.redact_text(value))
 
+    def redacted(self, value: str) -> str:
+        return self._redactor.redact_text(value)
+
     def json(self, value: JSONValue) -> str:
         shown = self._redactor.redact(value)
         return escape(json.dumps(shown, indent=2, ensure_ascii=False))
@@ -146,20 +149,30 @@ def _failure(w: _Writer, raw: JSONValue) -> str:
 
 
 def _fingerprint(w: _Writer, fingerprint: Mapping[str, str] | None, moved: Iterable[str], *, open_: bool) -> str:
+    """What was asked, field by field: a table when shown open, else its rows as data the page's script lays out.
+
+    A large recording's fingerprints are most of its page; kept as one attribute until a reader opens them,
+    they cost the browser a string, not thousands of table rows.
+    """
     if not fingerprint:
         return ""
+    fields = [
+        (name, digest, fingerprint.get(VALUE_PREFIX + name))
+        for name, digest in fingerprint.items()
+        if not name.startswith(VALUE_PREFIX)
+    ]
+    summary = f"<summary>what was asked: {len(fields)} field(s)</summary>"
+    if not open_:
+        data = [[name, digest, w.redacted(value) if value is not None else None] for name, digest, value in fields]
+        return f'<details class="fp" data-fp="{escape(json.dumps(data, ensure_ascii=False))}">{summary}</details>'
     marked = {m.lstrip("+-") for m in moved}
     rows: list[str] = []
-    for name, digest in fingerprint.items():
-        if name.startswith(VALUE_PREFIX):
-            continue
-        value = fingerprint.get(VALUE_PREFIX + name)
+    for name, digest, value in fields:
         shown = f"<code>{w.text(value)}</code>" if value is not None else '<span class="dim">not kept</span>'
         css = ' class="moved"' if name in marked else ""
         rows.append(f"<tr{css}><td>{w.text(name)}</td><td><code>{w.text(digest)}</code></td><td>{shown}</td></tr>")
-    state = " open" if open_ else ""
     return (
-        f'<details class="fp"{state}><summary>what was asked: {len(rows)} field(s)</summary>'
+        f'<details class="fp" open>{summary}'
         f"<table><tr><th>field</th><th>digest</th><th>value (kept with keep_values)</th></tr>{''.join(rows)}</table>"
         "</details>"
     )
