@@ -110,8 +110,8 @@ def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(
     # Unguarded, under the same hash seed, the test passes: every source answered as it did when recorded.
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
-    # Guarded, under another hash seed: one failure, the set's order as the recording's divergence (the prompt
-    # moved), and the clock, the fixture and the socket each with its file and line.
+    # Guarded, under another hash seed: one failure, the recording's divergence (the set's order moved the
+    # prompt), and the set's order, the clock, the fixture and the socket each with its file and line.
     monkeypatch.setenv("PYTHONHASHSEED", hash_seeds[1])
     result = pytester.runpytest_subprocess("--anagrapheus-guard")
     result.assert_outcomes(failed=1)
@@ -120,7 +120,8 @@ def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(
             "*test_sample.py::test_order left its recording",
             "*missed:    a model_call after * hit(s)",
             "*moved:     messages[[]0]",
-            "*test_sample.py::test_order touched 3 undeclared source(s) of nondeterminism:",
+            "*test_sample.py::test_order touched 4 undeclared source(s) of nondeterminism:",
+            "*order      list() of a set  at test_sample.py:25 (in test_order)",
             "*clock      datetime.now()  at test_sample.py:22 (in test_order)",
             "*read       fixtures/orders.json  at test_sample.py:23 (in test_order)",
             "*network    connect ('127.0.0.1', 9)  at test_sample.py:15 (in ping)",
@@ -128,7 +129,7 @@ def test_the_sample_fails_once_listing_each_undeclared_source_with_its_line(
         ]
     )
     # The agent's own clock, ids and the recording it reads are pydantic-ai's and anagrapheus's: not the test's.
-    assert result.stdout.str().count("at test_sample.py") == 3
+    assert result.stdout.str().count("at test_sample.py") == 4
 
 
 def test_declared_and_sorted_the_sample_passes_under_two_hash_seeds(

@@ -68,7 +68,7 @@ class Violation:
     """One undeclared touch: its kind, what it touched, and the line of user code that did it."""
 
     kind: str
-    """`clock`, `random`, `network`, `subprocess` or `read`."""
+    """`clock`, `random`, `network`, `subprocess`, `read` or `order` (an order taken from a set)."""
     target: str
     """What was touched: `datetime.now()`, a socket address, a command, a file."""
     where: str
@@ -96,7 +96,11 @@ class Guard:
 
     def report(self, kind: str, target: str, frame: types.FrameType | None) -> None:
         """Record a violation once per kind, target and line."""
-        violation = Violation(kind, target, where(frame))
+        self.report_at(kind, target, where(frame))
+
+    def report_at(self, kind: str, target: str, at: str) -> None:
+        """Record a violation found at `at` (`path:line (in function)`), once per kind, target and line."""
+        violation = Violation(kind, target, at)
         key = (violation.kind, violation.target, violation.where)
         with self._lock:
             if key not in self._seen:

@@ -15,6 +15,7 @@ import pytest
 from anagrapheus.errors import ManifestError
 from anagrapheus.testing.entropy.guard import guarded
 from anagrapheus.testing.entropy.manifest import EntropyManifest, load_manifest, test_seed
+from anagrapheus.testing.entropy.set_order import set_orders
 
 __all__ = ["GUARD_INI", "GUARD_MARKER", "GUARD_OPTION"]
 
@@ -107,6 +108,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     allowed = [str(funcargs[name]) for name in ("tmp_path", "tmpdir") if name in funcargs]
     seed = _seed(item) if manifest.seed is not None else None
     with guarded(manifest, seed=seed, allowed_dirs=allowed) as guard:
+        # What the test's source shows before it runs: the places it takes an order from a set.
+        if isinstance(item, pytest.Function):
+            for found in set_orders(item.obj):
+                guard.report_at("order", found.what, found.where)
         try:
             outcome = yield
         except BaseException:
