@@ -132,11 +132,12 @@ def dataset_from_recording(path: str | Path, *, unit: str | None = None, name: s
         evals: Any = importlib.import_module("pydantic_evals")
     except ImportError as e:
         raise UsageError(
-            "dataset_from_recording needs pydantic-evals (pip install pydantic-evals); recorded_cases and"
-            " pinned_task work with any evaluation framework"
+            "dataset_from_recording needs pydantic-evals: its newest release pins an older pydantic-ai, so install"
+            " it beside with `pip install -e '.[evals]' && pip install --no-deps pydantic-evals==2.62.0`;"
+            " recorded_cases and pinned_task work with any evaluation framework"
         ) from e
-    cases: list[Any] = [  # pragma: no cover - pydantic-evals pins pydantic-ai-slim 2.62, below this project's floor
+    cases: list[Any] = [
         evals.Case(name=case.name, inputs=case.inputs, expected_output=case.expected_output)
         for case in recorded_cases(path, unit=unit)
     ]
-    return evals.Dataset(name=name or Path(path).stem, cases=cases)  # pragma: no cover - as above
+    return evals.Dataset(name=name or Path(path).stem, cases=cases)

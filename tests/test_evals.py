@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,8 +66,9 @@ def test_a_pin_the_recording_lacks_is_reported_per_case(production: Path) -> Non
     assert "instructions[0]" in moved.value.divergence.moved
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pydantic_evals") is not None, reason="pydantic-evals is installed")
-def test_a_dataset_needs_pydantic_evals(production: Path) -> None:
+def test_a_dataset_needs_pydantic_evals(production: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As where it is not installed (None in sys.modules makes its import fail), whether or not it is here.
+    monkeypatch.setitem(sys.modules, "pydantic_evals", None)
     with pytest.raises(UsageError, match="needs pydantic-evals"):
         dataset_from_recording(production)
 
