@@ -193,9 +193,12 @@ def test_export_keeps_the_inputs_and_refuses_a_secret_in_a_prompt(tmp_path: Path
 
 
 def test_a_recording_without_inputs_has_no_recorded_runs() -> None:
+    # The negotiation as committed before run inputs were recorded; as committed now, it has one per run.
     from examples.negotiation.runs import RECORDING
 
-    assert recorded_runs(read_recording(RECORDING).events) == []
+    before_inputs = Path(__file__).parent / "data" / "negotiation-before-inputs.jsonl"
+    assert recorded_runs(read_recording(before_inputs).events) == []
+    assert len(recorded_runs(read_recording(RECORDING).events)) == 8
 
 
 def test_the_output_type_is_named_as_the_agent_gives_it(tmp_path: Path) -> None:

@@ -85,6 +85,38 @@ def _write_view(recording: Path, report: ReplayReport, page: Path) -> None:
     print(f"Wrote {_shown(page)}: open it in a browser (j/k move between pins, d jumps to the divergence)")
 
 
+def _evals(path: Path) -> int:
+    """Score the two candidate pairs over the recording's runs, with pydantic-evals, the world pinned."""
+    from examples.negotiation.evals import evaluate
+
+    try:
+        scored = evaluate(path)
+    except AnagrapheusError as e:
+        print(f"cannot evaluate: {e}", file=sys.stderr)
+        return 2
+    print(f"Scoring two candidate negotiators on {_shown(path)}: one case per recorded run, the world pinned.")
+    for name, result in scored.items():
+        passed = ", ".join(f"{evaluator} {share:.0%}" for evaluator, share in result.passed.items())
+        failures = len(result.report.failures)
+        print(f"  {name:<12} {len(result.report.cases)} case(s) scored, {failures} failed to run: {passed}")
+    return 0
+
+
+def _fork(path: Path) -> int:
+    """Fork the UK's turn of round 2 onto the hard-line model and show where it left the recording."""
+    from examples.negotiation.evals import fork_round_two
+
+    try:
+        forked = fork_round_two(path)
+    except AnagrapheusError as e:
+        print(f"cannot fork: {e}", file=sys.stderr)
+        return 1
+    print(f"Forked unit {forked.origin} after the UK's first answer, onto scripted-uk-hardliner:")
+    print(f"  new unit {forked.unit_id}: {forked.replayed} pin(s) answered from the recording, then live")
+    print(f"  UK: {forked.result.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m examples.negotiation",
@@ -101,6 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         "--regress",
         action="store_true",
         help="judge three candidate negotiators against the recording: passed, failed, diverged",
+    )
+    mode.add_argument(
+        "--evals",
+        action="store_true",
+        help="score two candidate negotiators with pydantic-evals on the pinned world (installed beside)",
+    )
+    mode.add_argument(
+        "--fork",
+        action="store_true",
+        help="replay the UK's turn of round 2 to its first answer, then go on live on another model, into a new unit",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of a scripted recording's world and ids")
     parser.add_argument(
@@ -159,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             print(verdict.describe())
             print(f"(exit {verdict.exit_code})")
         return 0
+    if args.evals:
+        return _evals(path)
+    if args.fork:
+        return _fork(path)
     how = "with the UK's round-3 prompt reworded" if args.diverge else "strictly"
     print(f"Replaying {_shown(path)} {how}, into a fresh database: no model, no network.")
     try:

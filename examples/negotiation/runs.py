@@ -164,7 +164,7 @@ async def record_negotiation(
                 rounds = await negotiate(sitting, models, world, on_round=on_round)
             else:
                 rounds = await negotiate(sitting, models, world, new_id=new_id, clock=clock, on_round=on_round)
-            write_recording(path, pin_events(store.read()), header=header)
+            write_recording(path, pin_events(store.read(), with_inputs=True), header=header)
     return rounds
 
 

@@ -251,9 +251,8 @@ async def negotiate(
                 )
                 for party in (EU, UK)
             }
-            # No run inputs: their events would draw ids from the seeded stream and renumber the log, so the
-            # committed recording could not be recorded again byte for byte.
-            pinning = Pinning(resolver, clock=clock, new_id=new_id, record_inputs=False)
+            # Each run's inputs are recorded too, so the recording can be asked again: evals, reruns, forks.
+            pinning = Pinning(resolver, clock=clock, new_id=new_id)
             eu = await _agent(EU, models[EU.code], world, pinning).run(eu_prompt(round_no, topic, concluded))
             speaking = UK
             uk_asked = uk_prompt(round_no, topic, concluded, eu.output, variant=diverge)
