@@ -70,11 +70,8 @@ def _uninstall() -> None:
     out too, so ours stays, passing every run through unchanged while no scope is open.
     """
     global _replaced
-    if _replaced is None:
-        return
-    original, ours = _replaced
-    if Agent.__dict__.get("iter") is ours:
-        setattr(Agent, "iter", original)  # noqa: B010
+    if _replaced is not None and Agent.__dict__.get("iter") is _replaced[1]:
+        setattr(Agent, "iter", _replaced[0])  # noqa: B010
         _replaced = None
 
 
