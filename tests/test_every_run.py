@@ -82,9 +82,11 @@ def test_scopes_opened_one_after_another_wrap_agent_runs_once(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     # The pytest plugin opens a scope per test: a wrapper per scope would nest thousands deep in a long session.
+    # Each scope puts pydantic-ai's own `Agent.iter` back as it closes, so the next one wraps it, not its wrapper.
     ledger = PinLedger(store, types)
-    with every_agent_run(Pinning(ledger)):
-        wrapped = Agent.iter
-    with every_agent_run(Pinning(ledger)):
-        assert Agent.iter is wrapped
-    assert Agent.iter is wrapped
+    original = Agent.iter
+    for _ in range(2):
+        with every_agent_run(Pinning(ledger)):
+            assert Agent.iter is not original
+            assert getattr(Agent.iter, "__wrapped__", None) is original
+        assert Agent.iter is original

@@ -111,6 +111,8 @@ class Pinning(AbstractCapability[Any]):
         inputs_limit: int = INPUTS_LIMIT,
     ) -> None:
         self.resolver = resolver
+        # A resolver that picks its unit per run (provider's own `UnitPerRun`) is served around each run; asked once.
+        self._per_run = resolver if isinstance(resolver, UnitPerRun) else None
         self.record_inputs = record_inputs
         self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit)
         self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
@@ -133,10 +135,9 @@ class Pinning(AbstractCapability[Any]):
         """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
         # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
         with answers_untraced():
-            if isinstance(self.resolver, UnitPerRun):
+            if self._per_run is not None:
                 # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
-                routed = self.resolver
-                return await routed.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_clocks)
+                return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_clocks)
             return await self._recorded(ctx, handler)
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
@@ -164,7 +165,7 @@ class Pinning(AbstractCapability[Any]):
 
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver."""
-        if isinstance(self.resolver, UnitPerRun):
+        if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
         # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
@@ -177,7 +178,7 @@ class Pinning(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> Pinning:
         """Number the run among the runs through the resolver; the same capability serves it."""
-        if not isinstance(self.resolver, UnitPerRun):
+        if self._per_run is None:
             # A run through UnitPerRun is numbered in its unit, once `wrap_run` picked it.
             self._start_clocks(self.resolver, ctx)
         return self
@@ -188,7 +189,7 @@ class Pinning(AbstractCapability[Any]):
 
     def _clocked(self, ctx: RunContext[Any]) -> PinResolver:
         """The resolver the run's ids and times are positions in: the run's unit's ledger under UnitPerRun."""
-        return self.resolver.ledger_for(ctx) if isinstance(self.resolver, UnitPerRun) else self.resolver
+        return self.resolver if self._per_run is None else self._per_run.ledger_for(ctx)
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext

@@ -16,8 +16,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, draws_live
 
 __all__ = ["TOOLSET_INSTRUCTIONS", "TOOLSET_TOOLS", "PinnedDiscovery"]
 
@@ -56,7 +55,7 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
 
     async def __aenter__(self) -> PinnedDiscovery[AgentDepsT]:
         """Enter the wrapped toolset (start its server) only where calls may be drawn: never under replay."""
-        live = not isinstance(self.resolver, ReplayPins)
+        live = draws_live(self.resolver)
         if live:
             await self.wrapped.__aenter__()
         self._entered.append(live)

@@ -6,6 +6,7 @@ inside application code (or at import time) that a test never sees. Every run, t
 `run_sync`, `run_stream`, `run_stream_events`, and wrapper agents), enters through `Agent.iter`,
 whose `capabilities=` argument is the documented way to add capabilities to one run. The scope
 below passes its capability through that argument; it never touches models or provider SDKs.
+`Agent.iter` is replaced only while a scope is open (process-wide state, owned by the scope).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ _guard = threading.Lock()
 # Process-wide rather than a ContextVar: application code may run its agents in worker threads or
 # on a loop it starts itself, and those runs belong to the scope just as much.
 _active: AbstractCapability[Any] | None = None
-_installed = False
+# `Agent.iter` replaced while a scope is open: (pydantic-ai's own, ours in its place). Put back as the scope
+# closes, so a process that no longer scopes its runs has pydantic-ai's `Agent.iter` again.
+_replaced: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
 
 def _holds(agent: Agent[Any, Any], capability: AbstractCapability[Any]) -> bool:
@@ -38,8 +41,9 @@ def _holds(agent: Agent[Any, Any], capability: AbstractCapability[Any]) -> bool:
 
 
 def _install() -> None:
-    global _installed
-    if _installed:
+    """Put the scope's `Agent.iter` in place (once: a second scope finds it there); the caller holds `_guard`."""
+    global _replaced
+    if _replaced is not None:
         return
     original: Callable[..., Any] = Agent.iter
 
@@ -56,14 +60,27 @@ def _install() -> None:
         return original(self, *args, capabilities=given or capabilities, **kwargs)
 
     setattr(Agent, "iter", iter_with_scope)  # noqa: B010 (a plain assignment to a method trips pyright)
-    _installed = True
+    _replaced = (original, iter_with_scope)
+
+
+def _uninstall() -> None:
+    """Put pydantic-ai's `Agent.iter` back; the caller holds `_guard`.
+
+    Unless another library replaced it after us (it wraps ours): taking ours out would take its wrapper
+    out too, so ours stays, passing every run through unchanged while no scope is open.
+    """
+    global _replaced
+    if _replaced is not None and Agent.__dict__.get("iter") is _replaced[1]:
+        setattr(Agent, "iter", _replaced[0])  # noqa: B010
+        _replaced = None
 
 
 @contextmanager
 def every_agent_run(capability: AbstractCapability[Any]) -> Generator[None]:
     """While open, every agent run in this process carries `capability` as one of its run capabilities.
 
-    Scopes do not nest: one capability at a time answers for every run.
+    Scopes do not nest: one capability at a time answers for every run. `Agent.iter` is replaced while
+    the scope is open, and put back as it closes.
     """
     global _active
     with _guard:
@@ -76,6 +93,7 @@ def every_agent_run(capability: AbstractCapability[Any]) -> Generator[None]:
     finally:
         with _guard:
             _active = None
+            _uninstall()
 
 
 @contextmanager

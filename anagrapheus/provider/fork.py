@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.models import Model
@@ -16,19 +15,16 @@ from anagrapheus.provider.every_run import every_agent_run
 from anagrapheus.provider.inputs import RecordedRun, recorded_runs
 from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_POSITIONS
-from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent, UnitForked
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import FailureCodec, PinResolver, StreamDraw
+from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
 
 __all__ = ["ForkPins", "Forked", "fork_run"]
 
-T = TypeVar("T")
-S = TypeVar("S")
 
-
-class ForkPins:
+class ForkPins(DelegatingResolver):
     """Answers from a recorded unit until the fork point, then draws everything live into `into` (a new unit).
 
     Every pin answered before the fork is taken into the new unit, so its first pins are the origin's.
@@ -81,7 +77,7 @@ class ForkPins:
         """The fork point as said."""
         return f"after {self._after_pins} pin(s)" if self._after_turns is None else f"after turn {self._after_turns}"
 
-    def _pick(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
         by_pins = self._after_pins is not None and self.replayed >= self._after_pins
         by_turns = kind == MODEL_CALL and self._after_turns is not None and self._turns >= self._after_turns
         if by_pins or by_turns:
@@ -97,61 +93,6 @@ class ForkPins:
                 key = self._turn_keys[self._turns]
             self._turns += 1
         return self._pins, key
-
-    def resolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` from the origin before the fork point, live after it."""
-        resolver, key = self._pick(key, kind)
-        return resolver.resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    async def aresolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], Awaitable[object]],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` from the origin before the fork point, live after it."""
-        resolver, key = self._pick(key, kind)
-        return await resolver.aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    def resolve_stream(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve a streamed `key` from the origin before the fork point, live after it."""
-        resolver, key = self._pick(key, kind)
-        return resolver.resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        )
 
 
 def _position_keys(origin: str, *, runs: int, turns: int) -> dict[str, str]:

@@ -22,9 +22,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
 )
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, draws_into, note_event, unit_of
 
 __all__ = ["INPUTS_FORMAT", "INPUTS_LIMIT", "InputsRecorder", "RecordedRun", "output_json", "recorded_runs"]
 
@@ -39,15 +37,6 @@ _REGISTRY = EventTypeRegistry()
 
 # Set while a run recorded by an `InputsRecorder` is under way: a run started inside it (by a tool) is nested.
 _OUTER_RUN: ContextVar[str | None] = ContextVar("anagrapheus_outer_run", default=None)
-
-
-def ledger_of(resolver: PinResolver) -> PinLedger | None:
-    """The unit of work a resolver draws into: the ledger itself, or a record-mode replay's; None for strict replay."""
-    if isinstance(resolver, PinLedger):
-        return resolver
-    if isinstance(resolver, ReplayPins):
-        return resolver.into
-    return None
 
 
 def output_json(value: object) -> JSONValue:
@@ -114,8 +103,9 @@ class InputsRecorder:
         """Note the run's inputs and how it ended on its unit's ledger (nothing under strict replay)."""
         _OUTER_RUN.reset(token)  # pyright: ignore[reportArgumentType]
         instructions, settings = self._first.pop(run_id or "", (None, None))
-        ledger = ledger_of(resolver)
-        if ledger is None or run_id is None:
+        ledger = draws_into(resolver)
+        unit = None if ledger is None else unit_of(ledger)
+        if ledger is None or unit is None or run_id is None:
             return
         inputs["instructions"] = instructions
         inputs["model_settings"] = settings
@@ -125,7 +115,7 @@ class InputsRecorder:
         else:
             inputs["outcome"] = "failed"
             inputs["error"] = f"{type(error).__name__}: {error}"[:1000]
-        ledger.note_event(self._event(ledger.unit_id, run_id, inputs))
+        note_event(ledger, self._event(unit, run_id, inputs))
 
     def _event(self, unit_id: str, run_id: str, inputs: dict[str, JSONValue]) -> PendingEvent:
         """The `RunInputs` event, its inputs bounded: the history goes first, then the prompt."""

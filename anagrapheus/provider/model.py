@@ -31,8 +31,7 @@ from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, draws_live
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import Batch, BatchRequest, BatchResult, EncodedBatchRequest
@@ -205,7 +204,7 @@ class PinnedModel(WrapperModel):
         that answers would carry them. `Pinning` pins those times; one `PinnedModel` around the whole
         `FallbackModel` pins the response with its attempts. Without either, the run stops here, loudly.
         """
-        if not isinstance(self.resolver, ReplayPins):
+        if draws_live(self.resolver):
             return
         run = get_current_run_context()
         fallback = getattr(run, "model", None)

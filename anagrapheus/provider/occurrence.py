@@ -22,15 +22,16 @@ from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 
 from anagrapheus.timeline.canonical import pin_key
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, asked
 
 __all__ = ["Asking", "ask"]
 
 _lock = threading.Lock()
 # Per run: the run's usage object (one per run unless a caller passes its own, and gone with the run) holds, per
 # run id and key, the highest occurrence whose answer has arrived. Held by the object's id (a usage is unhashable) and
-# dropped when it is collected, before its id can be reused, so a finished run leaves nothing behind.
+# dropped when it is collected, before its id can be reused, so a finished run leaves nothing behind. Process-wide
+# because the askings of one run come through every `Pinning`, `PinnedModel` and `pinned_tool` it reaches, and a
+# run's usage is the one object they all see; nothing to tear down.
 _arrived: dict[int, dict[tuple[str | None, str], int]] = {}
 
 
@@ -88,6 +89,6 @@ def ask(
             weakref.finalize(usage, _arrived.pop, id(usage), None)
         occurrence = counts.get((run.run_id, key), 0) + 1
     own = occurrence_key(key, kind=kind, occurrence=occurrence)
-    if own != key and isinstance(resolver, ReplayPins) and own not in resolver and resolver.asked(key) >= occurrence:
+    if own != key and not asked(resolver, own) and asked(resolver, key) >= occurrence:
         own = key
     return Asking(own, key, occurrence, counts, run.run_id)

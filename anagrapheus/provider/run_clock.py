@@ -28,9 +28,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, answering_position, unit_of
 
 __all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks"]
 
@@ -74,7 +72,7 @@ class RunClocks:
             found = _by_resolver.get(id(resolver))
             if found is not None and found[0]() is resolver:
                 return found[1]
-            clocks = cls(_unit_of(resolver))
+            clocks = cls(unit_of(resolver))
             try:
                 reference = weakref.ref(resolver)
                 weakref.finalize(resolver, _forget, id(resolver), reference)
@@ -90,7 +88,7 @@ class RunClocks:
             position = self.runs
             self.runs += 1
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
-        answering = _answering(resolver, self.unit, key)
+        answering = answering_position(resolver, key)
         if answering is None:
             run_id = _run_id(new_id())
         else:
@@ -155,7 +153,7 @@ class RunClocks:
         async def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
-        answering = _answering(resolver, self.unit, key)
+        answering = answering_position(resolver, key)
         if answering is None:
             times = _times(canonical_value(await stamped()))
         else:
@@ -228,6 +226,11 @@ def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list
 _guard = threading.RLock()
 # By the resolver's identity (a resolver need not be hashable): a resolver is one unit of work (a ledger) or one
 # replay, and its runs are numbered for as long as it lives, across every Pinning over it (one per agent, say).
+# Process-wide rather than owned by a `Pinning`: the numbering belongs to the resolver, not to a capability.
+# Several capabilities over one ledger number one sequence of runs (an agent per turn, a capability per test), and
+# `PinnedModel` and `pinned_tool` read the same clocks without any capability; pydantic-ai gives a capability no
+# end of life to hand its clocks back at either. Nor can it live on the resolver: a resolver is any object with
+# the protocol's methods. Nothing to tear down: an entry goes with its resolver (`weakref.finalize`).
 _by_resolver: dict[int, tuple[Callable[[], object], RunClocks]] = {}
 
 
@@ -244,32 +247,6 @@ def _forget(key: int, reference: Callable[[], object]) -> None:
         found = _by_resolver.get(key)
         if found is not None and found[0] is reference:
             del _by_resolver[key]
-
-
-def _unit_of(resolver: PinResolver) -> str | None:
-    """The unit a resolver's runs are positions in; None for a strict replay of several units (left unanswered)."""
-    if isinstance(resolver, PinLedger):
-        return resolver.unit_id
-    if isinstance(resolver, ReplayPins):
-        if resolver.into is not None:
-            # Recording anew: the runs are the new unit's, which a later strict replay of it will ask for.
-            return resolver.into.unit_id
-        units = resolver.units
-        return units[0] if len(units) == 1 else None
-    return None
-
-
-def _answering(resolver: PinResolver, unit: str | None, key: str) -> PinResolver | None:
-    """Who answers a position's pin: the resolver; under replay the recording where it holds the pin.
-
-    Where it does not, the replay draws it fresh: into its ledger under `on_miss="record"`, unpinned under
-    strict replay or when the replay spans several units and cannot tell whose position it is (None).
-    """
-    if not isinstance(resolver, ReplayPins):
-        return resolver
-    if unit is None:
-        return None
-    return resolver if key in resolver else resolver.into
 
 
 def _run_id(raw: object) -> str:

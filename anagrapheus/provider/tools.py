@@ -36,8 +36,7 @@ from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, answered_within
 
 __all__ = [
     "TOOL_CALL",
@@ -484,8 +483,7 @@ def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolve
     if drawn:
         # The drawn call enqueued its messages and started its runs itself.
         return
-    if isinstance(resolver, ReplayPins):
-        resolver.answered_within(answer.within)
+    answered_within(resolver, answer.within)
     if answer.runs:
         clocks = RunClocks.of(resolver)
         with clocks.lock:

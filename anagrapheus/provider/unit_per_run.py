@@ -11,8 +11,8 @@ available while the run is in flight, and closes the unit when the run ends.
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import Awaitable, Callable, Generator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -20,18 +20,15 @@ from typing import Any, TypeVar
 from pydantic_ai import RunContext
 
 from anagrapheus.errors import UsageError
-from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
+from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
 from anagrapheus.timeline.store import TimelineStore
 
 __all__ = ["UnitPerRun", "dbos_workflow_id", "fails_for_good"]
 
-T = TypeVar("T")
 R = TypeVar("R")
-S = TypeVar("S")
 
 # The run a `Pinning` is serving in this context: set around the run by `Pinning.wrap_run`, inherited by every
 # task and worker thread the run starts, so a draw anywhere in the run knows whose it is.
@@ -75,13 +72,15 @@ def dbos_workflow_id(ctx: RunContext[Any]) -> str:
 class _Unit:
     """One unit in use: what answers its runs, the runs in flight in it, and whether one of them failed for good."""
 
-    ledger: PinLedger | ReplayPins
+    answering: PinLedger | ReplayPins
     """The unit's ledger; a strict replay of its log when the unit was committed before this run started."""
+    ledger: PinLedger | None
+    """The ledger closed as the unit's last run ends; None for a unit committed before (nothing to close)."""
     runs: int = 0
     failure: str | None = None
 
 
-class UnitPerRun:
+class UnitPerRun(DelegatingResolver):
     """A resolver delegating each draw to the `PinLedger` of the drawing run's unit, named by `unit_of(ctx)`.
 
     `Agent(model, capabilities=[Pinning(UnitPerRun(store, registry, unit_of=dbos_workflow_id))])`
@@ -118,27 +117,27 @@ class UnitPerRun:
         unit_id = self._unit_id(ctx)
         with self._lock:
             unit = self._units.get(unit_id)
-        return unit.ledger if unit is not None else self._answering(unit_id)
+        return (unit if unit is not None else self._opened(unit_id)).answering
 
-    def _answering(self, unit_id: str) -> PinLedger | ReplayPins:
-        """The unit's ledger, or a strict replay of its log if it was committed already."""
+    def _opened(self, unit_id: str) -> _Unit:
+        """The unit answered by its ledger, or by a strict replay of its log if it was committed already."""
         ledger = PinLedger(self.store, self.registry, unit_id=unit_id)
         if ledger.state != "committed":
-            return ledger
-        return ReplayPins.from_store(self.store, self.registry, unit_id=unit_id)
+            return _Unit(ledger, ledger)
+        return _Unit(ReplayPins.from_store(self.store, self.registry, unit_id=unit_id), None)
 
     def begin(self, ctx: RunContext[Any]) -> PinLedger | ReplayPins:
         """Count a run in flight in its unit (called by `Pinning` as the run starts); return what answers it."""
         unit_id = self._unit_id(ctx)
         with self._lock:
             unit = self._units.get(unit_id)
-        answering = unit.ledger if unit is not None else self._answering(unit_id)
+        opened = unit if unit is not None else self._opened(unit_id)
         with self._lock:
             unit = self._units.get(unit_id)
             if unit is None:
-                unit = self._units[unit_id] = _Unit(answering)
+                unit = self._units[unit_id] = opened
             unit.runs += 1
-            return unit.ledger
+            return unit.answering
 
     async def serve(
         self,
@@ -170,7 +169,7 @@ class UnitPerRun:
             if unit.runs:
                 return
             del self._units[unit_id]
-        if isinstance(unit.ledger, ReplayPins):
+        if unit.ledger is None:
             return  # answered from a unit committed before: nothing to close
         if unit.failure is not None:
             await unit.ledger.aabandon(reason=f"the run failed for good ({unit.failure})")
@@ -184,64 +183,12 @@ class UnitPerRun:
             raise UsageError(f"UnitPerRun: unit_of returned {unit_id!r}, not a unit id (a non-empty string)")
         return unit_id
 
-    def _ledger(self) -> PinLedger | ReplayPins:
-        """The ledger of the run drawing now."""
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        """The ledger of the run drawing now, asked for `key` as it is."""
         ctx = _RUN.get()
         if ctx is None:
             raise UsageError(
                 "UnitPerRun answers only inside an agent run under Pinning (it picks the unit from the run);"
                 " give it to Pinning, or draw through a PinLedger"
             )
-        return self.ledger_for(ctx)
-
-    def resolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` in the drawing run's unit with a synchronous effect."""
-        return self._ledger().resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    async def aresolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], Awaitable[object]],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` in the drawing run's unit with an asynchronous effect."""
-        return await self._ledger().aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    def resolve_stream(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve `key` in the drawing run's unit with a streaming effect."""
-        return self._ledger().resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        )
+        return self.ledger_for(ctx), key

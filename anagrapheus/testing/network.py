@@ -14,6 +14,8 @@ from anagrapheus.errors import RemoteConnectionRefused, UsageError
 __all__ = ["loopback_only"]
 
 _guard = threading.Lock()
+# Process-wide because sockets are: a client connects from whatever thread or loop it runs on, so the check sits
+# on the `socket.socket` class. Owned by the `loopback_only` scope, which puts the class's methods back as it closes.
 _open = False
 _LOOPBACK_NAMES = frozenset(("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"))
 

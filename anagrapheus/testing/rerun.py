@@ -8,11 +8,11 @@ Each run ends `same` (no miss, the recorded output), `diverged` (what moved) or 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, ExitStack
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic_ai import Agent
 
@@ -31,11 +31,10 @@ from anagrapheus.timeline import (
     ReplayPins,
     SQLiteEventStore,
     StoredEvent,
-    StreamDraw,
     canonical_json,
     read_recording,
 )
-from anagrapheus.timeline.resolver import FailureCodec
+from anagrapheus.timeline.resolver import DelegatingResolver
 
 __all__ = [
     "WORLD_KINDS",
@@ -47,9 +46,6 @@ __all__ = [
     "rerun",
     "rerun_events",
 ]
-
-T = TypeVar("T")
-S = TypeVar("S")
 
 RerunStatus = Literal["same", "diverged", "failed"]
 """How a re-run run ended against its recording."""
@@ -87,7 +83,7 @@ class RerunOutcome:
         return head if not self.detail else f"{head}: {self.detail}"
 
 
-class WorldPinned:
+class WorldPinned(DelegatingResolver):
     """A resolver that answers the world's calls only from pins and draws whatever else the recording lacks live.
 
     A model request the recording has answers from its pin; one it lacks (a changed prompt, a live model's
@@ -103,60 +99,9 @@ class WorldPinned:
         self.world_kinds = world_kinds
         """The kinds answered only from pins."""
 
-    def _pick(self, key: str, kind: str) -> PinResolver:
-        return self.pins if key in self.pins or kind in self.world_kinds else self.live
-
-    def resolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` from its pin, or live when it is not the world's."""
-        return self._pick(key, kind).resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    async def aresolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], Awaitable[object]],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` from its pin, or live when it is not the world's."""
-        return await self._pick(key, kind).aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    def resolve_stream(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve a streamed `key` from its pin, or live when it is not the world's."""
-        return self._pick(key, kind).resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        )
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        """The recording's pins for a key they hold or a kind of the world's; `live` for the rest."""
+        return (self.pins if key in self.pins or kind in self.world_kinds else self.live), key
 
 
 def read_events(path: str | Path) -> list[StoredEvent]:

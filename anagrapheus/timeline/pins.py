@@ -144,6 +144,9 @@ class _UnitGate:
         self.asked: dict[str, int] = {}
 
 
+# Process-wide because a unit is: two ledgers over one unit through one store (a retried run, a resumed workflow,
+# a resolver per agent) must share one gate, or both would draw one key and each write it. Nothing to tear down:
+# held weakly, a gate goes with the last ledger holding it.
 _GATES: weakref.WeakValueDictionary[tuple[int, str], _UnitGate] = weakref.WeakValueDictionary()
 _GATES_LOCK = threading.Lock()
 
@@ -232,6 +235,19 @@ class PinLedger:
         self._lock = self._gate.lock
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
+
+    draws_live = True
+    """A ledger draws every key it has not drawn yet from the world (see `PinResolver`)."""
+
+    @property
+    def unit(self) -> str:
+        """The unit of work its runs are positions in: its own (`unit_id`)."""
+        return self.unit_id
+
+    @property
+    def draws_into(self) -> PinLedger:
+        """Where its fresh draws land: itself."""
+        return self
 
     @staticmethod
     def open_units(store: TimelineStore) -> list[OpenUnit]:

@@ -19,7 +19,7 @@ from anagrapheus.timeline.failures import failure_of, replayed_failure
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording import stream_pins
-from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
+from anagrapheus.timeline.resolver import FailureCodec, PinResolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -221,6 +221,36 @@ class ReplayPins:
         """The ledger fresh draws go to under `on_miss="record"`; None under strict replay."""
         return self._into
 
+    draws_live = False
+    """A replay reaches the world only on a miss, and only under `on_miss="record"` (see `PinResolver`)."""
+
+    @property
+    def draws_into(self) -> PinLedger | None:
+        """Where its fresh draws land (`into`): the new unit under `on_miss="record"`; None under strict replay."""
+        return self._into
+
+    @property
+    def unit(self) -> str | None:
+        """The unit its runs are positions in: the new unit when recording anew, else the one unit it answers from.
+
+        None for a strict replay of several units (or none), which cannot tell whose position a run is.
+        """
+        if self._into is not None:
+            # Recording anew: the runs are the new unit's, which a later strict replay of it will ask for.
+            return self._into.unit_id
+        units = self.units
+        return units[0] if len(units) == 1 else None
+
+    def answering_position(self, key: str) -> PinResolver | None:
+        """Who answers a position's pin (a run's id, its clock): this replay where it holds it, else its new unit.
+
+        A position the recording does not answer is never a miss: it is drawn into the new unit under
+        `on_miss="record"`, and unpinned (None) under strict replay or when the replay spans several units.
+        """
+        if self.unit is None:
+            return None
+        return self if key in self._pins else self._into
+
     @property
     def ambiguous(self) -> Mapping[str, tuple[str, ...]]:
         """Keys pinned with different results by several units, with those units' ids."""
@@ -265,6 +295,14 @@ class ReplayPins:
         span.set("missed", moved=self._divergence.moved if self._divergence is not None else ())
         return ledger
 
+    def _found(self, span: PinSpan, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> _Pin | PinLedger:
+        """The pin answering `key`, or the ledger drawing it after a miss (strict: `PinMiss`), told to `span`."""
+        pin = self._answer(key)
+        if pin is None:
+            return self._missed(span, key, kind, fingerprint)
+        span.set("answered", attempts=pin.attempts)
+        return pin
+
     def _unit_of(self, key: str) -> str | None:
         """The unit a span of `key` names: the recorded pin's unit, else the unit a record-mode miss draws into."""
         pin = self._pins.get(key)
@@ -298,12 +336,10 @@ class ReplayPins:
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         with pin_span(kind, key, self._unit_of(key)) as span:
-            pin = self._answer(key)
-            if pin is not None:
-                span.set("answered", attempts=pin.attempts)
-                return _answered(pin, interpret, failure)
-            ledger = self._missed(span, key, kind, fingerprint)
-            return ledger.resolve(
+            found = self._found(span, key, kind, fingerprint)
+            if isinstance(found, _Pin):
+                return _answered(found, interpret, failure)
+            return found.resolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
 
@@ -319,12 +355,10 @@ class ReplayPins:
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         with pin_span(kind, key, self._unit_of(key)) as span:
-            pin = self._answer(key)
-            if pin is not None:
-                span.set("answered", attempts=pin.attempts)
-                return _answered(pin, interpret, failure)
-            ledger = self._missed(span, key, kind, fingerprint)
-            return await ledger.aresolve(
+            found = self._found(span, key, kind, fingerprint)
+            if isinstance(found, _Pin):
+                return _answered(found, interpret, failure)
+            return await found.aresolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
 
@@ -354,17 +388,15 @@ class ReplayPins:
         failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         with pin_span(kind, key, self._unit_of(key), current=False) as span:
-            pin = self._answer(key)
-            if pin is not None:
-                span.set("answered", attempts=pin.attempts)
-                if not pin.failed:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+            found = self._found(span, key, kind, fingerprint)
+            if isinstance(found, _Pin):
+                if not found.failed:
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(found.raw)))
                     return
-                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                async with replayed_failure(json.loads(found.raw), interpret, failure) as draw:
                     yield draw
                 return
-            ledger = self._missed(span, key, kind, fingerprint)
-            async with ledger.resolve_stream(
+            async with found.resolve_stream(
                 key,
                 kind=kind,
                 effect=effect,

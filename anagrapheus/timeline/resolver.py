@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.events import PendingEvent
 
-__all__ = ["FailureCodec", "PinResolver", "StreamDraw"]
+__all__ = [
+    "DelegatingResolver",
+    "FailureCodec",
+    "PinResolver",
+    "StreamDraw",
+    "answered_within",
+    "answering_position",
+    "asked",
+    "draws_into",
+    "draws_live",
+    "note_event",
+    "unit_of",
+]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -50,6 +64,13 @@ class PinResolver(Protocol):
     per-field digest of the key material, kept with the pin so a later miss can say what moved.
     With `failure=`, an effect that raises is pinned as its failure and raised again on reuse and
     replay, as it was; without it, a failed draw pins nothing.
+
+    A resolver may also say what it is, for the code that runs above it: `draws_live`, `unit`,
+    `draws_into`, `answering_position(key)`, `asked(key)`, `answered_within(keys)` and
+    `note_event(event)`, read through the functions of the same names in this module. Each is
+    optional: a resolver that does not say is a live one with no unit of its own that records
+    nothing beside its pins (as a `DelegatingResolver` is), so a resolver written before they
+    existed keeps working unchanged.
     """
 
     def resolve(
@@ -91,3 +112,119 @@ class PinResolver(Protocol):
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
         ...
+
+
+class DelegatingResolver(ABC):
+    """A resolver that answers each key through another one it picks (`_target`), unchanged otherwise.
+
+    It says nothing of itself (see `PinResolver`): a live resolver with no unit of its own, whatever
+    the resolver it picks is.
+    """
+
+    @abstractmethod
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        """The resolver that answers `key` of `kind`, and the key to ask it for."""
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        """Resolve `key` through the resolver `_target` picks, with a synchronous effect."""
+        resolver, key = self._target(key, kind)
+        return resolver.resolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
+
+    async def aresolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        """Resolve `key` through the resolver `_target` picks, with an asynchronous effect."""
+        resolver, key = self._target(key, kind)
+        return await resolver.aresolve(
+            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
+        )
+
+    def resolve_stream(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], AbstractAsyncContextManager[S]],
+        capture: Callable[[S], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
+        """Resolve a streamed `key` through the resolver `_target` picks."""
+        resolver, key = self._target(key, kind)
+        return resolver.resolve_stream(
+            key,
+            kind=kind,
+            effect=effect,
+            capture=capture,
+            interpret=interpret,
+            fingerprint=fingerprint,
+            failure=failure,
+        )
+
+
+# What a resolver says of itself. Read with `getattr` and a default, because each is optional: the protocol's
+# three methods are all a resolver must have (see `PinResolver`).
+
+
+def draws_live(resolver: PinResolver) -> bool:
+    """Whether `resolver` may reach the world without a miss first: False for a replay, True unless it says."""
+    return cast(bool, getattr(resolver, "draws_live", True))
+
+
+def unit_of(resolver: PinResolver) -> str | None:
+    """The one unit of work `resolver`'s runs are positions in (`unit`); None when it has none of its own."""
+    return cast("str | None", getattr(resolver, "unit", None))
+
+
+def answering_position(resolver: PinResolver, key: str) -> PinResolver | None:
+    """Who answers a pin keyed on a position in the unit (a run's id, its clock), never leaving a recording.
+
+    A replay answers it from its pin, or draws it into its new unit without marking a divergence, or
+    says None: draw it unpinned. A resolver that does not say answers it itself.
+    """
+    said = getattr(resolver, "answering_position", None)
+    return resolver if said is None else cast("PinResolver | None", said(key))
+
+
+def asked(resolver: PinResolver, key: str) -> int:
+    """How many times the recording `resolver` replays asked for `key`; 0 without a pin of it or a recording."""
+    said = getattr(resolver, "asked", None)
+    return 0 if said is None else cast(int, said(key))
+
+
+def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:
+    """Tell `resolver` a draw answered from its pin asked `keys` when it ran; only a replay takes note."""
+    said = getattr(resolver, "answered_within", None)
+    if said is not None:
+        said(keys)
+
+
+def draws_into(resolver: PinResolver) -> PinResolver | None:
+    """The resolver whose unit `resolver`'s fresh draws land in (a ledger: itself); None when it records nothing."""
+    return cast("PinResolver | None", getattr(resolver, "draws_into", None))
+
+
+def note_event(resolver: PinResolver, event: PendingEvent) -> None:
+    """Note `event` (a run's inputs, say) on `resolver`'s unit, committed after its pins; dropped if it records none."""
+    said = getattr(resolver, "note_event", None)
+    if said is not None:
+        said(event)

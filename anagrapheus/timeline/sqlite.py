@@ -117,7 +117,8 @@ _MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
 _WRITE_ONLY_MIGRATIONS = frozenset({"0005_unit_leases"})
 _HOST = socket.gethostname()
 # The stores of this process by holder id, while open: a lease whose holder is this process but not an
-# open store here (closed, or dropped without close) is stale.
+# open store here (closed, or dropped without close) is stale. Process-wide because a lease names this process;
+# nothing to tear down: held weakly, a store leaves it when it is collected.
 _OPEN_HOLDERS: weakref.WeakValueDictionary[str, SQLiteEventStore] = weakref.WeakValueDictionary()
 _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"

@@ -1,0 +1,230 @@
+"""A resolver says what it is (live, its unit, what it replays); process-wide state a scope takes is put back."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+
+import anagrapheus
+from anagrapheus import Pinning
+from anagrapheus.provider import ForkPins, UnitPerRun, every_agent_run
+from anagrapheus.testing.rerun import WorldPinned
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.events import RunInputs
+from anagrapheus.timeline.resolver import (
+    DelegatingResolver,
+    answered_within,
+    answering_position,
+    asked,
+    draws_into,
+    draws_live,
+    note_event,
+    unit_of,
+)
+from tests.conftest import Scripted
+
+
+def _same(raw: JSONValue) -> JSONValue:
+    return raw
+
+
+class SaysNothing:
+    """A resolver written with the protocol's three methods only, as one written before the rest existed."""
+
+    def __init__(self, ledger: PinLedger) -> None:
+        self.ledger = ledger
+
+    def resolve(self, key: str, **options: Any) -> Any:
+        return self.ledger.resolve(key, **options)
+
+    async def aresolve(self, key: str, **options: Any) -> Any:
+        return await self.ledger.aresolve(key, **options)
+
+    def resolve_stream(self, key: str, **options: Any) -> Any:
+        return self.ledger.resolve_stream(key, **options)
+
+
+def _recorded(store: SQLiteEventStore, types: EventTypeRegistry, *units: str) -> list[Any]:
+    for unit in units:
+        ledger = PinLedger(store, types, unit_id=unit)
+        ledger.resolve(f"{unit}-key", kind="tool_call", effect=lambda: 1, interpret=_same)
+        ledger.commit()
+    return list(store.read())
+
+
+def test_a_resolver_that_says_nothing_is_live_with_no_unit_and_records_nothing(ledger: PinLedger) -> None:
+    quiet: PinResolver = SaysNothing(ledger)  # pyright: ignore[reportAssignmentType]
+    assert draws_live(quiet) is True
+    assert unit_of(quiet) is None
+    assert draws_into(quiet) is None
+    assert answering_position(quiet, "k") is quiet
+    assert asked(quiet, "k") == 0
+    answered_within(quiet, ["k"])  # nothing to tell: no error
+    note_event(quiet, EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={}), correlation_id="u"))
+    assert ledger.pins() == []
+
+
+def test_a_ledger_is_live_and_its_own_unit(ledger: PinLedger) -> None:
+    assert draws_live(ledger) is True
+    assert unit_of(ledger) == ledger.unit_id
+    assert draws_into(ledger) is ledger
+    assert answering_position(ledger, "k") is ledger
+    assert asked(ledger, "k") == 0
+
+
+def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    events = _recorded(store, types, "a", "b")
+    one = ReplayPins.from_events(events, types, unit_id="a")
+    assert (draws_live(one), unit_of(one), draws_into(one)) == (False, "a", None)
+    assert asked(one, "a-key") == 1 and asked(one, "b-key") == 0
+    # A position it holds is answered from its pin; one it lacks is drawn unpinned under strict replay.
+    assert answering_position(one, "a-key") is one
+    assert answering_position(one, "missing") is None
+
+    both = ReplayPins.from_events(events, types)
+    assert unit_of(both) is None  # several units: whose position a run is cannot be told
+    assert answering_position(both, "a-key") is None
+
+    into = PinLedger(store, types, unit_id="c")
+    anew = ReplayPins.from_events(events, types, unit_id="a", on_miss="record", into=into)
+    assert (draws_live(anew), unit_of(anew), draws_into(anew)) == (False, "c", into)
+    assert answering_position(anew, "a-key") is anew
+    assert answering_position(anew, "missing") is into
+
+
+def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    events = _recorded(store, types, "a")
+    pins = ReplayPins.from_events(events, types, unit_id="a")
+    into = PinLedger(store, types, unit_id="fork")
+    delegating: list[PinResolver] = [
+        ForkPins(events, origin="a", into=into, after_pins=0),
+        UnitPerRun(store, types, unit_of=lambda ctx: "u"),
+        WorldPinned(pins, into),
+    ]
+    for resolver in delegating:
+        assert isinstance(resolver, DelegatingResolver) and isinstance(resolver, PinResolver)
+        assert (draws_live(resolver), unit_of(resolver), draws_into(resolver)) == (True, None, None)
+        assert asked(resolver, "a-key") == 0
+        assert answering_position(resolver, "a-key") is resolver
+
+
+class Renamed(DelegatingResolver):
+    """Asks its ledger for every key under a prefix: the base forwards all three ways of resolving."""
+
+    def __init__(self, ledger: PinLedger) -> None:
+        self.ledger = ledger
+        self.asked: list[tuple[str, str]] = []
+
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        self.asked.append((key, kind))
+        return self.ledger, f"renamed:{key}"
+
+
+def test_a_delegating_resolver_forwards_each_way_of_resolving_to_its_target(ledger: PinLedger) -> None:
+    renamed = Renamed(ledger)
+    assert renamed.resolve("k1", kind="tool_call", effect=lambda: 1, interpret=_same) == 1
+
+    async def drawn() -> object:
+        return 2
+
+    assert asyncio.run(renamed.aresolve("k2", kind="tool_call", effect=drawn, interpret=_same)) == 2
+
+    class Stream:
+        async def __aenter__(self) -> list[int]:
+            return [3]
+
+        async def __aexit__(self, *args: object) -> None:
+            return None
+
+    async def streamed() -> object:
+        async with renamed.resolve_stream(
+            "k3", kind="model_call", effect=Stream, capture=lambda s: s, interpret=_same
+        ) as draw:
+            return draw.live
+
+    assert asyncio.run(streamed()) == [3]
+    assert renamed.asked == [("k1", "tool_call"), ("k2", "tool_call"), ("k3", "model_call")]
+    assert [pin.key for pin in ledger.pins()] == ["renamed:k1", "renamed:k2", "renamed:k3"]
+
+
+def test_no_provider_or_testing_module_asks_which_class_its_resolver_is() -> None:
+    # The resolver says what the layers above need (see `PinResolver`); they never test its class.
+    package = Path(anagrapheus.__file__).parent
+    asking: list[str] = []
+    for source in sorted([*package.joinpath("provider").rglob("*.py"), *package.joinpath("testing").rglob("*.py")]):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+                classes = ast.unparse(node.args[1]) if len(node.args) == 2 else ""
+                if any(name in classes for name in ("ReplayPins", "PinLedger")):
+                    asking.append(f"{source.relative_to(package)}:{node.lineno}")
+    assert asking == []
+
+
+def test_every_agent_run_puts_agent_iter_back_as_it_closes(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    original = Agent.iter
+    ledger = PinLedger(store, types)
+    with every_agent_run(Pinning(ledger)):
+        assert Agent.iter is not original
+        Agent(Scripted("scripted-uk").model).run_sync("Where do the fleets land?")
+    assert Agent.iter is original
+    pinned = len(ledger.pins())
+    assert pinned  # the run inside the scope was pinned
+    Agent(Scripted("scripted-uk").model).run_sync("Where do the fleets land?")
+    assert len(ledger.pins()) == pinned  # the one after it was not
+
+
+def test_a_wrapper_put_over_the_scopes_stays_and_runs_pass_through_it(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Another library wrapped `Agent.iter` while a scope was open: taking ours out would take its wrapper out too.
+    original = Agent.iter
+    seen: list[str] = []
+
+    def theirs_over(inner: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(inner)
+        def wrapper(self: Agent[Any, Any], *args: Any, **kwargs: Any) -> Any:
+            seen.append("theirs")
+            return inner(self, *args, **kwargs)
+
+        return wrapper
+
+    try:
+        with every_agent_run(Pinning(PinLedger(store, types))):
+            ours = Agent.iter
+            setattr(Agent, "iter", theirs_over(ours))  # noqa: B010
+        assert getattr(Agent.iter, "__wrapped__", None) is ours  # theirs stays, over ours
+        Agent(Scripted("scripted-uk").model).run_sync("Where do the fleets land?")  # no scope: passed through
+        assert seen == ["theirs"]
+        ledger = PinLedger(store, types)
+        with every_agent_run(Pinning(ledger)):
+            assert getattr(Agent.iter, "__wrapped__", None) is ours  # ours is still in place: not wrapped twice
+            Agent(Scripted("scripted-uk").model).run_sync("Where do the fleets land?")
+        assert ledger.pins()
+    finally:
+        setattr(Agent, "iter", original)  # noqa: B010
+        from anagrapheus.provider import every_run
+
+        every_run._replaced = None  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize("scopes", [1, 3])
+def test_scopes_leave_agent_iter_as_they_found_it(
+    scopes: int, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    original = Agent.iter
+    for _ in range(scopes):
+        with pytest.raises(RuntimeError, match="inside"), every_agent_run(Pinning(PinLedger(store, types))):
+            raise RuntimeError("inside the scope")
+    assert Agent.iter is original
