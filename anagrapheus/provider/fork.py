@@ -73,6 +73,11 @@ class ForkPins(DelegatingResolver):
         """Whether the run has passed the fork point."""
 
     @property
+    def draws_into(self) -> PinLedger:
+        """The new unit: each run's inputs are noted there, so the fork can be asked again like any unit."""
+        return self.into
+
+    @property
     def at(self) -> str:
         """The fork point as said."""
         return f"after {self._after_pins} pin(s)" if self._after_turns is None else f"after turn {self._after_turns}"
