@@ -30,6 +30,7 @@ __all__ = [
     "SecretInRecording",
     "SeqConflict",
     "StoreError",
+    "StoreIntegrityError",
     "StoreUnavailable",
     "UnitBusy",
     "UnitClosed",
@@ -164,7 +165,16 @@ class StoreUnavailable(StoreError):
     """The store did not answer within its bound, or lost the connection: nothing was decided, so try again later.
 
     Raised by `PostgresEventStore` when a server stalls, a network partition hides it, a lock or statement
-    outlives its timeout, or the pool has no connection to lend in time (see the how-to on PostgreSQL).
+    outlives its timeout, the pool has no connection to lend in time, or a session lost (or a deadlock or
+    serialization failure) outlived the store's own retry (see the how-to on PostgreSQL); and by
+    `SQLiteEventStore` when the database stays locked past its `busy_timeout`.
+    """
+
+
+class StoreIntegrityError(StoreError):
+    """A write breached a constraint of the store's schema (unique, check, foreign key, not null): not retried.
+
+    The store's own writes never do on a schema it migrated: it points at a bug, or at a schema changed by hand.
     """
 
 

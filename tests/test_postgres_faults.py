@@ -17,7 +17,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[dev]')")
 
-from anagrapheus.errors import StoreError, StoreUnavailable, UnitBusy, UsageError  # noqa: E402
+from anagrapheus.errors import StoreError, StoreIntegrityError, StoreUnavailable, UnitBusy, UsageError  # noqa: E402
 from anagrapheus.timeline import EventTypeRegistry, PinLedger  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 from anagrapheus.timeline.postgres_schema import PostgresPlace  # noqa: E402
@@ -602,8 +602,7 @@ def test_a_breach_of_a_constraint_is_not_retried(
         f"CREATE TRIGGER count_try BEFORE INSERT ON {pg_schema}.pin_scratch"
         f" FOR EACH ROW EXECUTE FUNCTION {pg_schema}.count_try()",
     )
-    with pytest.raises(StoreError, match=r"writing scratch failed .*short_raw") as caught:
+    with pytest.raises(StoreIntegrityError, match=r"writing scratch failed .*short_raw") as caught:
         store.scratch_put("u1", "k1", kind="model_call", raw='"too long"', fingerprint=None)
-    assert not isinstance(caught.value, StoreUnavailable)
     assert isinstance(caught.value.__cause__, psycopg.errors.CheckViolation)
     assert sql(postgres_dsn, f"SELECT last_value FROM {pg_schema}.tries") == [(1,)]

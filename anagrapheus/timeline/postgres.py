@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
-from anagrapheus.timeline.postgres_schema import PostgresPlace, is_migrated, migrate
+from anagrapheus.timeline.postgres_schema import PostgresPlace, failure, is_migrated, migrate
 from anagrapheus.timeline.stamps import stamped, utc_now
 from anagrapheus.timeline.store import (
     ClosedUnit,
@@ -46,9 +46,10 @@ _READ_PAGE = 1000
 # The client waits this much longer than `statement_timeout` for an answer, so that the server's own
 # cancellation, which says what was cancelled, arrives first when the server is there to send it.
 _ANSWER_GRACE = 1.0
-# Lost connections and conflicts that a second try on a fresh connection may clear: admin shutdown, crash
-# shutdown, cannot connect now, idle session timeout, serialization failure, deadlock.
-_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "40001", "40P01"})
+# How many times in all a step is made whose failure a fresh try may clear (see `failure`): the retry is at once,
+# for what it waits on is a fresh connection (a lost one) or a conflict the server has already resolved (a
+# deadlock, a serialization failure).
+_TRIES = 2
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 T = TypeVar("T")
@@ -124,12 +125,11 @@ def _cut(conn: Conn) -> None:
 _WATCHDOG = _Watchdog()
 
 
-def _transient(error: BaseException | None) -> bool:
+def _retryable(error: StoreError) -> bool:
     """Whether a failed step may succeed on a fresh connection: the connection was lost, or a conflict aborted it."""
-    # The pool's own timeout is not transient: the wait for a connection was the bound.
-    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolTimeout):
-        return False
-    return error.sqlstate in _TRANSIENT_STATES or error.sqlstate is None
+    # Classified by the psycopg error: a StoreUnavailable made from a StoreError (a wait cut by its deadline) is not.
+    cause = error.__cause__
+    return isinstance(cause, psycopg.Error) and failure(cause) == "retry"
 
 
 def _check_seconds(name: str, value: float, *, zero: bool = True) -> float:
@@ -295,14 +295,17 @@ class PostgresEventStore:
                 yield
         except StoreError as e:
             if _WATCHDOG.disarm(token):
-                # From the StoreError, not the psycopg error: a step that ran out of time is not tried again.
-                raise StoreUnavailable(
-                    f"{action} got no answer from {self.place} within {self._answer_within:g} s (a stalled server"
-                    " or a network partition); try again once the server answers"
-                ) from e
+                raise self._no_answer(action) from e
             raise
         finally:
             _WATCHDOG.disarm(token)
+
+    def _no_answer(self, action: str) -> StoreUnavailable:
+        """The error for a wait the watchdog cut; raised from the StoreError, so the step is not tried again."""
+        return StoreUnavailable(
+            f"{action} got no answer from {self.place} within {self._answer_within:g} s (a stalled server"
+            " or a network partition); try again once the server answers"
+        )
 
     @contextmanager
     def _connection(self) -> Generator[Conn]:
@@ -324,21 +327,35 @@ class PostgresEventStore:
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
-    def _retried(self, step: Callable[[], T], *, unless: Callable[[], bool] = lambda: False) -> T:
-        """Run an idempotent step; if its connection was lost (or a conflict aborted it), run it once more, fresh.
+    def _retried(
+        self,
+        step: Callable[[], T],
+        *,
+        unless: Callable[[], bool] = lambda: False,
+        fresh: Callable[[], None] | None = None,
+    ) -> T:
+        """Run an idempotent step; if its connection was lost (or a conflict aborted it), run it again, fresh.
 
-        Inside a caller's transaction nothing is retried: the transaction itself was lost with its connection.
-        Nor when `unless()` says the failure may have come after the step took effect.
+        The one retry loop of the store: `_TRIES` in all, each after `fresh()` (by default, the pool testing its
+        idle connections). A pooled step is not retried inside a caller's transaction: the transaction itself
+        was lost with its connection. Nor when `unless()` says the failure may have come after the step took
+        effect. The last failure is raised as it was classified: a lost connection as `StoreUnavailable`.
         """
-        try:
-            return step()
-        except StoreError as e:
-            if not _transient(e.__cause__) or self._tx.get() is not None or unless():
-                raise
-        # The pool may hold more connections that the same cause ended (an idle timeout, a restart): test them all.
-        with suppress(psycopg.Error):
-            self._pool.check()
-        return step()
+        tries = 1
+        while True:
+            try:
+                return step()
+            except StoreError as e:
+                caller_tx = fresh is None and self._tx.get() is not None
+                if tries >= _TRIES or not _retryable(e) or caller_tx or unless():
+                    raise
+            tries += 1
+            if fresh is None:
+                # The pool may hold more connections the same cause ended (an idle timeout, a restart): test them.
+                with suppress(psycopg.Error):
+                    self._pool.check()
+            else:
+                fresh()
 
     def transaction(self) -> AbstractContextManager[None]:
         """Run the block in one transaction on one connection; nested blocks are savepoints.
@@ -380,11 +397,7 @@ class PostgresEventStore:
                         armed[0] = _WATCHDOG.arm(conn, self._answer_within)
             except StoreError as e:
                 if any(fired):
-                    # From the StoreError: a step that ran out of time is not tried again.
-                    raise StoreUnavailable(
-                        f"a transaction got no answer from {self.place} within {self._answer_within:g} s (a stalled"
-                        " server or a network partition); try again once the server answers"
-                    ) from e
+                    raise self._no_answer("a transaction") from e
                 raise
             finally:
                 if token is not None:
@@ -533,15 +546,13 @@ class PostgresEventStore:
             return conn
 
     def _try_lease(self, unit_id: str) -> bool:
-        try:
-            return self._take(self._beacon(), unit_id)
-        except StoreError as e:
-            if not _transient(e.__cause__):
-                raise
-        # The lease connection was lost after it looked alive (its end was still on the way): open it again.
+        # On the lease connection, not the caller's transaction's: retried inside one too.
+        return self._retried(lambda: self._take(self._beacon(), unit_id), fresh=self._renew_beacon)
+
+    def _renew_beacon(self) -> None:
+        """Drop the lease connection, lost after it looked alive (its end was still on the way): the next opens it."""
         with self._beacon_lock:
             self._drop_beacon()
-        return self._take(self._beacon(), unit_id)
 
     def _drop_beacon(self) -> None:
         """Close the lease connection, if open; the caller holds `_beacon_lock`."""

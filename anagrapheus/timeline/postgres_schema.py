@@ -6,17 +6,18 @@ import re
 from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, LiteralString
+from typing import Any, Literal, LiteralString
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
-from anagrapheus.errors import StoreError, StoreUnavailable, UsageError
+from anagrapheus.errors import StoreError, StoreIntegrityError, StoreUnavailable, UsageError
 from anagrapheus.timeline.stamps import iso_timestamp, utc_now
 from anagrapheus.timeline.store import refuse_unknown_migrations
 
-__all__ = ["MIGRATION_NAMES", "PostgresPlace", "is_migrated", "migrate", "unavailable"]
+__all__ = ["MIGRATION_NAMES", "Failure", "PostgresPlace", "failure", "is_migrated", "migrate"]
 
 # Each migration is a name and its statements; `{s}` is the store's schema. All are applied, with their
 # records, in one transaction.
@@ -150,26 +151,65 @@ class PostgresPlace:
 
     @contextmanager
     def translated(self, action: str) -> Generator[None]:
-        """The one choke point where psycopg errors become the library's own, naming server and database."""
+        """The one choke point where psycopg errors become the library's own, naming server and database.
+
+        The error's class says what the caller can do (see `failure`): `StoreUnavailable`, try again later;
+        `StoreIntegrityError`, a write the schema refuses; any other `StoreError`, a fault to fix.
+        """
         try:
             yield
         except psycopg.Error as e:
             message = str(e).strip() or type(e).__name__
             if self._password:
                 message = message.replace(self._password, "***")
-            error = StoreUnavailable if unavailable(e) else StoreError
-            raise error(f"{action} failed on {self}: {message}") from e
+            raise _RAISED[failure(e)](f"{action} failed on {self}: {message}") from e
 
 
-# Refused logins and missing databases stay plain StoreErrors: waiting will not mend them.
-_NOT_UNAVAILABLE = ("28", "3D", "40")
+Failure = Literal["retry", "unavailable", "integrity", "error"]
+"""What a psycopg error says, by what the caller can do about it.
+
+- `retry`: the session was lost, or a conflict aborted its transaction; the same step may succeed at once on a fresh
+  connection, so the store tries it again (outside a caller's transaction) before raising `StoreUnavailable`.
+- `unavailable`: the server is there but could not serve in time (a bound ran out, no connection to lend, no room):
+  `StoreUnavailable` at once, for a second try would double the bound.
+- `integrity`: a write breached a constraint (unique, check, foreign key, not null): `StoreIntegrityError`.
+- `error`: what was asked is wrong (a syntax error, a missing table or column, a refused login, a missing
+  database, a trigger's refusal): `StoreError`.
+"""
+
+# Lost sessions and aborted transactions a fresh try may clear: admin shutdown, crash shutdown, cannot connect now,
+# idle session timeout, serialization failure, deadlock. A lost connection has no SQLSTATE, or one of class 08.
+_RETRY_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "40001", "40P01"})
+# Refused logins and missing databases are OperationalErrors too: waiting will not mend them.
+_NOT_UNAVAILABLE = ("28", "3D")
+_RAISED: dict[Failure, type[StoreError]] = {
+    "retry": StoreUnavailable,
+    "unavailable": StoreUnavailable,
+    "integrity": StoreIntegrityError,
+    "error": StoreError,
+}
 
 
-def unavailable(error: psycopg.Error) -> bool:
-    """Whether a psycopg error says the server could not be reached or answered too late (not what was asked)."""
+def failure(error: psycopg.Error) -> Failure:
+    """Classify a psycopg error by its class and SQLSTATE (see `Failure`)."""
+    state = error.sqlstate or ""
+    if isinstance(error, psycopg.IntegrityError) or state == "40002":
+        return "integrity"
     if isinstance(error, psycopg.errors.IdleInTransactionSessionTimeout):
-        return True
-    return isinstance(error, psycopg.OperationalError) and not (error.sqlstate or "").startswith(_NOT_UNAVAILABLE)
+        # The caller's transaction ended with its session: only the caller can make it again.
+        return "unavailable"
+    if (
+        not isinstance(error, psycopg.OperationalError)
+        or state.startswith(_NOT_UNAVAILABLE)
+        or isinstance(error, PoolClosed)
+    ):
+        return "error"
+    if isinstance(error, PoolTimeout | TooManyRequests):
+        # The pool's own errors have no SQLSTATE, but are no lost connection: the wait for one was the bound.
+        return "unavailable"
+    if state in _RETRY_STATES or not state or state.startswith("08"):
+        return "retry"
+    return "unavailable"
 
 
 def migrate(conn: psycopg.Connection[Any], place: PostgresPlace) -> None:

@@ -17,7 +17,15 @@ from typing import Any, Literal, cast
 
 import sqlite_utils
 
-from anagrapheus.errors import SeqConflict, StoreError, UnitBusy, UnitClosed, UsageError
+from anagrapheus.errors import (
+    SeqConflict,
+    StoreError,
+    StoreIntegrityError,
+    StoreUnavailable,
+    UnitBusy,
+    UnitClosed,
+    UsageError,
+)
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.ownership import Ownership
 from anagrapheus.timeline.stamps import iso_timestamp, stamped, utc_now
@@ -142,11 +150,26 @@ class LeaseHolder:
 
 @contextmanager
 def _translated(where: object, action: str) -> Generator[None]:
-    """The one choke point where sqlite3 errors become the library's own, naming the database."""
+    """The one choke point where sqlite3 errors become the library's own, naming the database.
+
+    Typed as the PostgreSQL store's are: a lock held past `busy_timeout` is `StoreUnavailable` (try again later),
+    a breached constraint `StoreIntegrityError`, anything else `StoreError`.
+    """
     try:
         yield
     except sqlite3.Error as e:
-        raise StoreError(f"{where}: {action} failed: {e}") from e
+        raise _raised(e)(f"{where}: {action} failed: {e}") from e
+
+
+def _raised(error: sqlite3.Error) -> type[StoreError]:
+    """The error class for a sqlite3 error, by what the caller can do about it."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreUnavailable
+    # A trigger's refusal (the log is append-only) is a plain StoreError, as PostgreSQL's RAISE is.
+    if isinstance(error, sqlite3.IntegrityError) and code != sqlite3.SQLITE_CONSTRAINT_TRIGGER:
+        return StoreIntegrityError
+    return StoreError
 
 
 class SQLiteEventStore:
