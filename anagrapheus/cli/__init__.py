@@ -14,8 +14,10 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
 
 __all__ = ["Exit", "main", "parser"]
 
-# Each command module registers its subcommand; a new command is one more module here.
-COMMANDS = (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
+# Each command module declares its subcommand; a new command is one more module here.
+COMMANDS = tuple(
+    module.COMMAND for module in (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.add_parser(commands, common)
+        command.register(commands.add_parser, common)
     return root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
@@ -12,19 +13,11 @@ from anagrapheus.timeline import copy_log, open_store
 from anagrapheus.timeline.copying import POSTGRES_SCHEMES
 from anagrapheus.timeline.secrets import masked_dsn, masked_message
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `copy`."""
-    parser = commands.add_parser(
-        "copy",
-        parents=[common],
-        help="copy a log between SQLite and PostgreSQL, keeping seq, event ids and times",
-        description="Copy the events DST lacks from SRC, verbatim: seq, event ids, times and payloads. Each is a"
-        " SQLite file or a postgresql:// URI (needs the postgres extra). DST must be empty or hold a prefix of SRC,"
-        " so an interrupted copy resumes where it stopped. Scratch pins of open units are not copied.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `copy`."""
     parser.add_argument("source", metavar="SRC", help="the log to copy: a SQLite file or a postgresql:// URI")
     parser.add_argument("destination", metavar="DST", help="where to copy it: a SQLite file or a postgresql:// URI")
     parser.add_argument(
@@ -35,7 +28,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
         "--destination-schema", metavar="SCHEMA", help="the destination's PostgreSQL schema, if it differs"
     )
     parser.add_argument("--batch", type=int, default=1000, help="events per transaction (default 1000)")
-    parser.set_defaults(run=run)
 
 
 def _shown(address: str) -> str:
@@ -82,3 +74,14 @@ def run(args: argparse.Namespace) -> Outcome:
     if not copied:
         text = f"nothing to copy: {_shown(args.destination)} already holds {_shown(args.source)}'s {last} event(s)"
     return Outcome(Exit.OK, text, {"copied": copied, "first_seq": before + 1 if copied else None, "last_seq": last})
+
+
+COMMAND = Command(
+    "copy",
+    help="copy a log between SQLite and PostgreSQL, keeping seq, event ids and times",
+    description="Copy the events DST lacks from SRC, verbatim: seq, event ids, times and payloads. Each is a"
+    " SQLite file or a postgresql:// URI (needs the postgres extra). DST must be empty or hold a prefix of SRC,"
+    " so an interrupted copy resumes where it stopped. Scratch pins of open units are not copied.",
+    arguments=_arguments,
+    run=run,
+)
