@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from anagrapheus.cli import check, copy, diff, entropy, export, regress, rerun, show, unlock, upcast, view
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
+from anagrapheus.errors import UnresolvedName
 
 __all__ = ["Exit", "main", "parser"]
 
@@ -43,4 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome: Outcome = args.run(args)
     except BadInput as e:
         outcome = e.outcome()
+    except UnresolvedName as e:
+        # A MODULE:ATTR that does not import, or is not what the option takes: bad input, named as given.
+        outcome = BadInput(e.message, path=e.spec).outcome()
     return emit(outcome, as_json=args.json)

@@ -11,7 +11,7 @@ from pydantic_ai import Agent
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
-from anagrapheus.cli.sources import load_object, open_source, unit_of
+from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
 from anagrapheus.timeline import RecordingHeader, SecretPolicy, StoredEvent, pin_events, write_recording
@@ -141,8 +141,7 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         raise BadInput("--as-test needs --agent MODULE:ATTR, the agent the test asks again", path=args.as_test)
     if args.output is not None:
         raise BadInput("--as-test writes the recordings where the plugin looks: leave out -o", path=args.output)
-    if not isinstance(load_object(args.agent), Agent):
-        raise BadInput("is not a pydantic-ai Agent", path=args.agent)
+    load_typed(args.agent, Agent, what="a pydantic-ai Agent", make=False)
     module, attribute = _spec(args.agent)
     deps_module = deps_attribute = None
     if args.deps is not None:

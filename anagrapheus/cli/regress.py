@@ -7,7 +7,7 @@ import inspect
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import load_object
+from anagrapheus.cli.sources import load_function
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing import Verdict
 
@@ -28,9 +28,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Outcome:
     """Run the candidate's regression and report its verdict."""
-    candidate = load_object(args.candidate)
-    if not callable(candidate):
-        raise BadInput("is not a function", path=args.candidate)
+    candidate = load_function(args.candidate, what="a function")
     try:
         inspect.signature(candidate).bind(args.recording, policy=args.policy)
     except TypeError as e:

@@ -9,7 +9,7 @@ from pydantic_ai import Agent
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import load_object, open_source
+from anagrapheus.cli.sources import load_function, load_typed, open_source
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing.rerun import rerun_events
 
@@ -31,14 +31,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Outcome:
     """Re-run the recorded runs and report each."""
-    agent = load_object(args.agent)
-    if not isinstance(agent, Agent):
-        raise BadInput(f"is not a pydantic-ai Agent: {type(agent).__qualname__}", path=args.agent)
+    agent = load_typed(args.agent, Agent, what="a pydantic-ai Agent", make=False)
     deps: object = None
     if args.deps is not None:
-        deps = load_object(args.deps)
-        if not callable(deps):
-            raise BadInput("is not a function of the recorded run", path=args.deps)
+        deps = load_function(args.deps, what="a function of the recorded run")
     source = open_source(args.source, units=[args.unit] if args.unit else ())
     try:
         outcomes = rerun_events(

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import select
 import sqlite3
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import sqlite_utils
 
+from anagrapheus import importing
 from anagrapheus.cli.report import BadInput, bad_input
 from anagrapheus.errors import AnagrapheusError, StoreError
 from anagrapheus.timeline import (
@@ -35,7 +35,9 @@ __all__ = [
     "add_registry_options",
     "event_types",
     "is_log",
+    "load_function",
     "load_object",
+    "load_typed",
     "open_source",
     "refuse_foreign_database",
     "unit_of",
@@ -46,6 +48,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
 _LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
 _BUILTIN = "anagrapheus"
+T = TypeVar("T")
 PIPE_WAIT = 30.0
 """How long a command waits for a process to open a named pipe (FIFO) it was given for writing, in seconds."""
 
@@ -225,23 +228,27 @@ def _narrowed(source: Source, units: Sequence[str]) -> Source:
 
 
 def load_object(spec: str) -> object:
-    """Import `MODULE:NAME` (dotted names allowed after the colon), from the working directory too."""
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        raise BadInput("expected MODULE:NAME, such as tests.regressions:candidate", path=spec)
+    """Import `MODULE:ATTR` as the pytest plugin does (`importing.load_object`), from the working directory too."""
+    _project_on_path()
+    return importing.load_object(spec)
+
+
+def load_typed(spec: str, kind: type[T], *, what: str, make: bool = True) -> T:
+    """Import `MODULE:ATTR` naming a `kind` or a factory of one (`importing.load_typed`), from the working directory."""
+    _project_on_path()
+    return importing.load_typed(spec, kind, what=what, make=make)
+
+
+def load_function(spec: str, *, what: str) -> Callable[..., object]:
+    """Import `MODULE:ATTR` naming a function (`importing.load_function`), from the working directory too."""
+    _project_on_path()
+    return importing.load_function(spec, what=what)
+
+
+def _project_on_path() -> None:
     # Like `python -m`, a command run from a project finds the project's own modules.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        found: object = importlib.import_module(module_name)
-    except ImportError as e:
-        raise BadInput(f"cannot import {module_name} ({e})", path=spec) from e
-    for name in attribute.split("."):
-        try:
-            found = getattr(found, name)
-        except AttributeError:
-            raise BadInput(f"{module_name} has no {attribute}", path=spec) from None
-    return found
 
 
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
@@ -252,21 +259,9 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 
 def event_types(spec: str | None) -> EventTypeRegistry:
     """The built-in event types, plus an application's registry named as `MODULE:NAME` (a registry or a factory)."""
-    if spec is None:
-        return EventTypeRegistry()
-    found = load_object(spec)
-    types = found() if callable(found) and not isinstance(found, EventTypeRegistry) else found
-    if not isinstance(types, EventTypeRegistry):
-        raise BadInput(f"is not an EventTypeRegistry (nor a function returning one): {types!r}", path=spec)
-    return types
+    return EventTypeRegistry() if spec is None else load_typed(spec, EventTypeRegistry, what="an EventTypeRegistry")
 
 
 def upcasts_of(spec: str | None) -> UpcastRegistry | None:
     """An application's upcasts named as `MODULE:NAME` (a registry or a factory), or None."""
-    if spec is None:
-        return None
-    found = load_object(spec)
-    upcasts = found() if callable(found) and not isinstance(found, UpcastRegistry) else found
-    if not isinstance(upcasts, UpcastRegistry):
-        raise BadInput(f"is not an UpcastRegistry (nor a function returning one): {upcasts!r}", path=spec)
-    return upcasts
+    return None if spec is None else load_typed(spec, UpcastRegistry, what="an UpcastRegistry")
