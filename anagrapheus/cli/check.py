@@ -163,7 +163,8 @@ def check_path(path: str, context: CheckContext) -> dict[str, Any]:
     try:
         source = open_source(path)
     except BadInput as e:
-        return _report(path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
+        # Named as the error names it: a URI without its password.
+        return _report(e.path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
     problems = [(name, problem) for name, check in CHECKS for problem in check(source, context)]
     return _report(path, problems, len(source.events))
 

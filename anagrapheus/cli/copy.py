@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import copy_log, open_store
-from anagrapheus.timeline.copying import POSTGRES_SCHEMES
+from anagrapheus.timeline.opening import is_postgres
 from anagrapheus.timeline.secrets import masked_dsn, masked_message
+from anagrapheus.timeline.sqlite import SQLiteEventStore
+
+if TYPE_CHECKING:
+    from anagrapheus.timeline.postgres import PostgresEventStore
 
 __all__ = ["COMMAND", "run"]
 
@@ -35,28 +41,27 @@ def _shown(address: str) -> str:
     return masked_dsn(address)
 
 
+def _opened(address: str, *, schema: str, role: str) -> SQLiteEventStore | PostgresEventStore:
+    """The store at `address`; one that cannot be opened is bad input, named without its password."""
+    try:
+        return open_store(address, schema=schema)
+    except AnagrapheusError as e:
+        raise BadInput(f"cannot open the {role} ({masked_message(str(e), address)})", path=_shown(address)) from e
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """Copy the log."""
-    if not args.source.startswith(POSTGRES_SCHEMES) and not Path(args.source).is_file():
+    if not is_postgres(args.source) and not Path(args.source).is_file():
         # Opening a SQLite store creates its file: a mistyped source would copy an empty log.
         raise BadInput("no such log file", path=args.source)
     for address, role in ((args.source, "source"), (args.destination, "destination")):
-        if not address.startswith(POSTGRES_SCHEMES):
-            # Opening it as a store would add anagrapheus's tables to someone else's database.
-            refuse_foreign_database(address, role=role)
-    source_schema = args.source_schema or args.schema
-    destination_schema = args.destination_schema or args.schema
-    try:
-        source = open_store(args.source, schema=source_schema)
-    except AnagrapheusError as e:
-        why = masked_message(str(e), args.source)
-        raise BadInput(f"cannot open the source ({why})", path=_shown(args.source)) from e
-    try:
-        try:
-            destination = open_store(args.destination, schema=destination_schema)
-        except AnagrapheusError as e:
-            why = masked_message(str(e), args.destination)
-            raise BadInput(f"cannot open the destination ({why})", path=_shown(args.destination)) from e
+        # Opening it as a store would add anagrapheus's tables to someone else's database.
+        refuse_foreign_database(address, role=role)
+    with ExitStack() as stores:
+        source = stores.enter_context(_opened(args.source, schema=args.source_schema or args.schema, role="source"))
+        destination = stores.enter_context(
+            _opened(args.destination, schema=args.destination_schema or args.schema, role="destination")
+        )
         try:
             before = destination.last_seq()
             copied = copy_log(source, destination, batch=args.batch)
@@ -64,10 +69,6 @@ def run(args: argparse.Namespace) -> Outcome:
         except AnagrapheusError as e:
             why = masked_message(masked_message(str(e), args.source), args.destination)
             raise BadInput(f"cannot copy into it ({why})", path=_shown(args.destination)) from e
-        finally:
-            destination.close()
-    finally:
-        source.close()
     text = (
         f"copied {copied} event(s) from {_shown(args.source)} to {_shown(args.destination)}: seq {before + 1}..{last}"
     )

@@ -23,11 +23,12 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     RecordingHeader,
     ScratchPin,
-    SQLiteEventStore,
     StoredEvent,
     UpcastRegistry,
     read_recording,
 )
+from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
+from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.sqlite import read_only_uri
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "upcasts_of",
 ]
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
 _LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
 _BUILTIN = "anagrapheus"
@@ -127,11 +127,8 @@ def is_log(path: Path) -> bool:
 def refuse_foreign_database(name: str, *, role: str) -> None:
     """Refuse a SQLite file that holds other tables and no anagrapheus log: opening it as a store would add ours."""
     path = Path(name)
-    if not path.is_file():
+    if is_postgres(name) or not path.is_file() or log_kind(path) != "sqlite":
         return
-    with path.open("rb") as file:
-        if file.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
-            return
     tables = _tables(path)
     if tables and not tables >= _LOG_TABLES:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
@@ -169,37 +166,35 @@ def _read_pipe(path: Path, name: str) -> bytes:
 def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
     """Read a recording or a database's log, keeping only `units` when some are named.
 
-    A regular file is sniffed for SQLite's magic; a pipe is read once, whole, as a recording (a
-    sniff would eat its first bytes, and SQLite cannot read a pipe).
+    What `name` holds is told as `open_store` tells it (`log_kind`); a pipe is read once, whole, as a
+    recording (a sniff would eat its first bytes, and SQLite cannot read a pipe).
     """
     path = Path(name)
     piped: bytes | None = None
     try:
-        if stat.S_ISFIFO(path.stat().st_mode):
+        if not is_postgres(name) and stat.S_ISFIFO(path.stat().st_mode):
             piped = _read_pipe(path, name)
-            magic = piped[: len(_SQLITE_MAGIC)]
-            if magic == _SQLITE_MAGIC:
-                raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
-        else:
-            with path.open("rb") as file:
-                magic = file.read(len(_SQLITE_MAGIC))
+        kind = log_kind(name, head=piped)
+        if piped is not None and kind == "sqlite":
+            raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
-        if magic == _SQLITE_MAGIC:
-            if not is_log(path):
-                raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
-            # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
-            with SQLiteEventStore(path, read_only=True) as store:
-                scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
-                source = Source(path, "database", None, tuple(store.read()), scratch)
-        else:
+        if kind == "recording":
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
             recording = read_recording(path, provenance="ignore", data=piped)
             lines = tuple(range(2, len(recording.events) + 2))
             source = Source(path, "recording", recording.header, recording.events, lines=lines)
+        else:
+            if kind == "sqlite" and not is_log(path):
+                raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
+            # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
+            with open_store(name, read_only=True) as store:
+                scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
+                source = Source(path, "database", None, tuple(store.read()), scratch)
     except AnagrapheusError as e:
-        raise bad_input(e, path=name) from e
+        # A URI is named without its password.
+        raise bad_input(e, path=masked_dsn(name) if kind == "postgresql" else name) from e
     return _narrowed(source, units) if units else source
 
 
