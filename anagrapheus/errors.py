@@ -35,6 +35,7 @@ __all__ = [
     "UnitBusy",
     "UnitClosed",
     "UnknownEventType",
+    "UnresolvedName",
     "UnusedPins",
     "UpcastGap",
     "UsageError",
@@ -60,6 +61,17 @@ def _rebuilt(cls: type[AnagrapheusError], args: tuple[object, ...]) -> Anagraphe
 
 class UsageError(AnagrapheusError):
     """The library was used in a way it does not support (a developer's mistake)."""
+
+
+class UnresolvedName(UsageError):
+    """A `MODULE:ATTR` a user named (an argument, a marker's policy) does not import or is not what it must be."""
+
+    def __init__(self, spec: str, message: str) -> None:
+        super().__init__(f"{spec}: {message}")
+        self.spec = spec
+        """The name as given."""
+        self.message = message
+        """What is wrong with it, without the name."""
 
 
 class UnitClosed(UsageError):

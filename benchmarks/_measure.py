@@ -32,6 +32,7 @@ __all__ = [
     "print_rates",
     "print_table",
     "raw_connection",
+    "repeated",
     "store_schema",
     "use_options",
 ]
@@ -40,6 +41,18 @@ _profile_match: str | None = None
 
 Sample = Callable[[int], float]
 """Run an operation `n` times and return the seconds spent in the timed part."""
+
+
+def repeated(work: Callable[[], object]) -> Sample:
+    """The sample that runs `work` `n` times in a row and returns the seconds it took, all of it timed."""
+
+    def sample(n: int) -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            work()
+        return time.perf_counter() - started
+
+    return sample
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import is_
@@ -30,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from _measure import Comparison, Variant, compare, machine_line, options, print_table, use_options
+from _measure import Comparison, Variant, compare, machine_line, options, print_table, repeated, use_options
 from keys import PARAMETERS, history
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models.function import FunctionModel
@@ -86,13 +85,7 @@ def snapshots(objects: Sequence[object]) -> tuple[list[object], list[tuple[objec
 
 
 def timed(name: str, operation: Callable[[], object]) -> Variant:
-    def sample(count: int) -> float:
-        start = time.perf_counter()
-        for _ in range(count):
-            operation()
-        return time.perf_counter() - start
-
-    return Variant(name, sample)
+    return Variant(name, repeated(operation))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

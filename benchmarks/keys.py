@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 
-from _measure import Aim, Variant, compare, machine_line, options, print_table, use_options
+from _measure import Aim, Variant, compare, machine_line, options, print_table, repeated, use_options
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -80,12 +80,7 @@ def key_cost(*, n: int, rounds: int) -> None:
         # grown again, so every sample would begin by walking the 198 messages between them anew.
         messages = history(size)
 
-        def sample(count: int) -> float:
-            start = time.perf_counter()
-            for _ in range(count):
-                model.pin_for(messages, settings, PARAMETERS)
-            return time.perf_counter() - start
-
+        sample = repeated(lambda: model.pin_for(messages, settings, PARAMETERS))
         return Variant(f"pin_for, {size} messages", sample, aim=Aim(at_most=2.0) if size == 200 else None)
 
     rows = compare(keying(2), [keying(200)], n=n, rounds=rounds)

@@ -17,11 +17,10 @@ non-ASCII text, a tool call and a 20-field fingerprint.
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _measure import Variant, compare, machine_line, options, print_rates, print_table, use_options
+from _measure import Variant, compare, machine_line, options, print_rates, print_table, repeated, use_options
 
 from anagrapheus.timeline import PinPromoted, SecretPolicy, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
@@ -69,25 +68,25 @@ def pins(count: int) -> list[StoredEvent]:
     return events
 
 
-def main() -> None:
-    parser = options(__doc__ or "", rounds=5)
-    args = parser.parse_args()
+def prepared(description: str) -> tuple[int, list[StoredEvent]]:
+    """A pins benchmark's options parsed and machine line printed: the rounds, and 10,000 pins (50 with --quick)."""
+    args = options(description, rounds=5).parse_args()
     rounds = use_options(args)
-    count = 50 if args.quick else 10_000
-    events = pins(count)
+    events = pins(50 if args.quick else 10_000)
     print(machine_line())
+    return rounds, events
+
+
+def main() -> None:
+    rounds, events = prepared(__doc__ or "")
+    count = len(events)
     print(f"{count:,} pins per write, {sum(len(e.payload) for e in events) / count:,.0f} bytes of payload each")
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "run.jsonl"
         policy = SecretPolicy()
 
-        def writing(**options: object) -> float:
-            started = time.perf_counter()
-            write_recording(target, events, header=HEADER, **options)  # pyright: ignore[reportArgumentType]
-            return time.perf_counter() - started
-
         def sample(**options: object) -> Callable[[int], float]:
-            return lambda n: sum(writing(**options) for _ in range(n))
+            return repeated(lambda: write_recording(target, events, header=HEADER, **options))  # pyright: ignore[reportArgumentType]
 
         baseline = Variant("write, no scan (dangerously_keep_secrets)", sample(dangerously_keep_secrets=True))
         scanned = Variant("write with the default scan", sample())

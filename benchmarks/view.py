@@ -19,12 +19,11 @@ import io
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _measure import Variant, compare, machine_line, options, print_table, use_options
-from recording import HEADER, pins
+from _measure import Variant, compare, print_table, repeated
+from recording import HEADER, prepared
 
 from anagrapheus.cli import main as cli
 from anagrapheus.timeline.recording import write_recording
@@ -41,23 +40,10 @@ def _opening(browser: Any, url: str) -> float:
 
 
 def main() -> None:
-    parser = options(__doc__ or "", rounds=5)
-    args = parser.parse_args()
-    rounds = use_options(args)
-    count = 50 if args.quick else 10_000
-    events = pins(count)
-    print(machine_line())
+    rounds, events = prepared(__doc__ or "")
+    count = len(events)
     with tempfile.TemporaryDirectory() as tmp:
         recording, page = Path(tmp) / "run.jsonl", Path(tmp) / "run.html"
-
-        def timed(work: Callable[[], object]) -> Callable[[int], float]:
-            def sample(n: int) -> float:
-                started = time.perf_counter()
-                for _ in range(n):
-                    work()
-                return time.perf_counter() - started
-
-            return sample
 
         def view() -> None:
             with contextlib.redirect_stdout(io.StringIO()):
@@ -65,9 +51,9 @@ def main() -> None:
 
         write_recording(recording, events, header=HEADER)
         baseline = Variant(
-            "write_recording of the same pins", timed(lambda: write_recording(recording, events, header=HEADER))
+            "write_recording of the same pins", repeated(lambda: write_recording(recording, events, header=HEADER))
         )
-        rows = compare(baseline, [Variant("anagrapheus view writing its page", timed(view))], n=1, rounds=rounds)
+        rows = compare(baseline, [Variant("anagrapheus view writing its page", repeated(view))], n=1, rounds=rounds)
         print_table(f"writing the page of {count:,} pins", baseline.name, rows)
         size = page.stat().st_size / recording.stat().st_size
         print(f"\npage size: {page.stat().st_size:,} bytes, {size:.2f}x the recording's {recording.stat().st_size:,}")

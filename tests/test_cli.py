@@ -591,7 +591,7 @@ def test_regress_on_a_corrupt_recording_is_bad_input_naming_the_line(
         ("examples.negotiation.nowhere:control", "cannot import examples.negotiation.nowhere"),
         ("examples.negotiation.candidates:TURNS", "is not a function"),
         ("examples.negotiation.candidates:quota_statements_state_a_share", "must take (recording, *, policy)"),
-        ("examples.negotiation.candidates", "expected MODULE:NAME"),
+        ("examples.negotiation.candidates", "expected MODULE:ATTR"),
     ],
 )
 def test_regress_names_a_candidate_it_cannot_use(

@@ -38,6 +38,7 @@ from anagrapheus.errors import (
     UnitBusy,
     UnitClosed,
     UnknownEventType,
+    UnresolvedName,
     UnusedPins,
     UpcastGap,
     UsageError,
@@ -48,6 +49,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    UnresolvedName("app:agnet", "app has no agnet"),
     ManifestError("unknown key", path="pyproject.toml", key="clock.speed"),
     StoreUnavailable("the server did not answer within 30 s"),
     RecordingConflict("rec.jsonl", first="a", second="b"),

@@ -496,7 +496,7 @@ def test_an_unknown_mode_or_marker_keyword_is_refused(
     for marker, complaint in (
         ("path='{test}.jsonl'", "*may use only {test_dir}, {module} and {name}*"),
         ("allow_unused='no'", "*allow_unused must be true or false, not 'no'*"),
-        ("policy='nowhere:Policy'", "*policy 'nowhere:Policy' is not an importable 'module:attribute'*"),
+        ("policy='nowhere:Policy'", "*: policy nowhere:Policy: cannot import nowhere (No module named 'nowhere')*"),
     ):
         project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", f"anagrapheus({marker})\n"))
         project.runpytest().stdout.fnmatch_lines([complaint])

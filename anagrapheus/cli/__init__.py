@@ -11,11 +11,14 @@ from collections.abc import Sequence
 
 from anagrapheus.cli import check, copy, diff, entropy, export, regress, rerun, show, unlock, upcast, view
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
+from anagrapheus.errors import UnresolvedName
 
 __all__ = ["Exit", "main", "parser"]
 
-# Each command module registers its subcommand; a new command is one more module here.
-COMMANDS = (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
+# Each command module declares its subcommand; a new command is one more module here.
+COMMANDS = tuple(
+    module.COMMAND for module in (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.add_parser(commands, common)
+        command.register(commands.add_parser, common)
     return root
 
 
@@ -41,4 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome: Outcome = args.run(args)
     except BadInput as e:
         outcome = e.outcome()
+    except UnresolvedName as e:
+        # A MODULE:ATTR that does not import, or is not what the option takes: bad input, named as given.
+        outcome = BadInput(e.message, path=e.spec).outcome()
     return emit(outcome, as_json=args.json)

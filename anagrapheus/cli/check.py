@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError, CorruptEvent, ProvenanceMismatch
@@ -22,7 +23,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.provenance import check_provenance
 
-__all__ = ["CHECKS", "Check", "CheckContext", "Problem", "add_parser", "run"]
+__all__ = ["CHECKS", "COMMAND", "Check", "CheckContext", "Problem", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +139,10 @@ CHECKS: list[tuple[str, Check]] = [
 """The checks run after the format check, by name; a new check is one more entry."""
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `check`."""
-    parser = commands.add_parser(
-        "check",
-        parents=[common],
-        help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets",
-        description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
-        " and line; an incompatible provenance too), 1 when one breaks a rule (an ambiguous key, a credential),"
-        " 0 when all are sound. Another anagrapheus or pydantic-ai version than the recording's is a note.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `check`."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or anagrapheus SQLite databases")
     add_registry_options(parser)
-    parser.set_defaults(run=run)
 
 
 def _report(path: str, problems: list[tuple[str, Problem]], events: int | None) -> dict[str, Any]:
@@ -171,7 +163,8 @@ def check_path(path: str, context: CheckContext) -> dict[str, Any]:
     try:
         source = open_source(path)
     except BadInput as e:
-        return _report(path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
+        # Named as the error names it: a URI without its password.
+        return _report(e.path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
     problems = [(name, problem) for name, check in CHECKS for problem in check(source, context)]
     return _report(path, problems, len(source.events))
 
@@ -200,3 +193,14 @@ def run(args: argparse.Namespace) -> Outcome:
     return Outcome(
         worst, "\n".join(lines), {"status": reports[0]["status"] if len(reports) == 1 else None, "files": reports}
     )
+
+
+COMMAND = Command(
+    "check",
+    help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets",
+    description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
+    " and line; an incompatible provenance too), 1 when one breaks a rule (an ambiguous key, a credential),"
+    " 0 when all are sound. Another anagrapheus or pydantic-ai version than the recording's is a note.",
+    arguments=_arguments,
+    run=run,
+)

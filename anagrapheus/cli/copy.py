@@ -3,28 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import copy_log, open_store
-from anagrapheus.timeline.copying import POSTGRES_SCHEMES
+from anagrapheus.timeline.opening import is_postgres
 from anagrapheus.timeline.secrets import masked_dsn, masked_message
+from anagrapheus.timeline.sqlite import SQLiteEventStore
 
-__all__ = ["add_parser", "run"]
+if TYPE_CHECKING:
+    from anagrapheus.timeline.postgres import PostgresEventStore
+
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `copy`."""
-    parser = commands.add_parser(
-        "copy",
-        parents=[common],
-        help="copy a log between SQLite and PostgreSQL, keeping seq, event ids and times",
-        description="Copy the events DST lacks from SRC, verbatim: seq, event ids, times and payloads. Each is a"
-        " SQLite file or a postgresql:// URI (needs the postgres extra). DST must be empty or hold a prefix of SRC,"
-        " so an interrupted copy resumes where it stopped. Scratch pins of open units are not copied.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `copy`."""
     parser.add_argument("source", metavar="SRC", help="the log to copy: a SQLite file or a postgresql:// URI")
     parser.add_argument("destination", metavar="DST", help="where to copy it: a SQLite file or a postgresql:// URI")
     parser.add_argument(
@@ -35,7 +34,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
         "--destination-schema", metavar="SCHEMA", help="the destination's PostgreSQL schema, if it differs"
     )
     parser.add_argument("--batch", type=int, default=1000, help="events per transaction (default 1000)")
-    parser.set_defaults(run=run)
 
 
 def _shown(address: str) -> str:
@@ -43,28 +41,27 @@ def _shown(address: str) -> str:
     return masked_dsn(address)
 
 
+def _opened(address: str, *, schema: str, role: str) -> SQLiteEventStore | PostgresEventStore:
+    """The store at `address`; one that cannot be opened is bad input, named without its password."""
+    try:
+        return open_store(address, schema=schema)
+    except AnagrapheusError as e:
+        raise BadInput(f"cannot open the {role} ({masked_message(str(e), address)})", path=_shown(address)) from e
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """Copy the log."""
-    if not args.source.startswith(POSTGRES_SCHEMES) and not Path(args.source).is_file():
+    if not is_postgres(args.source) and not Path(args.source).is_file():
         # Opening a SQLite store creates its file: a mistyped source would copy an empty log.
         raise BadInput("no such log file", path=args.source)
     for address, role in ((args.source, "source"), (args.destination, "destination")):
-        if not address.startswith(POSTGRES_SCHEMES):
-            # Opening it as a store would add anagrapheus's tables to someone else's database.
-            refuse_foreign_database(address, role=role)
-    source_schema = args.source_schema or args.schema
-    destination_schema = args.destination_schema or args.schema
-    try:
-        source = open_store(args.source, schema=source_schema)
-    except AnagrapheusError as e:
-        why = masked_message(str(e), args.source)
-        raise BadInput(f"cannot open the source ({why})", path=_shown(args.source)) from e
-    try:
-        try:
-            destination = open_store(args.destination, schema=destination_schema)
-        except AnagrapheusError as e:
-            why = masked_message(str(e), args.destination)
-            raise BadInput(f"cannot open the destination ({why})", path=_shown(args.destination)) from e
+        # Opening it as a store would add anagrapheus's tables to someone else's database.
+        refuse_foreign_database(address, role=role)
+    with ExitStack() as stores:
+        source = stores.enter_context(_opened(args.source, schema=args.source_schema or args.schema, role="source"))
+        destination = stores.enter_context(
+            _opened(args.destination, schema=args.destination_schema or args.schema, role="destination")
+        )
         try:
             before = destination.last_seq()
             copied = copy_log(source, destination, batch=args.batch)
@@ -72,13 +69,20 @@ def run(args: argparse.Namespace) -> Outcome:
         except AnagrapheusError as e:
             why = masked_message(masked_message(str(e), args.source), args.destination)
             raise BadInput(f"cannot copy into it ({why})", path=_shown(args.destination)) from e
-        finally:
-            destination.close()
-    finally:
-        source.close()
     text = (
         f"copied {copied} event(s) from {_shown(args.source)} to {_shown(args.destination)}: seq {before + 1}..{last}"
     )
     if not copied:
         text = f"nothing to copy: {_shown(args.destination)} already holds {_shown(args.source)}'s {last} event(s)"
     return Outcome(Exit.OK, text, {"copied": copied, "first_seq": before + 1 if copied else None, "last_seq": last})
+
+
+COMMAND = Command(
+    "copy",
+    help="copy a log between SQLite and PostgreSQL, keeping seq, event ids and times",
+    description="Copy the events DST lacks from SRC, verbatim: seq, event ids, times and payloads. Each is a"
+    " SQLite file or a postgresql:// URI (needs the postgres extra). DST must be empty or hold a prefix of SRC,"
+    " so an interrupted copy resumes where it stopped. Scratch pins of open units are not copied.",
+    arguments=_arguments,
+    run=run,
+)

@@ -7,6 +7,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.provider.capability import ATTEMPT_TIMES
@@ -15,7 +16,7 @@ from anagrapheus.testing.compare import comparable, first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
 from anagrapheus.timeline.ordered import read_ordered
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 _VOLATILE_KINDS = frozenset({RUN_ID, RUN_CLOCK, ATTEMPT_TIMES})
 """Pins whose whole result is drawn from the clock or the id source: two runs of one unchanged agent differ in
@@ -36,21 +37,12 @@ class _Pin:
     fingerprint: dict[str, str] | None
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `diff`."""
-    parser = commands.add_parser(
-        "diff",
-        parents=[common],
-        help="compare two recordings (or a recording and a database's units) pin by pin",
-        description="For each unit, list the pins added, removed and changed, in draw order; for a changed call,"
-        " say what moved in the request (or, for the same request, where the result differs). Exit 0 when the"
-        " two are the same, 1 when they differ.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `diff`."""
     parser.add_argument("a", metavar="A", help="a recording or an anagrapheus SQLite database")
     parser.add_argument("b", metavar="B", help="a recording or an anagrapheus SQLite database")
-    parser.add_argument("--unit", action="append", default=[], metavar="ID", help="only this unit (repeatable)")
+    add_unit_option(parser)
     add_registry_options(parser)
-    parser.set_defaults(run=run)
 
 
 def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
@@ -168,3 +160,14 @@ def run(args: argparse.Namespace) -> Outcome:
         lines.append(f"same: {len(units)} unit(s), {pins} pin(s)")
     data = {"a": args.a, "b": args.b, "same": not differing, "units": units}
     return Outcome(Exit.FAILED if differing else Exit.OK, "\n".join(lines), data)
+
+
+COMMAND = Command(
+    "diff",
+    help="compare two recordings (or a recording and a database's units) pin by pin",
+    description="For each unit, list the pins added, removed and changed, in draw order; for a changed call,"
+    " say what moved in the request (or, for the same request, where the result differs). Exit 0 when the"
+    " two are the same, 1 when they differ.",
+    arguments=_arguments,
+    run=run,
+)

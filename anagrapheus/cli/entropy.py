@@ -12,27 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.errors import ManifestError
 from anagrapheus.testing.entropy.manifest import load_manifest
 
-__all__ = ["add_parser", "digest", "run"]
+__all__ = ["COMMAND", "digest", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `entropy`."""
-    parser = commands.add_parser(
-        "entropy",
-        parents=[common],
-        help="print the digest of the determinism manifest and the collected tests",
-        description="digest: hash the determinism manifest ([tool.anagrapheus.entropy] of pyproject.toml, or"
-        " nondeterminism.toml) and the ids pytest collects, and print the first 16 hex digits, to store beside a"
-        " test report. Never a gate: it moves with every test added.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `entropy`."""
     parser.add_argument("action", choices=("digest",), help="what to do (digest)")
     parser.add_argument("--root", default=".", metavar="DIR", help="the project's directory (default: here)")
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest --collect-only")
-    parser.set_defaults(run=run)
 
 
 def digest(manifest: str, test_ids: list[str]) -> str:
@@ -67,3 +59,14 @@ def run(args: argparse.Namespace) -> Outcome:
     source = manifest.source or "no manifest"
     text = f"{value}  ({source}, {len(test_ids)} tests)"
     return Outcome(Exit.OK, text, {"digest": value, "manifest": manifest.source, "tests": len(test_ids)})
+
+
+COMMAND = Command(
+    "entropy",
+    help="print the digest of the determinism manifest and the collected tests",
+    description="digest: hash the determinism manifest ([tool.anagrapheus.entropy] of pyproject.toml, or"
+    " nondeterminism.toml) and the ids pytest collects, and print the first 16 hex digits, to store beside a"
+    " test report. Never a gate: it moves with every test added.",
+    arguments=_arguments,
+    run=run,
+)

@@ -9,24 +9,18 @@ from pathlib import Path
 
 from pydantic_ai import Agent
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
-from anagrapheus.cli.sources import load_object, open_source, unit_of
+from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
 from anagrapheus.timeline import RecordingHeader, SecretPolicy, StoredEvent, pin_events, write_recording
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `export`."""
-    parser = commands.add_parser(
-        "export",
-        parents=[common],
-        help="write committed units of a log as a recording (a regression fixture)",
-        description="Write the pins of committed units of a database (or of a recording) as a recording with a"
-        " header. A unit still open or abandoned has no committed pins and is refused.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `export`."""
     parser.add_argument("source", metavar="DB", help="an anagrapheus SQLite database (or a recording)")
     parser.add_argument("--unit", action="append", required=True, metavar="ID", help="a unit to export (repeatable)")
     parser.add_argument("-o", "--output", metavar="FILE", help="the recording to write (not with --as-test)")
@@ -51,7 +45,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument(
         "--model", action="append", default=[], metavar="ROLE=ID", help="the model id behind a role (header)"
     )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -148,8 +141,7 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         raise BadInput("--as-test needs --agent MODULE:ATTR, the agent the test asks again", path=args.as_test)
     if args.output is not None:
         raise BadInput("--as-test writes the recordings where the plugin looks: leave out -o", path=args.output)
-    if not isinstance(load_object(args.agent), Agent):
-        raise BadInput("is not a pydantic-ai Agent", path=args.agent)
+    load_typed(args.agent, Agent, what="a pydantic-ai Agent", make=False)
     module, attribute = _spec(args.agent)
     deps_module = deps_attribute = None
     if args.deps is not None:
@@ -211,3 +203,13 @@ def _write(path: Path, events: list[StoredEvent], header: RecordingHeader, *, re
         raise BadInput(f"{e}; or export with --redact", path=source) from e
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=str(path)) from e
+
+
+COMMAND = Command(
+    "export",
+    help="write committed units of a log as a recording (a regression fixture)",
+    description="Write the pins of committed units of a database (or of a recording) as a recording with a"
+    " header. A unit still open or abandoned has no committed pins and is refused.",
+    arguments=_arguments,
+    run=run,
+)

@@ -5,24 +5,17 @@ from __future__ import annotations
 import argparse
 import inspect
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import load_object
+from anagrapheus.cli.sources import load_function
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing import Verdict
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `regress`."""
-    parser = commands.add_parser(
-        "regress",
-        parents=[common],
-        help="replay a recording against a candidate and judge it: passed, failed or diverged",
-        description="Call MODULE:FUNCTION(recording, policy=...), a function of the project that runs"
-        " anagrapheus.testing.regress for a candidate and returns its Verdict, and print the verdict. Exit 0 when"
-        " every invariant held, 1 when one was violated, 3 when the candidate left the recording (under pinned).",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `regress`."""
     parser.add_argument("candidate", metavar="MODULE:FUNCTION", help="returns the candidate's Verdict")
     parser.add_argument("--recording", required=True, metavar="FILE", help="the recording to replay")
     parser.add_argument(
@@ -31,14 +24,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
         default="pinned",
         help="pinned: a miss is a divergence (default); live: misses are drawn from the real model",
     )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
     """Run the candidate's regression and report its verdict."""
-    candidate = load_object(args.candidate)
-    if not callable(candidate):
-        raise BadInput("is not a function", path=args.candidate)
+    candidate = load_function(args.candidate, what="a function")
     try:
         inspect.signature(candidate).bind(args.recording, policy=args.policy)
     except TypeError as e:
@@ -55,3 +45,14 @@ def run(args: argparse.Namespace) -> Outcome:
     text = f"regress {args.candidate} against {args.recording}\n{verdict.describe()}"
     data = {"candidate": args.candidate, "recording": args.recording, **verdict.to_json()}
     return Outcome(Exit(verdict.exit_code), text, data)
+
+
+COMMAND = Command(
+    "regress",
+    help="replay a recording against a candidate and judge it: passed, failed or diverged",
+    description="Call MODULE:FUNCTION(recording, policy=...), a function of the project that runs"
+    " anagrapheus.testing.regress for a candidate and returns its Verdict, and print the verdict. Exit 0 when"
+    " every invariant held, 1 when one was violated, 3 when the candidate left the recording (under pinned).",
+    arguments=_arguments,
+    run=run,
+)

@@ -7,26 +7,17 @@ from typing import Any
 
 from pydantic_ai import Agent
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import load_object, open_source
+from anagrapheus.cli.sources import load_function, load_typed, open_source
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing.rerun import rerun_events
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `rerun`."""
-    parser = commands.add_parser(
-        "rerun",
-        parents=[common],
-        help="ask each recorded run of a unit again of an agent, from its recorded inputs",
-        description="Ask each recorded run of a unit (or of every unit) again of the agent MODULE:ATTR, from the"
-        " prompt and history the recording holds, strictly replayed (nothing reaches the model or the world), or"
-        " with --live-model the model drawn live and the tools and MCP servers still answered from pins. Each run"
-        " is same, diverged (what moved) or failed. Exit 0 when every run is the same, 3 when one diverged, 1 when"
-        " one failed.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `rerun`."""
     parser.add_argument("source", metavar="FILE_OR_DB", help="a recording or an anagrapheus SQLite database")
     parser.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the pydantic-ai Agent to ask")
     parser.add_argument("--unit", metavar="ID", help="the unit whose runs to ask again (default: every unit)")
@@ -36,19 +27,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument(
         "--deps", metavar="MODULE:ATTR", help="a function of the recorded run (its .deps snapshot) giving the deps"
     )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
     """Re-run the recorded runs and report each."""
-    agent = load_object(args.agent)
-    if not isinstance(agent, Agent):
-        raise BadInput(f"is not a pydantic-ai Agent: {type(agent).__qualname__}", path=args.agent)
+    agent = load_typed(args.agent, Agent, what="a pydantic-ai Agent", make=False)
     deps: object = None
     if args.deps is not None:
-        deps = load_object(args.deps)
-        if not callable(deps):
-            raise BadInput("is not a function of the recorded run", path=args.deps)
+        deps = load_function(args.deps, what="a function of the recorded run")
     source = open_source(args.source, units=[args.unit] if args.unit else ())
     try:
         outcomes = rerun_events(
@@ -78,3 +64,16 @@ def run(args: argparse.Namespace) -> Outcome:
         for outcome in outcomes
     ]
     return Outcome(code, "\n".join(lines), {"source": args.source, "agent": args.agent, "runs": runs})
+
+
+COMMAND = Command(
+    "rerun",
+    help="ask each recorded run of a unit again of an agent, from its recorded inputs",
+    description="Ask each recorded run of a unit (or of every unit) again of the agent MODULE:ATTR, from the"
+    " prompt and history the recording holds, strictly replayed (nothing reaches the model or the world), or"
+    " with --live-model the model drawn live and the tools and MCP servers still answered from pins. Each run"
+    " is same, diverged (what moved) or failed. Exit 0 when every run is the same, 3 when one diverged, 1 when"
+    " one failed.",
+    arguments=_arguments,
+    run=run,
+)

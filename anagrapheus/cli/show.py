@@ -9,11 +9,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome, table
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.timeline import RECORDING_FORMAT, PinPromoted, PinsAbandoned, ReplayDiverged
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 _WIDTH = 110
 
@@ -27,19 +28,11 @@ class _Unit:
     kinds: Counter[str] = field(default_factory=Counter[str])
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `show`."""
-    parser = commands.add_parser(
-        "show",
-        parents=[common],
-        help="print a recording's or a database's header, units, pins, failures and divergences",
-        description="Print the header (provenance included), then each unit with its pins by kind and attempts,"
-        " then the failures (abandoned units) and the divergences (record-mode replays that left a recording).",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `show`."""
     parser.add_argument("path", help="a recording (.jsonl) or an anagrapheus SQLite database")
-    parser.add_argument("--unit", action="append", default=[], metavar="ID", help="only this unit (repeatable)")
+    add_unit_option(parser)
     add_registry_options(parser)
-    parser.set_defaults(run=run)
 
 
 def _value(value: Any) -> str:
@@ -163,3 +156,13 @@ def run(args: argparse.Namespace) -> Outcome:
     """Show one recording or database."""
     facts = summarise(open_source(args.path, units=args.unit), args)
     return Outcome(Exit.OK, render(facts), facts)
+
+
+COMMAND = Command(
+    "show",
+    help="print a recording's or a database's header, units, pins, failures and divergences",
+    description="Print the header (provenance included), then each unit with its pins by kind and attempts,"
+    " then the failures (abandoned units) and the divergences (record-mode replays that left a recording).",
+    arguments=_arguments,
+    run=run,
+)

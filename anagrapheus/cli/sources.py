@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import select
 import sqlite3
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import sqlite_utils
 
+from anagrapheus import importing
 from anagrapheus.cli.report import BadInput, bad_input
 from anagrapheus.errors import AnagrapheusError, StoreError
 from anagrapheus.timeline import (
@@ -23,11 +23,12 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     RecordingHeader,
     ScratchPin,
-    SQLiteEventStore,
     StoredEvent,
     UpcastRegistry,
     read_recording,
 )
+from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
+from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.sqlite import read_only_uri
 
 __all__ = [
@@ -35,17 +36,19 @@ __all__ = [
     "add_registry_options",
     "event_types",
     "is_log",
+    "load_function",
     "load_object",
+    "load_typed",
     "open_source",
     "refuse_foreign_database",
     "unit_of",
     "upcasts_of",
 ]
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # The tables every anagrapheus log has; a SQLite file without them is someone else's database.
 _LOG_TABLES = frozenset({"events", "anagrapheus_migrations"})
 _BUILTIN = "anagrapheus"
+T = TypeVar("T")
 PIPE_WAIT = 30.0
 """How long a command waits for a process to open a named pipe (FIFO) it was given for writing, in seconds."""
 
@@ -124,11 +127,8 @@ def is_log(path: Path) -> bool:
 def refuse_foreign_database(name: str, *, role: str) -> None:
     """Refuse a SQLite file that holds other tables and no anagrapheus log: opening it as a store would add ours."""
     path = Path(name)
-    if not path.is_file():
+    if is_postgres(name) or not path.is_file() or log_kind(path) != "sqlite":
         return
-    with path.open("rb") as file:
-        if file.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
-            return
     tables = _tables(path)
     if tables and not tables >= _LOG_TABLES:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
@@ -166,37 +166,35 @@ def _read_pipe(path: Path, name: str) -> bytes:
 def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
     """Read a recording or a database's log, keeping only `units` when some are named.
 
-    A regular file is sniffed for SQLite's magic; a pipe is read once, whole, as a recording (a
-    sniff would eat its first bytes, and SQLite cannot read a pipe).
+    What `name` holds is told as `open_store` tells it (`log_kind`); a pipe is read once, whole, as a
+    recording (a sniff would eat its first bytes, and SQLite cannot read a pipe).
     """
     path = Path(name)
     piped: bytes | None = None
     try:
-        if stat.S_ISFIFO(path.stat().st_mode):
+        if not is_postgres(name) and stat.S_ISFIFO(path.stat().st_mode):
             piped = _read_pipe(path, name)
-            magic = piped[: len(_SQLITE_MAGIC)]
-            if magic == _SQLITE_MAGIC:
-                raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
-        else:
-            with path.open("rb") as file:
-                magic = file.read(len(_SQLITE_MAGIC))
+        kind = log_kind(name, head=piped)
+        if piped is not None and kind == "sqlite":
+            raise BadInput("a SQLite database cannot be read through a pipe; name the database file", path=name)
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
-        if magic == _SQLITE_MAGIC:
-            if not is_log(path):
-                raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
-            # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
-            with SQLiteEventStore(path, read_only=True) as store:
-                scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
-                source = Source(path, "database", None, tuple(store.read()), scratch)
-        else:
+        if kind == "recording":
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
             recording = read_recording(path, provenance="ignore", data=piped)
             lines = tuple(range(2, len(recording.events) + 2))
             source = Source(path, "recording", recording.header, recording.events, lines=lines)
+        else:
+            if kind == "sqlite" and not is_log(path):
+                raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
+            # Read-only: inspecting a log never writes to it, and works in a read-only checkout.
+            with open_store(name, read_only=True) as store:
+                scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
+                source = Source(path, "database", None, tuple(store.read()), scratch)
     except AnagrapheusError as e:
-        raise bad_input(e, path=name) from e
+        # A URI is named without its password.
+        raise bad_input(e, path=masked_dsn(name) if kind == "postgresql" else name) from e
     return _narrowed(source, units) if units else source
 
 
@@ -225,23 +223,27 @@ def _narrowed(source: Source, units: Sequence[str]) -> Source:
 
 
 def load_object(spec: str) -> object:
-    """Import `MODULE:NAME` (dotted names allowed after the colon), from the working directory too."""
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        raise BadInput("expected MODULE:NAME, such as tests.regressions:candidate", path=spec)
+    """Import `MODULE:ATTR` as the pytest plugin does (`importing.load_object`), from the working directory too."""
+    _project_on_path()
+    return importing.load_object(spec)
+
+
+def load_typed(spec: str, kind: type[T], *, what: str, make: bool = True) -> T:
+    """Import `MODULE:ATTR` naming a `kind` or a factory of one (`importing.load_typed`), from the working directory."""
+    _project_on_path()
+    return importing.load_typed(spec, kind, what=what, make=make)
+
+
+def load_function(spec: str, *, what: str) -> Callable[..., object]:
+    """Import `MODULE:ATTR` naming a function (`importing.load_function`), from the working directory too."""
+    _project_on_path()
+    return importing.load_function(spec, what=what)
+
+
+def _project_on_path() -> None:
     # Like `python -m`, a command run from a project finds the project's own modules.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        found: object = importlib.import_module(module_name)
-    except ImportError as e:
-        raise BadInput(f"cannot import {module_name} ({e})", path=spec) from e
-    for name in attribute.split("."):
-        try:
-            found = getattr(found, name)
-        except AttributeError:
-            raise BadInput(f"{module_name} has no {attribute}", path=spec) from None
-    return found
 
 
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
@@ -252,21 +254,9 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 
 def event_types(spec: str | None) -> EventTypeRegistry:
     """The built-in event types, plus an application's registry named as `MODULE:NAME` (a registry or a factory)."""
-    if spec is None:
-        return EventTypeRegistry()
-    found = load_object(spec)
-    types = found() if callable(found) and not isinstance(found, EventTypeRegistry) else found
-    if not isinstance(types, EventTypeRegistry):
-        raise BadInput(f"is not an EventTypeRegistry (nor a function returning one): {types!r}", path=spec)
-    return types
+    return EventTypeRegistry() if spec is None else load_typed(spec, EventTypeRegistry, what="an EventTypeRegistry")
 
 
 def upcasts_of(spec: str | None) -> UpcastRegistry | None:
     """An application's upcasts named as `MODULE:NAME` (a registry or a factory), or None."""
-    if spec is None:
-        return None
-    found = load_object(spec)
-    upcasts = found() if callable(found) and not isinstance(found, UpcastRegistry) else found
-    if not isinstance(upcasts, UpcastRegistry):
-        raise BadInput(f"is not an UpcastRegistry (nor a function returning one): {upcasts!r}", path=spec)
-    return upcasts
+    return None if spec is None else load_typed(spec, UpcastRegistry, what="an UpcastRegistry")

@@ -5,31 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import is_log
 from anagrapheus.errors import StoreError, UnitBusy
 from anagrapheus.timeline import SQLiteEventStore
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `unlock`."""
-    parser = commands.add_parser(
-        "unlock",
-        parents=[common],
-        help="free the lease of a unit whose worker is gone (a container restarted under a new host name)",
-        description="Free the lease a worker holds on an open unit of a SQLite log, so another worker can resume"
-        " it with the pins already drawn. A lease left by a process that died on this host is taken over without"
-        " this; one left on another host cannot be checked, and stands until it is freed here. A holder alive on"
-        " this host is refused (exit 1) unless --force.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `unlock`."""
     parser.add_argument("database", metavar="DB", help="an anagrapheus SQLite database")
     parser.add_argument("--unit", action="append", required=True, metavar="ID", help="a unit to free (repeatable)")
     parser.add_argument(
         "--force", action="store_true", help="free it even from a process alive on this host (two workers may draw)"
     )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -62,3 +53,15 @@ def run(args: argparse.Namespace) -> Outcome:
     except StoreError as e:
         raise BadInput(str(e).removeprefix(f"{args.database}: "), path=args.database) from e
     return Outcome(code, "\n".join(lines), {"freed": freed})
+
+
+COMMAND = Command(
+    "unlock",
+    help="free the lease of a unit whose worker is gone (a container restarted under a new host name)",
+    description="Free the lease a worker holds on an open unit of a SQLite log, so another worker can resume"
+    " it with the pins already drawn. A lease left by a process that died on this host is taken over without"
+    " this; one left on another host cannot be checked, and stands until it is freed here. A holder alive on"
+    " this host is refused (exit 1) unless --force.",
+    arguments=_arguments,
+    run=run,
+)

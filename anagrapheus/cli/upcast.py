@@ -6,27 +6,20 @@ import argparse
 import dataclasses
 from collections import Counter
 
+from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import StoredEvent, write_recording
 
-__all__ = ["add_parser", "run"]
+__all__ = ["COMMAND", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `upcast`."""
-    parser = commands.add_parser(
-        "upcast",
-        parents=[common],
-        help="rewrite a recording with every event at its current schema version",
-        description="Rewrite a recording with every old event upcast to its current schema version. Events already"
-        " current keep their bytes, so upcasting a current recording, or upcasting twice, changes nothing.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `upcast`."""
     parser.add_argument("input", metavar="IN", help="the recording to read")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="the recording to write (may be IN)")
     add_registry_options(parser)
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -63,3 +56,13 @@ def run(args: argparse.Namespace) -> Outcome:
         text,
         {"input": args.input, "output": str(written), "events": len(events), "upcast": dict(sorted(moved.items()))},
     )
+
+
+COMMAND = Command(
+    "upcast",
+    help="rewrite a recording with every event at its current schema version",
+    description="Rewrite a recording with every old event upcast to its current schema version. Events already"
+    " current keep their bytes, so upcasting a current recording, or upcasting twice, changes nothing.",
+    arguments=_arguments,
+    run=run,
+)

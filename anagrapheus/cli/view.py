@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from anagrapheus.cli import diff
+from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.page import Change, PinView, UnitView, render_page
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
@@ -16,29 +17,19 @@ from anagrapheus.testing.miss import read_miss
 from anagrapheus.timeline import JSONValue, PinPromoted, PinsAbandoned, ReplayDiverged
 from anagrapheus.timeline.ordered import read_ordered
 
-__all__ = ["add_parser", "run", "units_of"]
+__all__ = ["COMMAND", "run", "units_of"]
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:  # pyright: ignore[reportPrivateUsage]
-    """Register `view`."""
-    parser = commands.add_parser(
-        "view",
-        parents=[common],
-        help="write one self-contained HTML page of a recording or a database, or of a divergence",
-        description="Write a page that opens from file:// with no network: the header and provenance, each unit"
-        " with its state, each pin as its call rendered (model responses with their text, tool calls and"
-        " thinking; tool results; failures), and what was asked. With --against, the pins that differ side by side"
-        " with the moved fields highlighted; with --miss, where a strict replay left the recording.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `view`."""
     parser.add_argument("path", nargs="?", help="a recording (.jsonl) or an anagrapheus SQLite database")
-    parser.add_argument("--unit", action="append", default=[], metavar="ID", help="only this unit (repeatable)")
+    add_unit_option(parser)
     parser.add_argument("--against", metavar="B", help="show how B's pins differ from PATH's")
     parser.add_argument(
         "--miss", metavar="MISS.json", help="a miss file (the pytest plugin writes one beside a recording that missed)"
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: PATH + .html)")
     add_registry_options(parser)
-    parser.set_defaults(run=run)
 
 
 def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
@@ -156,3 +147,15 @@ def run(args: argparse.Namespace) -> Outcome:
         text += f", the divergence of {args.miss}"
     # The page is written either way; the code says whether it shows a difference, as `diff` does.
     return Outcome(Exit.FAILED if differing and changes is not None else Exit.OK, text, data)
+
+
+COMMAND = Command(
+    "view",
+    help="write one self-contained HTML page of a recording or a database, or of a divergence",
+    description="Write a page that opens from file:// with no network: the header and provenance, each unit"
+    " with its state, each pin as its call rendered (model responses with their text, tool calls and"
+    " thinking; tool results; failures), and what was asked. With --against, the pins that differ side by side"
+    " with the moved fields highlighted; with --miss, where a strict replay left the recording.",
+    arguments=_arguments,
+    run=run,
+)

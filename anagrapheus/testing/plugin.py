@@ -6,7 +6,6 @@ A thin shell over `RecordingSession`: options, the marker, fixtures, and where a
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import re
 import shlex
@@ -21,7 +20,8 @@ from typing import Any, cast
 
 import pytest
 
-from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnusedPins
+from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnresolvedName, UnusedPins
+from anagrapheus.importing import load_typed
 from anagrapheus.provider import CallPolicy
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
 
@@ -161,12 +161,10 @@ def recording_name(nodeid: str) -> str:
 def _policy(value: object, *, where: str) -> CallPolicy | None:
     if value is None or not isinstance(value, str):
         return cast("CallPolicy | None", value)
-    module, _, attribute = value.partition(":")
     try:
-        found: object = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise pytest.UsageError(f"{where}: policy {value!r} is not an importable 'module:attribute' ({e})") from None
-    return cast("CallPolicy", found() if isinstance(found, type) else found)
+        return load_typed(value, CallPolicy, what="a CallPolicy")
+    except UnresolvedName as e:
+        raise pytest.UsageError(f"{where}: policy {e}") from None
 
 
 def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     StoredEvent,
     canonical_json,
-    read_recording,
 )
+from anagrapheus.timeline.opening import read_events
 from anagrapheus.timeline.resolver import DelegatingResolver
 
 __all__ = [
@@ -52,8 +52,6 @@ RerunStatus = Literal["same", "diverged", "failed"]
 
 WORLD_KINDS = frozenset((TOOL_CALL, TOOLSET_TOOLS, TOOLSET_INSTRUCTIONS, OUTPUT_CALL))
 """The pin kinds that read the world (tools, MCP servers, output functions): answered only from pins."""
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass(frozen=True)
@@ -102,21 +100,6 @@ class WorldPinned(DelegatingResolver):
     def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
         """The recording's pins for a key they hold or a kind of the world's; `live` for the rest."""
         return (self.pins if key in self.pins or kind in self.world_kinds else self.live), key
-
-
-def read_events(path: str | Path) -> list[StoredEvent]:
-    """The events of a recording or of an anagrapheus SQLite database."""
-    source = Path(path)
-    try:
-        with source.open("rb") as file:
-            magic = file.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        raise UsageError(f"cannot read {source}: {e.strerror or e}") from e
-    if magic != _SQLITE_MAGIC:
-        return list(read_recording(source).events)
-    # Read-only: re-running a production log never writes to it.
-    with SQLiteEventStore(source, read_only=True) as store:
-        return list(store.read())
 
 
 def rerun(

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import StoredEvent
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+
+# Opening a log by its address is `opening`'s; named here too, where they were first.
+from anagrapheus.timeline.opening import POSTGRES_SCHEMES, open_store
 from anagrapheus.timeline.store import ClosedUnit, ClosedUnitLog, EventStore, LogImport
 
-if TYPE_CHECKING:
-    from anagrapheus.timeline.postgres import PostgresEventStore
-
 __all__ = ["POSTGRES_SCHEMES", "copy_log", "open_store"]
-
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-"""The URI schemes `open_store` opens as PostgreSQL; anything else is a SQLite file path."""
 
 
 def copy_log(source: EventStore, destination: LogImport, *, batch: int = 1000) -> int:
@@ -65,14 +59,3 @@ def _copy_closed_units(source: ClosedUnitLog, destination: ClosedUnitLog, *, bat
             destination.import_closed_units(units)
             units = []
     destination.import_closed_units(units)
-
-
-def open_store(address: str, *, schema: str = "anagrapheus") -> SQLiteEventStore | PostgresEventStore:
-    """Open the store at `address`: a `postgresql://` DSN (needs the `postgres` extra), else a SQLite file path."""
-    if address.startswith(POSTGRES_SCHEMES):
-        try:
-            from anagrapheus.timeline.postgres import PostgresEventStore
-        except ImportError as e:
-            raise UsageError("a PostgreSQL store needs psycopg: pip install 'anagrapheus[postgres]'") from e
-        return PostgresEventStore(address, schema=schema)
-    return SQLiteEventStore(address)
