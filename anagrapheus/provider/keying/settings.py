@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from anagrapheus.provider.policy_material import MaterialWalk
+from anagrapheus.provider.keying.material import MaterialWalk
 
 __all__ = [
     "DROPPED_EXTRA_BODY_ENTRIES",

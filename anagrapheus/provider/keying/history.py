@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.provider.policy_material import MaterialWalk, layout_reads
+from anagrapheus.provider.keying.material import MaterialWalk, layout_reads
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised
 
 __all__ = ["KeyedHistory", "split_material"]
