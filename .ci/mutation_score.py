@@ -686,27 +686,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return out if (len(out) < 2) and False else {name: out[name] for name in sorted(out)}",
         "a mapping of fewer than two entries sorted is itself: the test only spares the sort",
     ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_6": (
-        "default = cast(None, policy)",
-        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_35": (
-        'values = getattr(policy, "keep_values", None) is True',
-        "compared with `is True`: a policy without keep_values gets None, which is not True, as False is not",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_50": (
-        "key=pin_key(MODEL_CALL, material, normalised=None), fingerprint=DeferredFingerprint(material, values=values)",
-        "material that is canonical already writes the same text when walked again: normalised only spares the walk",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_53": (
-        "key=pin_key(MODEL_CALL, material, ), fingerprint=DeferredFingerprint(material, values=values)",
-        "the same",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_54": (
-        "key=pin_key(MODEL_CALL, material, normalised=False), fingerprint=DeferredFingerprint(material, values=values)",
-        "the same",
-    ),
-    "anagrapheus.provider.policy.x\u01c1SemanticCallPolicy\u01c1_rest__mutmut_10": (
+    "anagrapheus.provider.keying.request.x__rest__mutmut_10": (
         'rest.pop("$type", )',
         "ModelRequestParameters has neither kind nor part_kind, so its material always holds $type: no default is read",
     ),

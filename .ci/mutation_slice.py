@@ -151,6 +151,13 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_keyed_history.py",
     ],
     "anagrapheus/provider/keying/history.py": ["tests/test_keyed_history.py", "tests/test_key_mutation.py"],
+    "anagrapheus/provider/keying/keys.py": ["tests/test_key_paths.py", "tests/test_key_stability.py"],
+    "anagrapheus/provider/keying/request.py": [
+        "tests/test_policy.py",
+        "tests/test_key_rules.py",
+        "tests/test_keyed_history.py",
+        "tests/test_key_paths.py",
+    ],
     "anagrapheus/provider/model.py": [
         "tests/test_provider_model.py",
         "tests/test_provider_suspended.py",

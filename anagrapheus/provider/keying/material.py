@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from functools import cache
+from itertools import islice
 from typing import Any, Final, NamedTuple, cast
 
 import pydantic_core
@@ -191,6 +192,15 @@ class MaterialWalk:
             raise CanonicalError(refused.reason, path=at + "".join(reversed(refused.path))) from None
         except RecursionError:
             raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
+
+    def each(self, values: Sequence[object], start: int, stop: int, *, at: str) -> list[tuple[Any, tuple[str, ...]]]:
+        """`values[start:stop]` walked in turn, each with the tool-call ids it numbered first (in order)."""
+        walked: list[tuple[Any, tuple[str, ...]]] = []
+        for index in range(start, stop):
+            before = len(self.call_ids)
+            material = self.value(values[index], at=f"{at}[{index}]")
+            walked.append((material, tuple(islice(self.call_ids, before, None))))
+        return walked
 
     def _value(self, value: Any) -> Any:
         kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]

@@ -12,7 +12,7 @@ from pydantic_ai.settings import ModelSettings
 from anagrapheus.provider.keying.history import KeyedHistory, split_material
 from anagrapheus.provider.keying.keys import key_of
 from anagrapheus.provider.keying.material import MaterialWalk
-from anagrapheus.provider.keying.settings import settings_material
+from anagrapheus.provider.keying.settings import reduced_settings
 from anagrapheus.timeline.canonical import JSONValue, digest_key
 from anagrapheus.timeline.fingerprint import DeferredFingerprint
 
@@ -39,19 +39,26 @@ def request_material(
     model_id: str,
 ) -> dict[str, JSONValue]:
     """The default policy's key material of one request, as canonical JSON values (see `SemanticCallPolicy`)."""
-    walk = MaterialWalk()
     # Messages first, so tool-call ids are numbered in the order the conversation shows them.
-    history = walk.value(list(messages), at="$.messages")
-    material = _rest(walk, settings, parameters, model_id=model_id)
-    material["messages"] = history
-    return material
+    return _shaped(_walked(MaterialWalk(), {"messages": list(messages)}, settings, parameters, model_id=model_id))
 
 
-def _rest(
-    walk: MaterialWalk, settings: ModelSettings | None, parameters: ModelRequestParameters, *, model_id: str
+def _walked(
+    walk: MaterialWalk,
+    first: dict[str, Any],
+    settings: ModelSettings | None,
+    parameters: ModelRequestParameters,
+    *,
+    model_id: str,
 ) -> dict[str, Any]:
-    """The material of a request but its messages."""
-    rest: dict[str, Any] = walk.value(parameters, at="$.parameters")
+    """`first` and the rest of a request, walked in that order in one pass."""
+    given = {**first, "parameters": parameters, "model": model_id, "settings": reduced_settings(settings)}
+    return walk.value(given)
+
+
+def _shaped(walked: dict[str, Any]) -> dict[str, Any]:
+    """The material of a walked request: its parameters regrouped into tools, output and the rest."""
+    rest: dict[str, Any] = walked.pop("parameters")
     rest.pop("$type", None)
     output: dict[str, Any] = {}
     for name, short in _OUTPUT_FIELDS.items():
@@ -60,8 +67,7 @@ def _rest(
     if "tools" in output:
         output["tools"] = _by_name(output["tools"])
     material: dict[str, Any] = {
-        "model": walk.value(model_id, at="$.model"),
-        "settings": settings_material(settings, walk),
+        **walked,
         "tools": _by_name(rest.pop("function_tools", [])),
         "output": output,
     }
@@ -106,7 +112,7 @@ class RequestKeys:
         """The key of a request (byte-identical to `key_of` its `request_material`) and its fingerprint."""
         if self._history.worth_keeping(messages):
             probe = MaterialWalk()
-            rest = _rest(probe, settings, parameters, model_id=model_id)
+            rest = _shaped(_walked(probe, {}, settings, parameters, model_id=model_id))
             # Unless the rest numbered tool-call ids of its own, which would follow the messages': keyed whole.
             if not probe.call_ids:
                 head, tail = split_material(rest)
