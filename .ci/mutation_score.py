@@ -21,11 +21,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the same check, in canonical_integer",
     ),
     "anagrapheus.timeline.canonical.x__text__mutmut_22": (
-        "return value if (type(value) is str) and False else str(value)",
-        "str() of an exact str is that very str: the test only spares a call",
+        "return value if (type(value) is str) and False else str.__str__(value)",
+        "str.__str__ of an exact str is that very str: the test only spares a call",
     ),
     "anagrapheus.timeline.canonical.x__text__mutmut_24": (
-        "return value if type(None) is str else str(value)",
+        "return value if type(None) is str else str.__str__(value)",
         "the same",
     ),
     "anagrapheus.timeline.canonical.x_canonical_string__mutmut_1": (

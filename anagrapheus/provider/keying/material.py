@@ -193,6 +193,10 @@ class MaterialWalk:
         except RecursionError:
             raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
 
+    def fields(self, given: Mapping[str, object], *, at: str) -> dict[str, Any]:
+        """Each entry of `given` walked in turn: a refusal names the entry (`at.<name>`), even one nested too deeply."""
+        return {name: self.value(item, at=f"{at}.{name}") for name, item in given.items()}
+
     def each(self, values: Sequence[object], start: int, stop: int, *, at: str) -> list[tuple[Any, tuple[str, ...]]]:
         """`values[start:stop]` walked in turn, each with the tool-call ids it numbered first (in order)."""
         walked: list[tuple[Any, tuple[str, ...]]] = []

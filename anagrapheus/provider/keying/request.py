@@ -51,9 +51,10 @@ def _walked(
     *,
     model_id: str,
 ) -> dict[str, Any]:
-    """`first` and the rest of a request, walked in that order in one pass."""
-    given = {**first, "parameters": parameters, "model": model_id, "settings": reduced_settings(settings)}
-    return walk.value(given)
+    """`first` and the rest of a request, walked in that order."""
+    walked = walk.fields({**first, "parameters": parameters, "model": model_id}, at="$")
+    walked["settings"] = walk.fields(reduced_settings(settings), at="$.settings")
+    return walked
 
 
 def _shaped(walked: dict[str, Any]) -> dict[str, Any]:
