@@ -65,20 +65,12 @@ def call_pin(
     """
     if isinstance(policy, SemanticCallPolicy):
         return policy.pin(messages, settings, parameters, model_id=model_id)
-    return _pin_of(policy, messages, settings, parameters, model_id=model_id)
+    return _walked_pin(policy, policy.material(messages, settings, parameters, model_id=model_id))
 
 
-def _pin_of(
-    policy: CallPolicy,
-    messages: Sequence[ModelMessage],
-    settings: ModelSettings | None,
-    parameters: ModelRequestParameters,
-    *,
-    model_id: str,
-) -> CallPin:
-    """The pin of a request under any policy, from its material walked as key material."""
-    material = walked(policy.material(messages, settings, parameters, model_id=model_id))
-    return CallPin(*key_of(MODEL_CALL, material, values=getattr(policy, "keep_values", False) is True))
+def _walked_pin(policy: object, material: Mapping[str, object]) -> CallPin:
+    """The pin of a policy's material, walked as every key's material is."""
+    return CallPin(*key_of(MODEL_CALL, walked(material), values=getattr(policy, "keep_values", False) is True))
 
 
 class SemanticCallPolicy:
@@ -130,6 +122,6 @@ class SemanticCallPolicy:
         """`call_pin` under this policy: a conversation's messages walked once, however many requests re-send them."""
         keys: RequestKeys | None = getattr(self, "_keys", None)  # (unset by a subclass that skips __init__)
         if keys is None:
-            return _pin_of(self, messages, settings, parameters, model_id=model_id)
+            return _walked_pin(self, self.material(messages, settings, parameters, model_id=model_id))
         values = self.keep_values is True
         return CallPin(*keys.key(messages, settings, parameters, model_id=model_id, values=values))
