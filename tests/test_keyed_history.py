@@ -32,8 +32,8 @@ from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
-from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.provider.keying.history import CHAINS, SEEN_BEFORE_KEPT, SIGHTINGS
+from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from tests.test_policy_properties import json_values, texts
