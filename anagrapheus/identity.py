@@ -39,7 +39,8 @@ def mint_entity_id(
     replay of the unit gets the id the recorded run got. Without a resolver the id is unpinned.
     `new_id` is the source of fresh ids, injectable so that a re-recording can be byte-identical.
     """
-    key, fingerprint = key_of(ENTITY_ID_KIND, walked(material))
+    normalised = walked(material)  # refused alike with or without a resolver
     if resolver is None:
         return new_id()
+    key, fingerprint = key_of(ENTITY_ID_KIND, normalised)
     return resolver.resolve(key, kind=ENTITY_ID_KIND, effect=new_id, interpret=_entity_id, fingerprint=fingerprint)
