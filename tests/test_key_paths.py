@@ -31,6 +31,7 @@ from pydantic_ai.tools import ToolDefinition
 from anagrapheus.errors import CanonicalError
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.provider import SemanticCallPolicy, call_pin
+from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.outputs import output_pin
 from anagrapheus.provider.tools import tool_pin
 from anagrapheus.timeline import pin_key
@@ -266,3 +267,12 @@ def test_a_tool_calls_arguments_are_walked_once(monkeypatch: pytest.MonkeyPatch)
     key, fingerprint = output_pin("final", {"answer": "yes"}, partial=False)
     assert key.startswith("p1:output_call:") and set(fingerprint) == {"function", "output.answer"}
     assert entity_key({"kind": "vessel"}).startswith("p1:entity_id:")
+
+
+def test_a_walk_names_where_it_refused_and_a_kept_value_stands_beside_its_digest() -> None:
+    for at, expected in (({}, "$.x"), ({"at": "$.deps"}, "$.deps.x")):
+        with pytest.raises(CanonicalError) as caught:
+            walked({"x": object()}, **at)
+        assert caught.value.path == expected
+    _, fingerprint = key_of("k", walked({"a": "held"}), values=True)
+    assert fingerprint["=a"] == '"held"' and "=a" not in key_of("k", walked({"a": "held"}))[1]
