@@ -21,11 +21,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the same check, in canonical_integer",
     ),
     "anagrapheus.timeline.canonical.x__text__mutmut_22": (
-        "return value if (type(value) is str) and False else str(value)",
-        "str() of an exact str is that very str: the test only spares a call",
+        "return value if (type(value) is str) and False else str.__str__(value)",
+        "str.__str__ of an exact str is that very str: the test only spares a call",
     ),
     "anagrapheus.timeline.canonical.x__text__mutmut_24": (
-        "return value if type(None) is str else str(value)",
+        "return value if type(None) is str else str.__str__(value)",
         "the same",
     ),
     "anagrapheus.timeline.canonical.x_canonical_string__mutmut_1": (
@@ -596,155 +596,135 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "self.releases = 1",
         "the same: only a change of the count is read, never its value",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_other__mutmut_10": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_10": (
         'serializer = getattr(cast(None, type(value)), "__pydantic_serializer__", None)',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_other__mutmut_23": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_23": (
         'return {"$bytes_sha256": hashlib.sha256(cast(None, value)).hexdigest()}',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_other__mutmut_29": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_29": (
         "items = [self._value(item) for item in cast(None, value)]",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_other__mutmut_38": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_38": (
         "return dict(cast(None, value))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_other__mutmut_43": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_43": (
         "return list(cast(None, value))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x__holds_set__mutmut_6": (
+    "anagrapheus.provider.keying.material.x__holds_set__mutmut_6": (
         "return any(_holds_set(key) or _holds_set(item) for key, item in cast(None, value).items())",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x__holds_set__mutmut_15": (
+    "anagrapheus.provider.keying.material.x__holds_set__mutmut_15": (
         "return any(map(_holds_set, cast(None, value)))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x__holds_set__mutmut_35": (
+    "anagrapheus.provider.keying.material.x__holds_set__mutmut_35": (
         'serializer = getattr(cast(None, type(value)), "__pydantic_serializer__", None)',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_dataclass__mutmut_22": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_dataclass__mutmut_22": (
         "kind: type[Any] = None  # pyright: ignore[reportUnknownVariableType]",
         "the inline cases of an ASCII str and a list are what _value does with them: with no kind matched, _value"
         " gives the same material",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_dataclass__mutmut_23": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_dataclass__mutmut_23": (
         "kind: type[Any] = type(None)  # pyright: ignore[reportUnknownVariableType]",
         "the same",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_4": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_4": (
         "return value if (value.isascii()) and False else self._leaf(canonical_string, value)",
         "an ASCII str taken the long way through canonical_string comes back as itself: the short way is speed only",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_24": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_24": (
         "return value if (-(2**63) < value < 2**63) and False else self._leaf(canonical_integer, value)",
         "canonical_integer returns an exact int of fewer than 14,000 bits as itself: the range of the short way"
         " (and each mutant of its bounds, 26 to 34) only decides which ints skip a call that returns them unchanged",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_26": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_26": (
         "return value if +(2**63) < value < 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_27": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_27": (
         "return value if -(2 * 63) < value < 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_28": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_28": (
         "return value if -(3**63) < value < 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_29": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_29": (
         "return value if -(2**64) < value < 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_30": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_30": (
         "return value if -(2**63) <= value < 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_31": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_31": (
         "return value if -(2**63) < value <= 2**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_32": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_32": (
         "return value if -(2**63) < value < 2 * 63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_33": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_33": (
         "return value if -(2**63) < value < 3**63 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_value__mutmut_34": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_value__mutmut_34": (
         "return value if -(2**63) < value < 2**64 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.policy_material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_12": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_12": (
         "return out if (len(out) < 2) and False else {name: out[name] for name in sorted(out)}",
         "a mapping of fewer than two entries sorted is itself: the test only spares the sort",
     ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_6": (
-        "default = cast(None, policy)",
-        "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_35": (
-        'values = getattr(policy, "keep_values", None) is True',
-        "compared with `is True`: a policy without keep_values gets None, which is not True, as False is not",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_50": (
-        "key=pin_key(MODEL_CALL, material, normalised=None), fingerprint=DeferredFingerprint(material, values=values)",
-        "material that is canonical already writes the same text when walked again: normalised only spares the walk",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_53": (
-        "key=pin_key(MODEL_CALL, material, ), fingerprint=DeferredFingerprint(material, values=values)",
-        "the same",
-    ),
-    "anagrapheus.provider.policy.x_call_pin__mutmut_54": (
-        "key=pin_key(MODEL_CALL, material, normalised=False), fingerprint=DeferredFingerprint(material, values=values)",
-        "the same",
-    ),
-    "anagrapheus.provider.policy.x\u01c1SemanticCallPolicy\u01c1_rest__mutmut_10": (
+    "anagrapheus.provider.keying.request.x__rest__mutmut_10": (
         'rest.pop("$type", )',
         "ModelRequestParameters has neither kind nor part_kind, so its material always holds $type: no default is read",
     ),
-    "anagrapheus.provider.policy_history.x\u01c1_Chain\u01c1__init____mutmut_5": (
+    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1__init____mutmut_5": (
         "self.head = None",
         "digest sets the head of the chain it is given, and rehashes, whenever it differs from the request's: a new"
         " chain's head is replaced before any hash reads it",
     ),
-    "anagrapheus.provider.policy_history.x\u01c1KeyedHistory\u01c1digest__mutmut_3": (
+    "anagrapheus.provider.keying.history.x\u01c1KeyedHistory\u01c1digest__mutmut_3": (
         "found = self._chain(messages, None)",
         "the same",
     ),
-    "anagrapheus.provider.policy_history.x\u01c1KeyedHistory\u01c1_chain__mutmut_15": (
+    "anagrapheus.provider.keying.history.x\u01c1KeyedHistory\u01c1_chain__mutmut_15": (
         "found = _Chain(None)",
         "the same",
     ),
-    "anagrapheus.provider.policy_history.x\u01c1_Chain\u01c1truncate__mutmut_5": (
+    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1truncate__mutmut_5": (
         "known = self.known[keep - 1] if (keep) or True else 0",
         "only _rewalk truncates to nothing (_extend keeps at least the first message, by which the chain was found),"
         " and it sets call_ids itself right after: the ids kept by truncate(0) are never read",
     ),
-    "anagrapheus.provider.policy_history.x\u01c1_Chain\u01c1truncate__mutmut_8": (
+    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1truncate__mutmut_8": (
         "known = self.known[keep - 1] if keep else 1",
         "the same",
     ),
-    "anagrapheus.provider.policy_history.x__extend__mutmut_6": (
+    "anagrapheus.provider.keying.history.x__extend__mutmut_6": (
         "if shared <= len(found.nodes):",
         "truncating to every node it holds leaves a chain as it is (call_ids copied whole)",
     ),
-    "anagrapheus.provider.policy_history.x__shared__mutmut_2": (
+    "anagrapheus.provider.keying.history.x__shared__mutmut_2": (
         "low, high = 1, min(len(held), len(messages))",
         "a chain is found by its first message, the very object: the first is always shared",
     ),
-    "anagrapheus.provider.policy_history.x_split_material__mutmut_2": (
+    "anagrapheus.provider.keying.history.x_split_material__mutmut_2": (
         'before = {name: rest[name] for name in rest if name <= "messages"}',
         "rest is the material without its messages: no name in it equals 'messages'",
     ),
-    "anagrapheus.provider.policy_history.x_split_material__mutmut_6": (
+    "anagrapheus.provider.keying.history.x_split_material__mutmut_6": (
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
     ),

@@ -137,8 +137,8 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_capability_failures.py",
         "tests/test_capability_telemetry.py",
     ],
-    "anagrapheus/provider/policy_settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
-    "anagrapheus/provider/policy_material.py": [
+    "anagrapheus/provider/keying/settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
+    "anagrapheus/provider/keying/material.py": [
         "tests/test_policy.py",
         "tests/test_key_rules.py",
         "tests/test_policy_material.py",
@@ -150,7 +150,14 @@ TESTS_OF: dict[str, list[str]] = {
         "tests/test_key_rules.py",
         "tests/test_keyed_history.py",
     ],
-    "anagrapheus/provider/policy_history.py": ["tests/test_keyed_history.py", "tests/test_key_mutation.py"],
+    "anagrapheus/provider/keying/history.py": ["tests/test_keyed_history.py", "tests/test_key_mutation.py"],
+    "anagrapheus/provider/keying/keys.py": ["tests/test_key_paths.py", "tests/test_key_stability.py"],
+    "anagrapheus/provider/keying/request.py": [
+        "tests/test_policy.py",
+        "tests/test_key_rules.py",
+        "tests/test_keyed_history.py",
+        "tests/test_key_paths.py",
+    ],
     "anagrapheus/provider/model.py": [
         "tests/test_provider_model.py",
         "tests/test_provider_suspended.py",

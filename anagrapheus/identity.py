@@ -6,9 +6,9 @@ import uuid
 from collections.abc import Callable
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.provider.keying.keys import key_of, walked
+from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.resolver import PinResolver
 
 __all__ = ["ENTITY_ID_KIND", "mint_entity_id"]
@@ -34,17 +34,13 @@ def mint_entity_id(
     """Return a fresh UUIDv7 for the entity `material` describes, drawn through `resolver` when given one.
 
     `material` is what makes the entity this entity (a kind and a human-readable name, say), as
-    JSON-shaped values: two mints with equal material in one unit of work get one id, and a
+    JSON-shaped values (or what a tool's arguments may hold: sets, enums, pydantic models), walked as every
+    key's material is: two mints with equal material in one unit of work get one id, and a
     replay of the unit gets the id the recorded run got. Without a resolver the id is unpinned.
     `new_id` is the source of fresh ids, injectable so that a re-recording can be byte-identical.
     """
-    normalised = canonical_value(material)
+    normalised = walked(material)  # refused alike with or without a resolver
     if resolver is None:
         return new_id()
-    return resolver.resolve(
-        pin_key(ENTITY_ID_KIND, normalised),
-        kind=ENTITY_ID_KIND,
-        effect=new_id,
-        interpret=_entity_id,
-        fingerprint=fingerprint_of(normalised),
-    )
+    key, fingerprint = key_of(ENTITY_ID_KIND, normalised)
+    return resolver.resolve(key, kind=ENTITY_ID_KIND, effect=new_id, interpret=_entity_id, fingerprint=fingerprint)

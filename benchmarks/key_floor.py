@@ -37,7 +37,7 @@ from pydantic_ai.settings import ModelSettings
 
 from anagrapheus import PinnedModel, ReplayPins
 from anagrapheus.provider import SemanticCallPolicy
-from anagrapheus.provider.policy_history import SEEN_BEFORE_KEPT, _read  # pyright: ignore[reportPrivateUsage]
+from anagrapheus.provider.keying.history import SEEN_BEFORE_KEPT, _read  # pyright: ignore[reportPrivateUsage]
 
 HERE = Path(__file__).resolve().parent
 

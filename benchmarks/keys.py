@@ -42,7 +42,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, ReplayPins, SQLiteEventStore
-from anagrapheus.provider.policy_history import SEEN_BEFORE_KEPT
+from anagrapheus.provider.keying.history import SEEN_BEFORE_KEPT
 from anagrapheus.timeline import PinPromoted, RecordingHeader, StoredEvent, canonical_json, write_recording
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 

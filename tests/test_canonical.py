@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
 import unicodedata
@@ -14,7 +15,13 @@ from hypothesis import strategies as st
 
 from anagrapheus.errors import CanonicalError, UsageError
 from anagrapheus.timeline import canonical_json, pin_key
-from anagrapheus.timeline.canonical import canonical_float, canonical_integer, canonical_string, canonical_value
+from anagrapheus.timeline.canonical import (
+    canonical_float,
+    canonical_integer,
+    canonical_string,
+    canonical_value,
+    digest_key,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -200,17 +207,35 @@ def test_subclasses_of_json_types_are_written_as_their_base_value() -> None:
 def test_a_bad_kind_is_named_in_the_refusal() -> None:
     with pytest.raises(UsageError, match=r"pin kind 'Model Call:' must be lowercase"):
         pin_key("Model Call:", {})
+    with pytest.raises(UsageError, match=r"pin kind 'Model Call:' must be lowercase"):
+        digest_key("Model Call:", "00")
+
+
+def test_a_key_from_a_digest_is_the_key_pin_key_writes() -> None:
+    material = {"b": [1, 2.5], "a": "café"}
+    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    assert digest_key("model_call", digest) == pin_key("model_call", material) == f"p1:model_call:{digest}"
 
 
 class Mode(str, enum.Enum):  # noqa: UP042 (a str mixin, deliberately not a StrEnum)
-    """A str-mixin enum: its str() is `Mode.FAST`, not its value, so the two must never be confused."""
+    """A str-mixin enum: its str() is `Mode.FAST`, while the characters it holds are its value."""
 
     FAST = "fast"
 
 
-def test_a_string_subclass_is_written_as_its_str_on_every_path() -> None:
-    for written in (canonical_string(Mode.FAST), canonical_value(Mode.FAST)):
-        assert type(written) is str and written == str(Mode.FAST)
+class Masked(str):
+    """A str subclass whose str() hides what it holds, as a secret wrapper may."""
+
+    def __str__(self) -> str:
+        return "***"
+
+
+def test_a_string_subclass_is_written_as_the_characters_it_holds_on_every_path() -> None:
+    # As every JSON encoder and the walk of key material write it: its own str() could make two values one.
+    for value, held in ((Mode.FAST, "fast"), (Masked("swordfish"), "swordfish"), (Masked("café"), "café")):
+        for written in (canonical_string(value), canonical_value(value), canonical_value([value])[0]):  # type: ignore[index]
+            assert type(written) is str and written == held
+    assert canonical_json(Masked("a")) != canonical_json(Masked("b"))
 
 
 def test_canonical_string_normalises_and_refuses_as_canonical_json_does() -> None:

@@ -116,9 +116,14 @@ def test_a_pin_that_does_not_hold_a_uuid_is_refused(tmp_path: Path, types: Event
         mint_entity_id(TREATY, resolver=replay)
 
 
-def test_material_that_is_not_json_is_refused() -> None:
+def test_material_with_no_json_form_is_refused() -> None:
     with pytest.raises(CanonicalError, match=r"\$\.parties"):
-        mint_entity_id({"entity": "treaty", "parties": {"EU", "UK"}})
+        mint_entity_id({"entity": "treaty", "parties": [object()]})
+
+
+def test_a_set_in_material_is_keyed_as_a_tool_argument_is_by_its_sorted_members() -> None:
+    # One walk for every key: once refused here while a tool's arguments took it.
+    assert mint_entity_id({"parties": {"UK", "EU"}}, new_id=lambda: "x") == "x"
 
 
 def test_the_id_source_is_injectable_and_its_draw_is_what_gets_pinned(tmp_path: Path, types: EventTypeRegistry) -> None:

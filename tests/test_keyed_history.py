@@ -1,6 +1,6 @@
 """Keying a growing conversation walks only what is new or changed, and always keys as from scratch.
 
-`SemanticCallPolicy` keeps each message's material between requests (`provider/policy_history.py`). These tests
+`SemanticCallPolicy` keeps each message's material between requests (`provider/keying/history.py`). These tests
 drive one policy through conversations that grow, shrink, fork and are changed in place in every way a hook
 could, and compare each key and fingerprint with those of the material computed from scratch.
 """
@@ -32,8 +32,8 @@ from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
+from anagrapheus.provider.keying.history import CHAINS, SEEN_BEFORE_KEPT, SIGHTINGS
 from anagrapheus.provider.policy import MODEL_CALL
-from anagrapheus.provider.policy_history import CHAINS, SEEN_BEFORE_KEPT, SIGHTINGS
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from tests.test_policy_properties import json_values, texts

@@ -27,7 +27,7 @@ from pydantic_ai.models import ModelRequestParameters
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import SemanticCallPolicy, call_pin
-from anagrapheus.provider.policy_material import MaterialWalk
+from anagrapheus.provider.keying.material import MaterialWalk
 
 NO_PARAMETERS = ModelRequestParameters()
 

@@ -13,7 +13,7 @@ from pydantic_ai.models import ModelRequestParameters
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider import SemanticCallPolicy, call_pin
-from anagrapheus.provider.policy_settings import DROPPED_SETTINGS, KEPT_SETTINGS, REDUCED_SETTINGS
+from anagrapheus.provider.keying.settings import DROPPED_SETTINGS, KEPT_SETTINGS, REDUCED_SETTINGS
 
 SOURCE = Path(pydantic_ai.__file__).parent
 DOC = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "call-policy.md"
@@ -43,7 +43,7 @@ def test_the_source_scan_finds_the_settings_we_know() -> None:
 @pytest.mark.parametrize("name", sorted(defined_settings()))
 def test_every_setting_has_a_decision(name: str) -> None:
     assert (name in KEPT_SETTINGS) != (name in DROPPED_SETTINGS), (
-        f"{name} ({defined_settings()[name]}) needs exactly one decision in anagrapheus/provider/policy_settings.py:"
+        f"{name} ({defined_settings()[name]}) needs exactly one decision in anagrapheus/provider/keying/settings.py:"
         " keep it unless it only changes delivery or names the session"
     )
 

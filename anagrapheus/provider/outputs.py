@@ -20,9 +20,8 @@ from pydantic_ai.output import NativeOutput, PromptedOutput, TextOutput, ToolOut
 from pydantic_core import PydanticSerializationError
 
 from anagrapheus.errors import CanonicalError, PinResultError
-from anagrapheus.provider.policy_material import MaterialWalk
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.provider.keying.keys import key_of, walked
+from anagrapheus.timeline.canonical import JSONValue, canonical_value
 from anagrapheus.timeline.ordered import ordered, read_ordered
 
 __all__ = [
@@ -41,14 +40,14 @@ OUTPUT_CALL = "output_call"
 def output_pin(function: str, output: object, *, partial: bool) -> tuple[str, Mapping[str, str]]:
     """The key and fingerprint of a call of the output function `function` with `output` (a partial one apart)."""
     try:
-        given = MaterialWalk().value(output, at="$.output")
+        given = walked(output, at="$.output")
     except CanonicalError as e:
         message = f"the output given to output function {function!r} cannot be keyed: {e.reason}"
         raise CanonicalError(message, path=e.path) from e
-    material: dict[str, JSONValue] = {"function": function, "output": given}
+    material: dict[str, JSONValue] = {"function": walked(function, at="$.function"), "output": given}
     if partial:
         material["partial"] = True
-    return pin_key(OUTPUT_CALL, material), fingerprint_of(material)
+    return key_of(OUTPUT_CALL, material)
 
 
 def output_function_named(spec: object, name: str) -> Callable[..., Any] | None:

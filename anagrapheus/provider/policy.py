@@ -4,32 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, cast, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 
-from anagrapheus.provider.policy_history import KeyedHistory, split_material
-from anagrapheus.provider.policy_material import MaterialWalk
-from anagrapheus.provider.policy_settings import settings_material
-from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.fingerprint import DeferredFingerprint
+from anagrapheus.provider.keying.keys import key_of, walked
+from anagrapheus.provider.keying.request import MODEL_CALL, RequestKeys, request_material
+from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
-
-MODEL_CALL = "model_call"
-"""The pin kind of a model request."""
-
-_OUTPUT_FIELDS = {
-    "output_mode": "mode",
-    "output_object": "object",
-    "output_tools": "tools",
-    "prompted_output_template": "prompted_template",
-    "allow_text_output": "allow_text",
-    "allow_image_output": "allow_image",
-}
 
 
 @runtime_checkable
@@ -73,23 +59,18 @@ def call_pin(
 ) -> CallPin:
     """Key a model request under `policy`: `pin_key("model_call", material)` and `fingerprint_of(material)`.
 
-    Both come from the one material the policy returns. The default policy's is canonical as its walk writes it;
-    any other policy's is normalised here first. The fingerprint is digested when first read: a replay that
-    hits never reads it.
+    Both come from the one material the policy returns, as the walk of key material writes it (a
+    `SemanticCallPolicy` keys its own material without walking the messages it walked before). The
+    fingerprint is digested when first read: a replay that hits never reads it.
     """
-    semantic = isinstance(policy, SemanticCallPolicy) and type(policy).material is SemanticCallPolicy.material
-    if semantic:
-        default = cast(SemanticCallPolicy, policy)
-        pinned = default._history_pin(messages, settings, parameters, model_id=model_id)  # pyright: ignore[reportPrivateUsage]
-        if pinned is not None:
-            return pinned
-    material = policy.material(messages, settings, parameters, model_id=model_id)
-    if not semantic:
-        material = canonical_value(material)
-    values = getattr(policy, "keep_values", False) is True
-    return CallPin(
-        key=pin_key(MODEL_CALL, material, normalised=True), fingerprint=DeferredFingerprint(material, values=values)
-    )
+    if isinstance(policy, SemanticCallPolicy):
+        return policy.pin(messages, settings, parameters, model_id=model_id)
+    return _walked_pin(policy, policy.material(messages, settings, parameters, model_id=model_id))
+
+
+def _walked_pin(policy: object, material: Mapping[str, object]) -> CallPin:
+    """The pin of a policy's material, walked as every key's material is."""
+    return CallPin(*key_of(MODEL_CALL, walked(material), values=getattr(policy, "keep_values", False) is True))
 
 
 class SemanticCallPolicy:
@@ -105,7 +86,7 @@ class SemanticCallPolicy:
     the log and in recordings, which is why it is off by default.
     """
 
-    __slots__ = ("_history", "keep_values")
+    __slots__ = ("_keys", "keep_values")
 
     name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
     """The policy's name in a recording's provenance."""
@@ -115,8 +96,9 @@ class SemanticCallPolicy:
     def __init__(self, *, keep_values: bool = False) -> None:
         self.keep_values = keep_values
         """Keep the start of each field's value in the fingerprint, for divergence reports (opt-in)."""
-        # What earlier requests of each conversation walked, so a request walks only what is new or changed.
-        self._history = KeyedHistory()
+        # This policy's own material is keyed by the kept history; a subclass's own `material` is walked whole.
+        own = type(self).material is SemanticCallPolicy.material
+        self._keys = RequestKeys() if own else None
 
     def material(
         self,
@@ -127,70 +109,19 @@ class SemanticCallPolicy:
         model_id: str,
     ) -> dict[str, JSONValue]:
         """Return the key material of one model request, as canonical JSON values."""
-        walk = MaterialWalk()
-        # Messages first, so tool-call ids are numbered in the order the conversation shows them.
-        history = walk.value(list(messages), at="$.messages")
-        material = self._rest(walk, settings, parameters, model_id=model_id)
-        material["messages"] = history
-        return material
+        return request_material(messages, settings, parameters, model_id=model_id)
 
-    def _rest(
-        self, walk: MaterialWalk, settings: ModelSettings | None, parameters: ModelRequestParameters, *, model_id: str
-    ) -> dict[str, Any]:
-        """The material of a request but its messages."""
-        rest: dict[str, Any] = walk.value(parameters, at="$.parameters")
-        rest.pop("$type", None)
-        output: dict[str, Any] = {}
-        for name, short in _OUTPUT_FIELDS.items():
-            if name in rest:
-                output[short] = rest.pop(name)
-        if "tools" in output:
-            output["tools"] = _by_name(output["tools"])
-        material: dict[str, Any] = {
-            "model": walk.value(model_id, at="$.model"),
-            "settings": settings_material(settings, walk),
-            "tools": _by_name(rest.pop("function_tools", [])),
-            "output": output,
-        }
-        for name, top in (("instruction_parts", "instructions"), ("native_tools", "native_tools")):
-            if name in rest:
-                material[top] = rest.pop(name)
-        if rest:
-            material["parameters"] = rest
-        return material
-
-    def _history_pin(
+    def pin(
         self,
         messages: Sequence[ModelMessage],
         settings: ModelSettings | None,
         parameters: ModelRequestParameters,
         *,
         model_id: str,
-    ) -> CallPin | None:
-        """`call_pin` under this policy, walking only the messages earlier requests did not; None if it cannot."""
-        if not self._history.worth_keeping(messages):
-            return None
-        probe = MaterialWalk()
-        rest = self._rest(probe, settings, parameters, model_id=model_id)
-        if probe.call_ids:
-            # The rest numbered tool-call ids of its own, which would follow the messages': key it whole.
-            return None
-        head, tail = split_material(rest)
-        digest, history = self._history.digest(messages, head, tail)
-        rest["messages"] = history
-        return CallPin(
-            key=f"{KEY_SCHEME}:{MODEL_CALL}:{digest}",
-            fingerprint=DeferredFingerprint(rest, values=self.keep_values is True),
-        )
-
-
-def _by_name(definitions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Index tool definitions by name: the order they are listed in is not something the model is told."""
-    indexed: dict[str, Any] = {}
-    for definition in definitions:
-        name = str(definition.get("name"))
-        # pydantic-ai refuses duplicate names; should two slip through, neither may hide the other.
-        while name in indexed:
-            name += "#"
-        indexed[name] = definition
-    return indexed
+    ) -> CallPin:
+        """`call_pin` under this policy: a conversation's messages walked once, however many requests re-send them."""
+        keys: RequestKeys | None = getattr(self, "_keys", None)  # (unset by a subclass that skips __init__)
+        if keys is None:
+            return _walked_pin(self, self.material(messages, settings, parameters, model_id=model_id))
+        values = self.keep_values is True
+        return CallPin(*keys.key(messages, settings, parameters, model_id=model_id, values=values))

@@ -29,11 +29,11 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.keying.keys import key_of, walked
+from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask
-from anagrapheus.provider.policy_material import MaterialWalk
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.fingerprint import fingerprint_of
+from anagrapheus.timeline.canonical import JSONValue, canonical_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.resolver import PinResolver, answered_within
@@ -86,16 +86,17 @@ def tool_pin(
     (`tool_call_metadata`), so an approved call is never answered by the pin of the unapproved one.
     A call that is neither approved nor carries metadata keeps the key it always had.
     """
-    material: dict[str, JSONValue] = {"tool": tool, "args": _arguments(tool, arguments)}
+    material: dict[str, JSONValue] = {"tool": walked(tool, at="$.tool"), "args": _arguments(tool, arguments)}
     if deps is not _UNKEYED:
         try:
-            material["deps"] = MaterialWalk().value(deps, at="$.deps")
+            material["deps"] = walked(deps, at="$.deps")
         except CanonicalError as e:
             raise CanonicalError(f"the deps keyed for tool {tool!r} cannot be keyed: {e.reason}", path=e.path) from e
     context = ctx if ctx is not None else _context_among(arguments)
     if context is not None:
         material.update(_call_context(tool, context))
-    return ToolPin(key=pin_key(TOOL_CALL, material), fingerprint=fingerprint_of(material))
+    # Walked once: the key and the fingerprint are both written from this material.
+    return ToolPin(*key_of(TOOL_CALL, material))
 
 
 def _context_among(arguments: Mapping[str, object]) -> RunContext[Any] | None:
@@ -115,7 +116,7 @@ def _call_context(tool: str, ctx: RunContext[Any]) -> dict[str, JSONValue]:
     metadata: object = getattr(ctx, "tool_call_metadata", None)
     if metadata is not None:
         try:
-            material["approval_metadata"] = MaterialWalk().value(metadata, at="$.approval_metadata")
+            material["approval_metadata"] = walked(metadata, at="$.approval_metadata")
         except CanonicalError as e:
             message = f"the approval metadata of a call of tool {tool!r} cannot be keyed: {e.reason}"
             raise CanonicalError(message, path=e.path) from e

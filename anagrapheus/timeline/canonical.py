@@ -21,6 +21,7 @@ __all__ = [
     "canonical_number",
     "canonical_string",
     "canonical_value",
+    "digest_key",
     "encode_normalised",
     "pin_key",
 ]
@@ -42,8 +43,8 @@ encode_normalised = _encode
 """Write a value that is already canonical (as `canonical_value` returns it) without walking it again."""
 
 
-class _Refused(Exception):
-    """Internal: carries the reason and the reversed path up the recursion."""
+class Refused(Exception):
+    """Internal to the walks of key material (here and `anagrapheus.provider.keying`): the reason and reversed path."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -56,10 +57,10 @@ def _text(value: str) -> str:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise _Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
+            raise Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
         if not unicodedata.is_normalized("NFC", value):
             return unicodedata.normalize("NFC", value)
-    return value if type(value) is str else str(value)
+    return value if type(value) is str else str.__str__(value)
 
 
 def _spelled(number: float) -> int | float:
@@ -83,21 +84,21 @@ def _normalise(value: object) -> Any:
     if kind is float:
         number: float = value  # pyright: ignore[reportAssignmentType]
         if not math.isfinite(number):
-            raise _Refused(f"{number!r} is not a JSON number")
+            raise Refused(f"{number!r} is not a JSON number")
         return _spelled(number)
     if kind is dict:
         mapping: dict[Any, Any] = value  # pyright: ignore[reportAssignmentType]
         out: dict[str, Any] = {}
         for k, v in mapping.items():
             if type(k) is not str:
-                raise _Refused(f"object key {k!r} is not a string")
+                raise Refused(f"object key {k!r} is not a string")
             try:
                 out[_text(k)] = _normalise(v)
-            except _Refused as refused:
+            except Refused as refused:
                 refused.path.append(f".{k}")
                 raise
         if len(out) != len(mapping):
-            raise _Refused("two object keys are equal once NFC-normalised")
+            raise Refused("two object keys are equal once NFC-normalised")
         return out
     if kind is list or kind is tuple:
         sequence: list[Any] = value  # pyright: ignore[reportAssignmentType]
@@ -105,17 +106,19 @@ def _normalise(value: object) -> Any:
         for i, v in enumerate(sequence):
             try:
                 items.append(_normalise(v))
-            except _Refused as refused:
+            except Refused as refused:
                 refused.path.append(f"[{i}]")
                 raise
         return items
     if isinstance(value, str):
-        return _text(str(value))
+        # The characters it holds, as the walk of key material and every JSON encoder write them: its own
+        # `__str__` (a `(str, Enum)` member's `Cls.NAME`, a masking wrapper's `***`) could make two values one.
+        return _text(str.__str__(value))
     if isinstance(value, int):
         return _normalise(int(value))
     if isinstance(value, float):
         return _normalise(float(value))
-    raise _Refused(f"{kind.__qualname__} is not a JSON type (convert it deliberately before pinning)")
+    raise Refused(f"{kind.__qualname__} is not a JSON type (convert it deliberately before pinning)")
 
 
 def _integer_text(number: int) -> str:
@@ -123,13 +126,13 @@ def _integer_text(number: int) -> str:
         return int.__repr__(number)
     except ValueError:
         # Past Python's limit on integer digits (4,300 by default): no text is written, so none is keyed.
-        raise _Refused(f"an integer of {number.bit_length()} bits is too long to write as JSON") from None
+        raise Refused(f"an integer of {number.bit_length()} bits is too long to write as JSON") from None
 
 
 def _refusing(normalise: Any, value: Any) -> Any:
     try:
         return normalise(value)
-    except _Refused as refused:
+    except Refused as refused:
         raise CanonicalError(refused.reason, path="$") from None
 
 
@@ -156,7 +159,7 @@ def canonical_value(value: object) -> JSONValue:
     """Return `value` normalised for canonical JSON, or raise `CanonicalError` naming where it is not JSON."""
     try:
         return _normalise(value)
-    except _Refused as refused:
+    except Refused as refused:
         raise CanonicalError(refused.reason, path="$" + "".join(reversed(refused.path))) from None
     except RecursionError:
         raise CanonicalError("value is nested too deeply (or contains itself)", path="$") from None
@@ -204,8 +207,15 @@ def pin_key(kind: str, material: object, *, normalised: bool = False) -> str:
     With `normalised`, `material` is taken as already canonical (as `canonical_value` returns it) and is
     written without being walked again.
     """
+    text = _encode(material) if normalised else canonical_json(material)
+    return digest_key(kind, hashlib.sha256(text.encode()).hexdigest())
+
+
+def digest_key(kind: str, digest: str) -> str:
+    """Return `p1:<kind>:<digest>` for the hex sha256 `digest` of material's canonical JSON, as `pin_key` hashes it.
+
+    For material whose text is hashed piece by piece, as the kept messages of a conversation are.
+    """
     if not _KIND.match(kind):
         raise UsageError(f"pin kind {kind!r} must be lowercase letters, digits, '_', '.' or '-'")
-    text = _encode(material) if normalised else canonical_json(material)
-    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"{KEY_SCHEME}:{kind}:{digest}"

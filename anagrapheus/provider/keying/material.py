@@ -1,7 +1,10 @@
-"""Key material read from pydantic-ai's message and request dataclasses: what of each object a call's key keeps.
+"""The walk of key material: every value a key is made of, read once into canonical JSON values.
 
-The walk turns objects into canonical JSON values (strings NFC, numbers spelled one way) with the primitives of
-`anagrapheus.timeline.canonical`, which alone writes them as text. It visits each object once.
+It accepts what `canonical_value` accepts, and writes each such value as `canonical_value` does; beyond JSON's own
+types it converts deliberately (never by `repr`): pydantic-ai's message and request dataclasses by the fields a
+call's key keeps, sets sorted by their members' canonical JSON, bytes by digest, an enum by its value, a pydantic
+model or other object as pydantic serialises it. The primitives of `anagrapheus.timeline.canonical` spell its
+strings and numbers; that module alone writes them as text.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from functools import cache
+from itertools import islice
 from typing import Any, Final, NamedTuple, cast
 
 import pydantic_core
@@ -18,6 +22,7 @@ from pydantic_ai.messages import BaseToolCallPart, CachePoint
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.timeline.canonical import (
+    Refused,
     canonical_float,
     canonical_integer,
     canonical_string,
@@ -93,14 +98,6 @@ class _Layout(NamedTuple):
     tag: str | None
     """The class name, for a class without a `kind`/`part_kind` field to tell it apart."""
     fields: tuple[_Field, ...]
-
-
-class _Refused(Exception):
-    """Internal: carries the reason and the reversed path up the walk."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        self.path: list[str] = []
 
 
 def _from_pydantic_ai(cls: type) -> bool:
@@ -191,10 +188,23 @@ class MaterialWalk:
         """Return `value` as key material: canonical JSON values, refusing what has no deliberate JSON form."""
         try:
             return self._value(value)
-        except _Refused as refused:
+        except Refused as refused:
             raise CanonicalError(refused.reason, path=at + "".join(reversed(refused.path))) from None
         except RecursionError:
             raise CanonicalError("value is nested too deeply (or contains itself)", path=at) from None
+
+    def fields(self, given: Mapping[str, object], *, at: str) -> dict[str, Any]:
+        """Each entry of `given` walked in turn: a refusal names the entry (`at.<name>`), even one nested too deeply."""
+        return {name: self.value(item, at=f"{at}.{name}") for name, item in given.items()}
+
+    def each(self, values: Sequence[object], start: int, stop: int, *, at: str) -> list[tuple[Any, tuple[str, ...]]]:
+        """`values[start:stop]` walked in turn, each with the tool-call ids it numbered first (in order)."""
+        walked: list[tuple[Any, tuple[str, ...]]] = []
+        for index in range(start, stop):
+            before = len(self.call_ids)
+            material = self.value(values[index], at=f"{at}[{index}]")
+            walked.append((material, tuple(islice(self.call_ids, before, None))))
+        return walked
 
     def _value(self, value: Any) -> Any:
         kind: type[Any] = type(value)  # pyright: ignore[reportUnknownVariableType]
@@ -220,7 +230,7 @@ class MaterialWalk:
         try:
             return normalise(value)
         except CanonicalError as e:
-            raise _Refused(e.reason) from None
+            raise Refused(e.reason) from None
 
     def _items(self, items: Sequence[Any]) -> list[Any]:
         out: list[Any] = []
@@ -230,7 +240,7 @@ class MaterialWalk:
                 continue
             try:
                 out.append(self._value(item))
-            except _Refused as refused:
+            except Refused as refused:
                 refused.path.append(f"[{index}]")
                 raise
         return out
@@ -240,10 +250,10 @@ class MaterialWalk:
         for key, item in mapping.items():
             name = self._key(key)
             if name in out:
-                raise _Refused("two object keys are equal once written as canonical JSON")
+                raise Refused("two object keys are equal once written as canonical JSON")
             try:
                 out[name] = self._value(item)
-            except _Refused as refused:
+            except Refused as refused:
                 refused.path.append(f".{key}")
                 raise
         # In the order canonical JSON writes it, so the material reads as its key's text does.
@@ -255,7 +265,7 @@ class MaterialWalk:
         if isinstance(key, str):
             return self._value(str.__str__(key))
         if isinstance(key, bool) or not isinstance(key, int | float):
-            raise _Refused(f"object key {key!r} is not a string")
+            raise Refused(f"object key {key!r} is not a string")
         # pydantic sends a number key as its text (`1`, `1.5`, `1.0`), so that is what the model reads.
         if isinstance(key, int):
             return int.__repr__(int(key))
@@ -282,7 +292,7 @@ class MaterialWalk:
                         out[name] = self._value(value)
                 else:
                     self._special(obj, name, attr, default, how, out)
-            except _Refused as refused:
+            except Refused as refused:
                 refused.path.append(f".{name}")
                 raise
         return out
@@ -348,7 +358,7 @@ class MaterialWalk:
         try:
             return pydantic_core.to_jsonable_python(value, bytes_mode="base64")
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError):
-            raise _Refused(
+            raise Refused(
                 f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
             ) from None
 

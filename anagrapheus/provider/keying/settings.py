@@ -9,14 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from anagrapheus.provider.policy_material import MaterialWalk
-
 __all__ = [
     "DROPPED_EXTRA_BODY_ENTRIES",
     "DROPPED_SETTINGS",
     "KEPT_SETTINGS",
     "REDUCED_SETTINGS",
-    "settings_material",
+    "reduced_settings",
 ]
 
 _DELIVERY = "delivery only: how or how fast the request travels, not what is drawn"
@@ -202,15 +200,13 @@ def _without(value: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
     return out
 
 
-def settings_material(
-    settings: Mapping[str, Any] | None,
-    walk: MaterialWalk,
-    *,
-    dropped: Mapping[str, str] = DROPPED_SETTINGS,
+def reduced_settings(
+    settings: Mapping[str, Any] | None, *, dropped: Mapping[str, str] = DROPPED_SETTINGS
 ) -> dict[str, Any]:
-    """Reduce effective settings to key material: drop delivery-only and session settings, keep everything else.
+    """Reduce effective settings to what is keyed: drop delivery-only and session settings, keep everything else.
 
     A setting that is `None`, or a dict left empty once its volatile entries are removed, counts as absent.
+    What is kept is the key's material once walked (`MaterialWalk`), with the rest of the request.
     """
     out: dict[str, Any] = {}
     if not settings:
@@ -225,5 +221,5 @@ def settings_material(
             value = _without(value, tuple((entry,) for entry in REDUCED_SETTINGS[name]))
         if name in _EMPTY_MEANS_ABSENT and value == {}:
             continue
-        out[name] = walk.value(value, at=f"$.settings.{name}")
+        out[name] = value
     return out

@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.provider.policy_material import MaterialWalk, layout_reads
+from anagrapheus.provider.keying.material import MaterialWalk, layout_reads
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised
 
 __all__ = ["KeyedHistory", "split_material"]
@@ -33,6 +33,7 @@ _KEYS: Final[_Getter] = dict[Any, Any].keys
 _VALUES: Final[_Getter] = dict[Any, Any].values
 # `getter(object)` for a getter and an object, at C speed in `map`.
 _CALL: Final[Callable[[_Getter, object], Iterable[object]]] = cast(Any, call)
+_AT: Final = "$.messages"
 _MESSAGES: Final = '"messages":['
 
 CHAINS: Final = 16
@@ -316,8 +317,8 @@ def _extend(found: _Chain, messages: Sequence[ModelMessage]) -> None:
     walk = MaterialWalk()
     walk.call_ids = found.call_ids
     start = len(found.nodes)
-    for index in range(start, len(messages)):
-        found.append(_walked(messages[index], index, walk))
+    for index, (material, added) in enumerate(walk.each(messages, start, len(messages), at=_AT), start):
+        found.append(_Node(messages[index], material, encode_normalised(material), added))
     found.rehash(start)
 
 
@@ -345,7 +346,8 @@ def _rewalk(found: _Chain, suspects: Iterable[int]) -> None:
             continue
         walk = MaterialWalk()
         walk.call_ids = dict(islice(found.call_ids.items(), found.known[index - 1] if index else 0))
-        fresh = _walked(node.message, index, walk)
+        ((material, added),) = walk.each(found.messages, index, index + 1, at=_AT)
+        fresh = _Node(node.message, material, encode_normalised(material), added)
         if fresh.text != node.text:
             rehash = min(rehash, index)
         if fresh.added != node.added:
@@ -356,13 +358,6 @@ def _rewalk(found: _Chain, suspects: Iterable[int]) -> None:
             break
         found.replace(index, fresh)
     found.rehash(min(rehash, len(found.states)))
-
-
-def _walked(message: ModelMessage, index: int, walk: MaterialWalk) -> _Node:
-    before = len(walk.call_ids)
-    material = walk.value(message, at=f"$.messages[{index}]")
-    added = tuple(islice(walk.call_ids, before, None))
-    return _Node(message, material, encode_normalised(material), added)
 
 
 def split_material(rest: dict[str, Any]) -> tuple[str, str]:
