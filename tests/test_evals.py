@@ -13,7 +13,7 @@ from anagrapheus.errors import PinMiss, UsageError
 from anagrapheus.evals import dataset_from_recording, pinned_task, recorded_cases
 from tests import rerun_agents
 from tests.conftest import Scripted
-from tests.test_rerun import record
+from tests.testing.test_rerun import record
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from tests.cli_fixtures import (
     with_one_more_event,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NEGOTIATION = str(RECORDING.relative_to(ROOT))
 
 

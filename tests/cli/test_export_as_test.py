@@ -14,7 +14,7 @@ from anagrapheus.errors import UsageError
 from anagrapheus.testing.rerun import ask_recorded_runs
 from tests import rerun_agents
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCTION = """
 import sys
@@ -82,7 +82,7 @@ def test_a_production_run_exported_as_a_test_passes_and_fails_when_the_prompt_ch
 
 
 def test_the_test_module_asks_with_the_recorded_deps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_rerun import record
+    from tests.testing.test_rerun import record
 
     database = record(tmp_path / "prod.db")
     test = tmp_path / "test_with_deps.py"
@@ -109,7 +109,7 @@ def test_the_test_module_asks_with_the_recorded_deps(tmp_path: Path, capsys: pyt
 def test_as_test_refuses_what_it_cannot_write(
     extra: list[str], error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.test_rerun import record
+    from tests.testing.test_rerun import record
 
     database = record(tmp_path / "prod.db")
     code = main(["export", str(database), "--unit", "support-7", "--as-test", str(tmp_path / "test_x.py"), *extra])
@@ -123,7 +123,7 @@ def test_as_test_refuses_what_it_cannot_write(
 def test_as_test_refuses_a_bad_module_name_and_a_unit_without_inputs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.test_rerun import record
+    from tests.testing.test_rerun import record
 
     database = record(tmp_path / "prod.db")
     argv = ["export", str(database), "--unit", "support-7", "--agent", "tests.rerun_agents:support"]
@@ -149,7 +149,7 @@ def test_as_test_reports_what_it_cannot_write(tmp_path: Path, capsys: pytest.Cap
     from anagrapheus import Pinning
     from anagrapheus.provider import every_agent_run
     from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
-    from tests.test_rerun import record
+    from tests.testing.test_rerun import record
 
     database = record(tmp_path / "prod.db")
     with SQLiteEventStore(database) as store:

@@ -28,7 +28,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEGOTIATION = ROOT / "recordings" / "negotiation.jsonl"
 FAKE_KEY = "sk-proj-" + "Zq4" * 16
 

@@ -13,7 +13,7 @@ import pytest
 
 from anagrapheus.cli import main
 from anagrapheus.testing.miss import write_miss
-from tests.test_cli_view import NEGOTIATION, changed_copy, recorded_miss
+from tests.cli.test_view import NEGOTIATION, changed_copy, recorded_miss
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 HAS_CASSETTE_TOOLS = all(importlib.util.find_spec(name) is not None for name in ("vcr", "openai"))
 
 

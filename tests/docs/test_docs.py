@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 NO_RUN = "<!-- no-run -->"
 OUTPUT = "<!-- output -->"

@@ -17,7 +17,7 @@ from examples.negotiation.__main__ import main
 from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation, replay_negotiation
 from examples.negotiation.talks import ROUNDS, TREATY, RoundConcluded, eu_prompt, negotiation_types, uk_prompt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The header stamps the versions that wrote it; under other versions only those fields may differ.
 VERSION_FIELDS = ("anagrapheus", "pydantic_ai", "python")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "pinning_replay.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "pinning_replay.py"
 
 
 def test_the_reference_example_prints_its_two_lines() -> None:

@@ -29,7 +29,7 @@ from anagrapheus.timeline.store import TimelineStore
 from tests.bounds import bound
 from tests.harbour_agent import harbour_agent
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKERS = bound("ANAGRAPHEUS_DBOS_WORKERS", normal=2, soak=3)
 WORKFLOWS_PER_WORKER = bound("ANAGRAPHEUS_DBOS_WORKFLOWS", normal=2, soak=6)
 
@@ -176,7 +176,7 @@ def test_a_worker_killed_mid_run_is_recovered_in_another_process_repeating_no_fi
             header={
                 "description": "a DBOS workflow recovered after SIGKILL",
                 "recorded_with": "FunctionModel",
-                "rerecord": "pytest tests/test_dbos_recipe.py",
+                "rerecord": "pytest tests/integration/test_dbos_recipe.py",
             },
         )
     finally:

@@ -18,7 +18,7 @@ from anagrapheus.errors import UnitClosed, UsageError
 from anagrapheus.timeline import EventTypeRegistry
 from tests.harbour_agent import harbour_agent
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys

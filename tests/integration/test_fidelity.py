@@ -20,7 +20,7 @@ import pytest
 
 from tests.fidelity_runs import SURFACES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAILING = {"usage_limits", "failed_stream"}
 
 

@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from anagrapheus.provider.tools import tool_result_from_raw
 from anagrapheus.testing import RecordingSession
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore, pin_key
-from tests.test_pytest_plugin import PYPROJECT
+from tests.testing.test_plugin import PYPROJECT
 
 pytest_plugins = ["pytester"]
 

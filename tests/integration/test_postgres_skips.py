@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_one_postgres_test(*, ci: bool, require: bool = False) -> subprocess.CompletedProcess[str]:
@@ -25,7 +25,7 @@ def run_one_postgres_test(*, ci: bool, require: bool = False) -> subprocess.Comp
             "no:cacheprovider",
             "-q",
             "-rs",
-            "tests/test_postgres_store.py::test_injected_clock_and_ids",
+            "tests/timeline/test_postgres.py::test_injected_clock_and_ids",
             *(["--require-postgres"] if require else []),
         ],
         cwd=ROOT,

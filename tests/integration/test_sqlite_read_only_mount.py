@@ -1,8 +1,8 @@
 """A SQLite log in a folder nobody may write opens read-only, read by another (unprivileged) process.
 
-Kept apart from `test_sqlite_store.py` because it starts a Python process that imports the package: under
+Kept apart from `timeline/test_sqlite.py` because it starts a Python process that imports the package: under
 mutation testing the child inherits mutmut's environment and fails in its trampoline, so this file cannot be
-listed for `timeline/sqlite.py` in `.ci/mutation_slice.py`, and `test_sqlite_store.py` now can.
+listed for `timeline/sqlite.py` in `.ci/mutation_slice.py`, and `timeline/test_sqlite.py` now can.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from anagrapheus.timeline import SQLiteEventStore
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 
 def test_a_log_in_a_directory_nobody_may_write_opens_read_only(tmp_path: Path) -> None:

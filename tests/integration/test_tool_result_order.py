@@ -43,9 +43,9 @@ from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
+from tests.cli.test_cli import NEGOTIATION, ROOT
 from tests.cli_fixtures import NEGOTIATION_LINES, rewritten
 from tests.fidelity_runs import HARBOUR
-from tests.test_cli import NEGOTIATION, ROOT
 
 PROMPT = "How is the cod stock off Hull?"
 SURVEY = HARBOUR.with_name("mcp_survey.py")

@@ -31,7 +31,7 @@ from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from tests.conftest import Scripted
-from tests.test_capability_clock import Damaged
+from tests.provider.test_capability_clock import Damaged
 
 PROMPT = "State the UK position on cod."
 

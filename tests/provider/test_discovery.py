@@ -1,6 +1,6 @@
 """MCP discovery under `Pinning`, in this process: an MCP toolset whose server is a stand-in in memory.
 
-tests/test_capability_mcp.py runs a real stdio server; these tests cannot start processes (the mutation runs
+tests/integration/test_capability_mcp.py runs a real stdio server; these tests cannot start processes (the mutation runs
 refuse them), so `Harbour` answers as that server does and logs every entry into it.
 """
 
@@ -29,8 +29,8 @@ from anagrapheus.provider.discovery import TOOLSET_INSTRUCTIONS, TOOLSET_TOOLS, 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.ordered import read_ordered
-from tests.test_capability_clock import Damaged
-from tests.test_capability_mcp import agent
+from tests.integration.test_capability_mcp import agent
+from tests.provider.test_capability_clock import Damaged
 
 PROMPT = "Where can the fleet berth?"
 BERTHS = ToolDefinition(

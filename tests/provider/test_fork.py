@@ -13,7 +13,7 @@ from anagrapheus.testing.rerun import read_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import rerun_agents
 from tests.conftest import Scripted
-from tests.test_rerun import record
+from tests.testing.test_rerun import record
 
 
 @pytest.fixture

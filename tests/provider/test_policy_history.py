@@ -36,7 +36,7 @@ from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.provider.policy_history import CHAINS, SEEN_BEFORE_KEPT, SIGHTINGS
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
-from tests.test_policy_properties import json_values, texts
+from tests.provider.test_policy_properties import json_values, texts
 
 TOOL = ToolDefinition(name="quota", parameters_json_schema={"type": "object"}, description="Quota.")
 PLAIN = ModelRequestParameters(function_tools=[TOOL])

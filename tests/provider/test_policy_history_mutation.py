@@ -23,7 +23,7 @@ from pydantic_ai.messages import (
 )
 
 from anagrapheus.provider import CallPin, SemanticCallPolicy, call_pin
-from tests.test_policy_properties import PARAMETERS, histories, json_values, texts
+from tests.provider.test_policy_properties import PARAMETERS, histories, json_values, texts
 
 
 def pin_of(messages: list[ModelMessage], policy: SemanticCallPolicy) -> CallPin:

@@ -14,7 +14,7 @@ import pytest
 from anagrapheus.cli import main
 from anagrapheus.errors import ManifestError, UsageError
 from anagrapheus.testing.entropy import EntropyManifest, guarded, load_manifest, test_seed
-from tests.test_pytest_plugin import APP, PYPROJECT
+from tests.testing.test_plugin import APP, PYPROJECT
 
 pytest_plugins = ["pytester"]
 

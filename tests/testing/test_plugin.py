@@ -611,7 +611,7 @@ def test_replay_names_the_pins_never_asked_for(tmp_path: Path) -> None:
 
 
 def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
-    from tests.test_docs import ROOT, blocks_of
+    from tests.docs.test_docs import ROOT, blocks_of
 
     blocks = blocks_of(ROOT / "docs/how-to/test-with-pytest.md")
     titled = {b.info.split('title="')[1].rstrip('"'): b.code for b in blocks if 'title="' in b.info}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_pytest_plugin import APP, PYPROJECT, RECORDING, TEST_ADVICE, calls
+from tests.testing.test_plugin import APP, PYPROJECT, RECORDING, TEST_ADVICE, calls
 
 pytest_plugins = ["pytester"]
 

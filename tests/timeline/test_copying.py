@@ -19,7 +19,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.copying import copy_log, open_store
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 
 def recorded_log(path: Path, types: EventTypeRegistry) -> list[StoredEvent]:

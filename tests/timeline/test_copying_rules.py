@@ -12,7 +12,7 @@ from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore, StoredEvent
 from anagrapheus.timeline.copying import copy_log, open_store
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 
 class BatchesSeen(SQLiteEventStore):

@@ -22,7 +22,7 @@ from anagrapheus.timeline.events import (
     PinPromoted,
     PinText,
 )
-from tests.test_replay_corrupt_pins import stored
+from tests.timeline.test_replay_corrupt_pins import stored
 
 KEY = "p1:model_call:" + "a" * 64
 

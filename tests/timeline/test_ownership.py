@@ -15,7 +15,7 @@ from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore
 from anagrapheus.timeline.ownership import Ownership
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 
 def _in_thread_of_this_context(work: Callable[[], None]) -> threading.Thread:

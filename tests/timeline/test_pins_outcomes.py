@@ -33,7 +33,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence
-from tests.test_ledger_failures import Stream, open_stream
+from tests.timeline.test_pins_failures import Stream, open_stream
 
 K1 = pin_key("model_call", {"prompt": "one"})
 K2 = pin_key("model_call", {"prompt": "two"})

@@ -15,7 +15,7 @@ from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitBusy, 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, TimelineStore  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 
-from .store_conformance import StoreConformance, pending  # noqa: E402
+from ..store_conformance import StoreConformance, pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 

@@ -22,8 +22,8 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 from anagrapheus.timeline.postgres_schema import PostgresPlace  # noqa: E402
 
-from .bounds import bound  # noqa: E402
-from .store_conformance import pending  # noqa: E402
+from ..bounds import bound  # noqa: E402
+from ..store_conformance import pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 

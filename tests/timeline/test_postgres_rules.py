@@ -15,7 +15,7 @@ from anagrapheus.errors import StoreError, UnitBusy, UsageError  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
 from anagrapheus.timeline.postgres_schema import PostgresPlace  # noqa: E402
 
-from .store_conformance import copied_event, pending  # noqa: E402
+from ..store_conformance import copied_event, pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 

@@ -35,7 +35,7 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
 
-from .test_pin_codec import PinPromotedV3, kinds_renamed, registry_of
+from .test_events_pin_codec import PinPromotedV3, kinds_renamed, registry_of
 
 HEADER = RecordingHeader(
     description="Pins for the replay source tests.",

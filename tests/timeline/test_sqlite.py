@@ -13,7 +13,7 @@ import pytest
 from anagrapheus.errors import StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore, TimelineStore
 
-from .store_conformance import StoreConformance, pending
+from ..store_conformance import StoreConformance, pending
 
 
 class TestSQLiteConformance(StoreConformance):

@@ -11,7 +11,7 @@ import pytest
 from anagrapheus.errors import StoreError
 from anagrapheus.timeline import SQLiteEventStore
 
-from .store_conformance import copied_event, pending
+from ..store_conformance import copied_event, pending
 
 
 def execute(path: Path, *statements: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 from anagrapheus.errors import AnagrapheusError, StoreError, UsageError
 from anagrapheus.timeline import SQLiteEventStore
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 
 def test_another_thread_waits_for_a_transaction_and_never_joins_it(store: SQLiteEventStore) -> None:

@@ -1,7 +1,7 @@
 """Where the folder cannot be written, a WAL with commits is read through its -shm file, or refused: never skipped.
 
 As root every folder can be written, so these tests make the store see the folder as a read-only mount shows it
-(`os.access(folder, W_OK)` false); `test_cli_faults.py` runs the same cases for real as an unprivileged user.
+(`os.access(folder, W_OK)` false); `cli/test_cli_faults.py` runs the same cases for real as an unprivileged user.
 """
 
 from __future__ import annotations

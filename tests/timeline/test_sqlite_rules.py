@@ -15,7 +15,7 @@ import pytest
 from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitBusy, UsageError
 from anagrapheus.timeline import SQLiteEventStore
 
-from .store_conformance import pending
+from ..store_conformance import pending
 
 # No process has this id: it is beyond every system's largest pid.
 DEAD_PID = 2**31 - 1
