@@ -12,10 +12,9 @@ import pytest
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[dev]')")
 
 from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitBusy, UsageError  # noqa: E402
+from anagrapheus.testing.conformance import StoreConformance, pending  # noqa: E402
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, TimelineStore  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
-
-from ..store_conformance import StoreConformance, pending  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -148,23 +147,6 @@ def test_stores_on_separate_connections_never_share_a_seq(open_pg: Callable[...,
     assert seqs == list(range(1, len(seqs) + 1))
     assert len(seqs) == 6 * 40 * 2 + 6 * 40 - len(conflicts)
     assert stores[1].last_seq() == len(seqs)
-
-
-def test_transactions_nest_and_roll_back_as_a_whole(open_pg: Callable[..., PostgresEventStore]) -> None:
-    store = open_pg()
-    with pytest.raises(RuntimeError, match="boom"), store.transaction():
-        store.append([pending(1)])
-        with store.transaction():
-            store.append([pending(2)])
-        raise RuntimeError("boom")
-    assert store.last_seq() == 0
-    with store.transaction():
-        store.append([pending(1)])
-        with pytest.raises(KeyError), store.transaction():
-            store.append([pending(2)])
-            raise KeyError("inner")
-        store.append([pending(3)])
-    assert [(e.seq, e.payload) for e in store.read()] == [(1, '{"n":1}'), (2, '{"n":3}')]
 
 
 def test_injected_clock_and_ids(open_pg: Callable[..., PostgresEventStore]) -> None:

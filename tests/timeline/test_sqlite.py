@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.errors import StoreError, UsageError
+from anagrapheus.testing.conformance import StoreConformance, pending
 from anagrapheus.timeline import SQLiteEventStore, TimelineStore
-
-from ..store_conformance import StoreConformance, pending
 
 
 class TestSQLiteConformance(StoreConformance):
@@ -95,24 +94,6 @@ def test_naive_clock_is_a_usage_error(tmp_path: Path) -> None:
         pytest.raises(UsageError, match="timezone-aware"),
     ):
         store.append([pending(1)])
-
-
-def test_transactions_nest_and_roll_back_as_a_whole(tmp_path: Path) -> None:
-    with SQLiteEventStore(tmp_path / "log.db") as store:
-        with pytest.raises(RuntimeError, match="boom"), store.transaction():
-            store.append([pending(1)])
-            with store.transaction():
-                store.append([pending(2)])
-            raise RuntimeError("boom")
-        assert store.last_seq() == 0
-        with store.transaction():
-            store.append([pending(1)])
-            with pytest.raises(KeyError), store.transaction():
-                store.append([pending(2)])
-                raise KeyError("inner")
-            store.append([pending(3)])
-        assert [e.payload for e in store.read()] == ['{"n":1}', '{"n":3}']
-        assert [e.seq for e in store.read()] == [1, 2]
 
 
 def test_sqlite_errors_surface_as_store_errors(tmp_path: Path) -> None:
