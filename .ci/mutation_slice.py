@@ -45,6 +45,7 @@ from mutation_score import EQUIVALENT, score  # noqa: E402
 FLOOR = 90.0
 """Percent of the slice's mutants that must be killed (equivalent mutants excluded)."""
 
+
 def tests_of(module: str) -> list[str]:
     """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
 
