@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import pytest
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
@@ -22,10 +25,35 @@ from tests.fidelity_runs import HARBOUR
 PROMPT = "Where can the fleet berth?"
 
 
+def servers_running() -> list[str]:
+    """The command lines of this process's children that run the test server (read from Linux's /proc)."""
+    running = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):  # not a process, or one gone meanwhile
+            continue
+        if parent == str(os.getpid()) and HARBOUR.name in command:
+            running.append(command)
+    return running
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test() -> Iterator[None]:
+    yield
+    if Path("/proc/self/stat").exists():
+        assert servers_running() == [], "an MCP test server is still running after its test"
+
+
 def harbour(starts: Path, *, script: Path = HARBOUR, id: str | None = None) -> MCPToolset[None]:
     """The test server over stdio; each start appends a line to `starts`."""
-    transport = StdioTransport(sys.executable, [str(script)], env={"ANAGRAPHEUS_MCP_STARTS": str(starts)})
-    return MCPToolset(transport, include_instructions=True, id=id)
+    # keep_alive=False: the server ends with the session that started it, not with the test run; a loaded machine
+    # may take more than the default 5 s to import the MCP SDK in a fresh interpreter.
+    transport = StdioTransport(
+        sys.executable, [str(script)], env={"ANAGRAPHEUS_MCP_STARTS": str(starts)}, keep_alive=False
+    )
+    return MCPToolset(transport, include_instructions=True, id=id, init_timeout=60)
 
 
 def started(starts: Path) -> int:

@@ -139,7 +139,9 @@ def test_a_pinned_tool_sends_the_model_what_it_sends_unpinned(
 
 def test_an_mcp_tool_sends_the_model_what_it_sends_unpinned(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
     def make(resolver: PinResolver | None, model: Seen) -> Agent[None, Any]:
-        server: AbstractToolset[None] = MCPToolset(StdioTransport(sys.executable, [str(SURVEY)]), id="survey")
+        # keep_alive=False: the server ends with the run's session, not with the test run.
+        transport = StdioTransport(sys.executable, [str(SURVEY)], keep_alive=False)
+        server: AbstractToolset[None] = MCPToolset(transport, id="survey", init_timeout=60)
         capabilities = [] if resolver is None else [Pinning(resolver)]
         return Agent(
             FunctionModel(model, model_name="m"), deps_type=type(None), toolsets=[server], capabilities=capabilities
