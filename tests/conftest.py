@@ -186,6 +186,21 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
+def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CI, mode or force variable: CI sets CI=true, which refuses recording (`usefixtures("outside_ci")`)."""
+    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def production(tmp_path: Path) -> Path:
+    """A production log: the support agent run twice in unit support-7 (`tests.testing.test_rerun.record`)."""
+    from tests.testing.test_rerun import record
+
+    return record(tmp_path / "prod.db")
+
+
+@pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "run.db"
 

@@ -16,11 +16,6 @@ from tests.conftest import Scripted
 from tests.testing.test_rerun import record
 
 
-@pytest.fixture
-def production(tmp_path: Path) -> Path:
-    return record(tmp_path / "prod.db")
-
-
 def test_one_case_per_recorded_run_with_its_output_expected(production: Path) -> None:
     cases = recorded_cases(production)
     assert [case.name for case in cases] == ["support-7/0", "support-7/1"]

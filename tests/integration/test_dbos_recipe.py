@@ -116,15 +116,6 @@ class Workers:
                 self.kill(worker)
 
 
-@pytest.fixture
-def types() -> EventTypeRegistry:
-    from anagrapheus import register_builtin_events
-
-    registry = EventTypeRegistry()
-    register_builtin_events(registry)
-    return registry
-
-
 def unit_pins(store: TimelineStore, unit: str) -> list[dict[str, Any]]:
     """The payloads of a unit's promoted pins, in draw order."""
     return [

@@ -13,12 +13,6 @@ from anagrapheus.testing.rerun import read_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import rerun_agents
 from tests.conftest import Scripted
-from tests.testing.test_rerun import record
-
-
-@pytest.fixture
-def production(tmp_path: Path) -> Path:
-    return record(tmp_path / "prod.db")
 
 
 def test_a_fork_after_the_first_turn_keeps_the_origins_first_pins_and_goes_on_on_another_model(

@@ -19,11 +19,8 @@ from tests.testing.test_plugin import APP, PYPROJECT
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture(autouse=True)
-def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    # CI sets CI=true, which refuses recording; these samples record, as a workstation does.
-    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
-        monkeypatch.delenv(name, raising=False)
+# These samples record, as a workstation does.
+pytestmark = pytest.mark.usefixtures("outside_ci")
 
 
 MANIFEST = """

@@ -76,18 +76,8 @@ def test_advice():
 RECORDING = Path("recordings/test_app/test_advice.jsonl")
 
 
-@pytest.fixture(autouse=True)
-def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    # CI sets CI=true, which refuses recording; each test says which environment it runs in.
-    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(app=APP)
-    pytester.makefile(".toml", pyproject=PYPROJECT)
-    return pytester
+# Each test says which environment it runs in.
+pytestmark = pytest.mark.usefixtures("outside_ci")
 
 
 def calls(pytester: pytest.Pytester) -> list[str]:

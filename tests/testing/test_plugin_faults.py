@@ -12,22 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.testing.test_plugin import APP, PYPROJECT, RECORDING, TEST_ADVICE, calls
+from tests.testing.test_plugin import RECORDING, TEST_ADVICE, calls
 
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture(autouse=True)
-def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(app=APP)
-    pytester.makefile(".toml", pyproject=PYPROJECT)
-    return pytester
+pytestmark = pytest.mark.usefixtures("outside_ci")
 
 
 def test_a_failing_assertion_under_record_shows_as_pytest_shows_it(project: pytest.Pytester) -> None:

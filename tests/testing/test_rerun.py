@@ -31,11 +31,6 @@ def record(path: Path, *, unit: str = "support-7", record_inputs: bool = True) -
     return path
 
 
-@pytest.fixture
-def production(tmp_path: Path) -> Path:
-    return record(tmp_path / "prod.db")
-
-
 def test_the_same_agent_reruns_the_same_without_reaching_the_world(production: Path) -> None:
     reached = len(rerun_agents.WORLD)
     outcomes = rerun(production, rerun_agents.support, unit="support-7")
