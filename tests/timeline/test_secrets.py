@@ -1,11 +1,21 @@
-"""SecretPolicy's walk, its rules' hints and checks, the environment's rules, and what a finding says."""
+"""SecretPolicy's walk, its rules' hints and checks, the environment's rules, and what a finding says.
+
+The opt-in card-number rule: 13 to 19 digits that pass the Luhn check, and nothing else.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from anagrapheus.timeline.canonical import canonical_json
-from anagrapheus.timeline.secrets import EMAIL_RULE, SecretFinding, SecretPolicy, SecretRule, environment_rules
+from anagrapheus.timeline.secrets import (
+    CARD_NUMBER_RULE,
+    EMAIL_RULE,
+    SecretFinding,
+    SecretPolicy,
+    SecretRule,
+    environment_rules,
+)
 
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K"
 
@@ -75,3 +85,44 @@ def test_a_secret_looking_variable_is_looked_for_from_eight_characters() -> None
     rules = environment_rules({"MY_API_KEY": "12345678", "OTHER_TOKEN": "1234567", "HOME": "/home/someone"})
     assert [rule.name for rule in rules] == ["env:MY_API_KEY"]
     assert rules[0].search("the value 12345678 leaked")
+
+
+def luhn_check_digit(body: str) -> str:
+    """The digit that completes `body` under Luhn, from its definition (ISO/IEC 7812-1, annex B)."""
+    total = 0
+    for position, char in enumerate(reversed(body), start=1):
+        value = int(char) * (2 if position % 2 == 1 else 1)
+        total += sum(int(d) for d in str(value))
+    return str((10 - total % 10) % 10)
+
+
+# Published test numbers of the card networks, each passing the check.
+VALID = [
+    "4111111111111111",
+    "4111 1111 1111 1111",
+    "4012-8888-8888-1881",
+    "5555555555554444",
+    "378282246310005",
+    "6011111111111117",
+    "3566002020360505",
+    "4222222222222",
+    "3056930009020004",
+]
+
+
+@pytest.mark.parametrize("number", VALID)
+def test_a_card_number_that_passes_the_luhn_check_is_found(number: str) -> None:
+    assert CARD_NUMBER_RULE.found_in(f"pay with {number} today")
+
+
+@pytest.mark.parametrize("number", VALID)
+def test_the_same_number_with_its_last_digit_changed_is_not(number: str) -> None:
+    changed = number[:-1] + str((int(number[-1]) + 1) % 10)
+    assert not CARD_NUMBER_RULE.found_in(f"pay with {changed} today")
+
+
+@pytest.mark.parametrize(("length", "found"), [(12, False), (13, True), (16, True), (19, True), (20, False)])
+def test_only_13_to_19_digits_can_be_a_card_number(length: int, found: bool) -> None:
+    body = ("4539578763621486" * 2)[: length - 1]
+    number = body + luhn_check_digit(body)
+    assert CARD_NUMBER_RULE.found_in(f"pay with {number} today") is found
