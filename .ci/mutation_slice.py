@@ -45,144 +45,37 @@ from mutation_score import EQUIVALENT, score  # noqa: E402
 FLOOR = 90.0
 """Percent of the slice's mutants that must be killed (equivalent mutants excluded)."""
 
-TESTS_OF: dict[str, list[str]] = {
-    "anagrapheus/timeline/canonical.py": ["tests/test_canonical.py"],
-    "anagrapheus/timeline/divergence.py": [
-        "tests/test_divergence_report.py",
-        "tests/test_divergence_values.py",
-        "tests/test_divergence_nearest.py",
-    ],
-    "anagrapheus/timeline/fingerprint.py": [
-        "tests/test_fingerprint.py",
-        "tests/test_divergence_values.py",
-        "tests/test_divergence_nearest.py",
-    ],
-    "anagrapheus/timeline/upcast.py": ["tests/test_upcast.py", "tests/test_events.py"],
-    "anagrapheus/timeline/events.py": [
-        "tests/test_events.py",
-        "tests/test_recording.py",
-        "tests/test_recording_checks.py",
-        "tests/test_ledger.py",
-        "tests/test_replay_corrupt_pins.py",
-        "tests/test_pin_codec.py",
-    ],
-    "anagrapheus/timeline/recording.py": [
-        "tests/test_recording.py",
-        "tests/test_recording_checks.py",
-        "tests/test_recording_files.py",
-        "tests/test_recording_provenance.py",
-        "tests/test_recording_secrets.py",
-    ],
-    "anagrapheus/timeline/secrets.py": [
-        "tests/test_secret_card_numbers.py",
-        "tests/test_recording_secrets.py",
-        "tests/test_secret_policy.py",
-    ],
-    "anagrapheus/timeline/provenance.py": [
-        "tests/test_provenance_rules.py",
-        "tests/test_recording_provenance.py",
-        "tests/test_recording.py",
-    ],
-    "anagrapheus/timeline/replay.py": [
-        "tests/test_replay.py",
-        "tests/test_replay_record_async.py",
-        "tests/test_recording.py",
-        "tests/test_replay_corrupt_pins.py",
-        "tests/test_divergence_nearest.py",
-        "tests/test_replay_sources.py",
-        "tests/test_recording_provenance.py",
-    ],
-    "anagrapheus/timeline/copying.py": ["tests/test_copy_rules.py", "tests/test_copy.py"],
-    "anagrapheus/timeline/ownership.py": ["tests/test_sqlite_ownership.py", "tests/test_ownership_rules.py"],
-    "anagrapheus/timeline/sqlite.py": [
-        "tests/test_sqlite_store.py",
-        "tests/test_sqlite_store_rules.py",
-        "tests/test_sqlite_ownership.py",
-        "tests/test_sqlite_utils_side_effects.py",
-        "tests/test_sqlite_failing_statements.py",
-    ],
-    "anagrapheus/timeline/stamps.py": ["tests/test_stamps.py", "tests/test_sqlite_store.py"],
-    # Not tests/test_postgres_processes.py nor tests/test_postgres_skips.py: they start Python processes.
-    "anagrapheus/timeline/postgres.py": [
-        "tests/test_postgres_store.py",
-        "tests/test_postgres_store_rules.py",
-        "tests/test_copy.py",
-        "tests/test_cli_copy.py",
-    ],
-    "anagrapheus/timeline/postgres_schema.py": [
-        "tests/test_postgres_place.py",
-        "tests/test_postgres_store.py",
-        "tests/test_postgres_store_rules.py",
-        "tests/test_copy.py",
-        "tests/test_copy_rules.py",
-    ],
-    "anagrapheus/timeline/seeded.py": ["tests/test_seeded.py", "tests/test_capability_clock.py"],
-    "anagrapheus/timeline/failures.py": ["tests/test_failure_pins.py", "tests/test_capability_failures.py"],
-    "anagrapheus/timeline/pins.py": [
-        "tests/test_ledger.py",
-        "tests/test_ledger_failures.py",
-        "tests/test_ledger_races.py",
-        "tests/test_ledger_outcomes.py",
-        "tests/test_failure_pins.py",
-        "tests/test_replay_record_async.py",
-    ],
-    "anagrapheus/provider/failures.py": [
-        "tests/test_exception_codec.py",
-        "tests/test_capability_failures.py",
-        "tests/test_capability_telemetry.py",
-        "tests/test_provider_model.py",
-    ],
-    "anagrapheus/provider/compat.py": [
-        "tests/test_compat.py",
-        "tests/test_capability_failures.py",
-        "tests/test_capability_telemetry.py",
-    ],
-    "anagrapheus/provider/keying/settings.py": ["tests/test_policy_settings.py", "tests/test_key_rules.py"],
-    "anagrapheus/provider/keying/material.py": [
-        "tests/test_policy.py",
-        "tests/test_key_rules.py",
-        "tests/test_policy_material.py",
-        "tests/test_key_stability.py",
-    ],
-    "anagrapheus/provider/policy.py": [
-        "tests/test_policy.py",
-        "tests/test_policy_agent.py",
-        "tests/test_key_rules.py",
-        "tests/test_keyed_history.py",
-    ],
-    "anagrapheus/provider/keying/history.py": ["tests/test_keyed_history.py", "tests/test_key_mutation.py"],
-    "anagrapheus/provider/keying/keys.py": ["tests/test_key_paths.py", "tests/test_key_stability.py"],
-    "anagrapheus/provider/keying/request.py": [
-        "tests/test_policy.py",
-        "tests/test_key_rules.py",
-        "tests/test_keyed_history.py",
-        "tests/test_key_paths.py",
-    ],
-    "anagrapheus/provider/model.py": [
-        "tests/test_provider_model.py",
-        "tests/test_provider_suspended.py",
-        "tests/test_provider_divergence.py",
-        "tests/test_provider_endpoint.py",
-        "tests/test_provider_model_rules.py",
-    ],
-    "anagrapheus/provider/tools.py": ["tests/test_provider_tools.py", "tests/test_capability.py"],
-    "anagrapheus/provider/stream.py": ["tests/test_provider_model.py", "tests/test_provider_early_stop.py"],
-    "anagrapheus/provider/discovery.py": ["tests/test_discovery.py"],
-    "anagrapheus/provider/every_run.py": ["tests/test_every_run.py"],
-    "anagrapheus/provider/run_clock.py": ["tests/test_capability_clock.py", "tests/test_capability.py"],
-    "anagrapheus/provider/capability.py": [
-        "tests/test_capability.py",
-        "tests/test_capability_tools.py",
-        "tests/test_capability_failures.py",
-        "tests/test_discovery.py",
-        "tests/test_capability_clock.py",
-        "tests/test_capability_telemetry.py",
-    ],
-}
-"""Each module, and the test files written for it. A file whose tests start Python processes that import the package
-cannot be listed for a module those processes reach: the child inherits mutmut's environment and fails in its
-trampoline (so the read-only mount test lives in `tests/test_sqlite_read_only_mount.py`, and the process holding a
-unit in `tests/test_ledger_process_holder.py`, both listed nowhere)."""
+
+def tests_of(module: str) -> list[str]:
+    """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
+
+    A file belongs to one module: the one of its folder whose name is the longest prefix of the file's, so
+    `tests/provider/test_policy_history.py` is `provider/policy_history.py`'s, not `provider/policy.py`'s. A test
+    that starts Python processes importing the package lives in tests/integration/, which mirrors no module: the
+    child would inherit mutmut's environment and fail in its trampoline.
+    """
+    source = Path(module)
+    layer = source.parent.relative_to("anagrapheus")
+    folder = ROOT / "tests" / layer
+    siblings = sorted((p.stem for p in (ROOT / source.parent).glob("*.py")), key=len, reverse=True)
+
+    def owner(test: Path) -> str | None:
+        name = test.stem.removeprefix("test_")
+        return next((s for s in siblings if name == s or name.startswith(s + "_")), None)
+
+    return [f"tests/{layer}/{t.name}" for t in sorted(folder.glob("test_*.py")) if owner(t) == source.stem]
+
+
+MUTATED = sorted(
+    str(p.relative_to(ROOT))
+    for layer in ("timeline", "provider")
+    for p in (ROOT / "anagrapheus" / layer).glob("*.py")
+    if p.name != "__init__.py"
+)
+"""The modules that can be mutated here: those of `[tool.mutmut]`'s `only_mutate` with test files of their own."""
+
+TESTS_OF: dict[str, list[str]] = {m: tests for m in MUTATED if (tests := tests_of(m))}
+"""Each module, and the test files written for it (derived from paths by `tests_of`)."""
 
 SLICE = [
     "anagrapheus/timeline/canonical.py",
@@ -289,7 +182,7 @@ def main(modules: list[str]) -> int:
     """Mutate `modules` against their tests; print the score and the survivors; 1 below FLOOR (CI slice only)."""
     unknown = [m for m in modules if m not in TESTS_OF]
     if unknown:
-        print(f"no test files are listed for {unknown} in TESTS_OF", file=sys.stderr)
+        print(f"no test files are named for {unknown} (tests/LAYER/test_NAME*.py; see tests_of)", file=sys.stderr)
         return 2
     os.chdir(ROOT)
     # From scratch: mutmut keeps verdicts in mutants/ across runs, and a verdict reached against other tests

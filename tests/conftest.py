@@ -68,38 +68,40 @@ def pytest_configure(config: pytest.Config) -> None:
 # processes or reach sockets by design (crash tests, stub servers, PostgreSQL), and pytester runs, which guard
 # their own tests (guarded bodies do not nest).
 GUARDED_MODULES = frozenset(
-    f"test_{name}.py"
-    for name in [
-        "canonical",
-        "capability",
-        "capability_clock",
-        "copy",
-        "divergence_values",
-        "events",
-        "fingerprint",
-        "identity",
-        "key_rules",
-        "key_stability",
-        "ledger",
-        "policy",
-        "provider_model",
-        "provider_tools",
-        "recording",
-        "recording_checks",
-        "regress",
-        "replay",
-        "replay_sources",
-        "same_run",
-        "sqlite_store",
-        "stamps",
-        "upcast",
+    [
+        "test_identity.py",
+        "provider/test_capability.py",
+        "provider/test_capability_clock.py",
+        "provider/test_model.py",
+        "provider/test_policy.py",
+        "provider/test_policy_key_rules.py",
+        "provider/test_policy_material_stability.py",
+        "provider/test_tools.py",
+        "testing/test_compare.py",
+        "testing/test_regress.py",
+        "timeline/test_canonical.py",
+        "timeline/test_copying.py",
+        "timeline/test_divergence_values.py",
+        "timeline/test_events.py",
+        "timeline/test_fingerprint.py",
+        "timeline/test_pins.py",
+        "timeline/test_recording.py",
+        "timeline/test_recording_checks.py",
+        "timeline/test_replay.py",
+        "timeline/test_replay_sources.py",
+        "timeline/test_sqlite.py",
+        "timeline/test_stamps.py",
+        "timeline/test_upcast.py",
     ]
 )
+"""Paths below tests/, '/'-separated."""
+
+TESTS = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in GUARDED_MODULES:
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in GUARDED_MODULES:
             item.add_marker(pytest.mark.anagrapheus_guard)
 
 
@@ -181,6 +183,21 @@ def pytest_runtest_makereport(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CI, mode or force variable: CI sets CI=true, which refuses recording (`usefixtures("outside_ci")`)."""
+    for name in ("CI", "ANAGRAPHEUS_MODE", "ANAGRAPHEUS_FORCE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def production(tmp_path: Path) -> Path:
+    """A production log: the support agent run twice in unit support-7 (`tests.testing.test_rerun.record`)."""
+    from tests.testing.test_rerun import record
+
+    return record(tmp_path / "prod.db")
 
 
 @pytest.fixture

@@ -316,9 +316,13 @@ def _berths_first(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
 
 async def mcp_stdio(pinning: Pinning) -> Outcome:
     # A stdio MCP server (tests/mcp_harbour.py): its tool list, its instructions and its tool's answer are pinned.
+    # keep_alive=False: the server ends with this run's session, not with the test run (see test_capability_mcp).
     harbour = MCPToolset(
-        StdioTransport(sys.executable, [str(HARBOUR)], env={"ANAGRAPHEUS_MCP_STARTS": str(COUNTS.mcp_starts)}),
+        StdioTransport(
+            sys.executable, [str(HARBOUR)], env={"ANAGRAPHEUS_MCP_STARTS": str(COUNTS.mcp_starts)}, keep_alive=False
+        ),
         include_instructions=True,
+        init_timeout=60,
     )
     berthing = Agent(FunctionModel(_berths_first, model_name="scripted-uk"), toolsets=[harbour], capabilities=[pinning])
     result = await berthing.run("Where can the fleet berth?")

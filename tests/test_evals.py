@@ -13,12 +13,7 @@ from anagrapheus.errors import PinMiss, UsageError
 from anagrapheus.evals import dataset_from_recording, pinned_task, recorded_cases
 from tests import rerun_agents
 from tests.conftest import Scripted
-from tests.test_rerun import record
-
-
-@pytest.fixture
-def production(tmp_path: Path) -> Path:
-    return record(tmp_path / "prod.db")
+from tests.testing.test_rerun import record
 
 
 def test_one_case_per_recorded_run_with_its_output_expected(production: Path) -> None:

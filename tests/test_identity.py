@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus import register_builtin_events
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.timeline import (
@@ -22,13 +21,6 @@ from anagrapheus.timeline import (
 from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
 
 TREATY = {"entity": "treaty", "name": "EU-UK fisheries accord"}
-
-
-@pytest.fixture
-def types() -> EventTypeRegistry:
-    registry = EventTypeRegistry()
-    register_builtin_events(registry)
-    return registry
 
 
 def is_uuid7(text: str) -> bool:

@@ -1,4 +1,4 @@
-"""The one place anagrapheus reaches into pydantic-ai's private modules; tests/test_compat.py fails when they move."""
+"""The one place anagrapheus reaches into pydantic-ai's private modules (checked by tests/provider/test_compat.py)."""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ def canonical_json_of_parsed(value: JSONValue) -> str:
     encoder writes it canonically unless a string is not NFC or not UTF-8: only then is it walked.
     """
     # A value written here skips `_normalise`: a refusal rule added there must be checked here too.
-    # tests/test_canonical.py holds the two equal, refusals included, over generated JSON.
+    # tests/timeline/test_canonical.py holds the two equal, refusals included, over generated JSON.
     try:
         text = _encode(value)
     except (ValueError, RecursionError):

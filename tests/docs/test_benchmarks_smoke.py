@@ -1,0 +1,95 @@
+"""Each benchmark script runs in its tiny --quick mode, so the scripts cannot rot. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+HAS_CASSETTE_TOOLS = all(importlib.util.find_spec(name) is not None for name in ("vcr", "openai"))
+
+
+def run_quick(script: str, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_entropy_guard_benchmark_runs() -> None:
+    out = run_quick("entropy_guard.py")
+    assert "baseline: no audit hook at all" in out
+    assert "guarded - unguarded:" in out
+
+
+def test_loop_stall_benchmark_runs() -> None:
+    out = run_quick("loop_stall.py")
+    assert "stall ratio   aresolve / on the loop" in out
+
+
+@pytest.mark.parametrize("script", ["store.py", "ledger.py"])
+def test_timeline_benchmark_runs(script: str) -> None:
+    out = run_quick(script)
+    assert "baseline: raw sqlite3" in out
+    assert out.count("1.000x") >= 3  # every table prints its baseline row
+
+
+def test_writers_benchmark_runs() -> None:
+    out = run_quick("store.py", "--part", "writers")
+    assert "SQLiteEventStore, one file" in out
+    # Postgres is measured when a server answers, and says why not otherwise.
+    assert "PostgresEventStore" in out
+
+
+def test_agent_runs_benchmark_runs() -> None:
+    out = run_quick("agent.py", "--part", "runs")
+    assert "replay: PinnedModel + ReplayPins" in out
+    assert "continuing a 200-message history" in out
+
+
+@pytest.mark.skipif(not HAS_CASSETTE_TOOLS, reason="the cassette comparison needs the bench extra (vcrpy, openai)")
+def test_agent_cassette_benchmark_runs() -> None:
+    out = run_quick("agent.py", "--part", "cassette")
+    assert "cassette / pins:" in out
+
+
+def test_keys_benchmark_prints_its_four_figures() -> None:
+    out = run_quick("keys.py")
+    for heading in ("1. key cost", "2. keying's share", "3. loading", "4. peak memory"):
+        assert heading in out
+
+
+def test_recording_benchmark_runs() -> None:
+    out = run_quick("recording.py")
+    assert "baseline: write, no scan" in out
+    assert "write with the default scan" in out
+
+
+def test_key_floor_benchmark_takes_the_check_apart() -> None:
+    out = run_quick("key_floor.py")
+    assert "checked: 200 messages" in out
+    assert "identity comparison alone (no reading)" in out
+    # The compiled check is measured where a C compiler and Python's headers are, and says why not elsewhere.
+    assert ("the check compiled (C)" in out) or ("the compiled check is not measured" in out)
+
+
+def test_view_benchmark_runs() -> None:
+    out = run_quick("view.py")
+    assert "anagrapheus view writing its page" in out
+    assert "page size:" in out
+
+
+def test_dbos_benchmark_runs() -> None:
+    pytest.importorskip("dbos", reason="the DBOS benchmark needs the dbos extra (in dev)")
+    out = run_quick("durable_dbos.py")
+    assert "DBOSDurability + Pinning" in out
+    assert "with pins" in out and "finished tool calls run again: 0" in out

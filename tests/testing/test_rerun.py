@@ -1,0 +1,199 @@
+"""`anagrapheus rerun` and `testing.rerun`: a recorded run asked again of an agent, strictly or with the model live."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent
+
+from anagrapheus import Pinning
+from anagrapheus.cli import main
+from anagrapheus.errors import UsageError
+from anagrapheus.provider import every_agent_run
+from anagrapheus.testing import rerun
+from anagrapheus.testing.rerun import WorldPinned, read_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, RunInputs, SQLiteEventStore
+from tests import rerun_agents
+from tests.conftest import Scripted
+
+
+def record(path: Path, *, unit: str = "support-7", record_inputs: bool = True) -> Path:
+    """Run the support agent twice in one unit, as production would, into the log at `path`."""
+    with SQLiteEventStore(path) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id=unit)
+        with every_agent_run(Pinning(ledger, record_inputs=record_inputs)):
+            first = rerun_agents.support.run_sync("Where is my parcel?", deps="ann")
+            rerun_agents.support.run_sync("And tomorrow?", message_history=first.all_messages(), deps="ann")
+        ledger.commit()
+    return path
+
+
+def test_the_same_agent_reruns_the_same_without_reaching_the_world(production: Path) -> None:
+    reached = len(rerun_agents.WORLD)
+    outcomes = rerun(production, rerun_agents.support, unit="support-7")
+    assert [outcome.status for outcome in outcomes] == ["same", "same"]
+    assert outcomes[0].output == outcomes[0].expected == "The UK holds firm on fisheries. sunny in Paris"
+    assert outcomes[1].prompt == "And tomorrow?"
+    assert len(rerun_agents.WORLD) == reached
+
+
+def test_a_changed_prompt_diverges_naming_what_moved(production: Path) -> None:
+    outcomes = rerun(production, rerun_agents.reworded)
+    assert outcomes[0].status == "diverged"
+    assert "instructions[0]" in outcomes[0].moved
+    assert "instructions" in outcomes[0].describe()
+
+
+def test_with_the_model_live_the_world_is_still_pinned(production: Path) -> None:
+    reached = len(rerun_agents.WORLD)
+    # The changed prompt reaches the (scripted) model live; the weather is answered from its pin.
+    assert [o.status for o in rerun(production, rerun_agents.reworded, live_model=True)] == ["same", "same"]
+    chattier = rerun(production, rerun_agents.chattier, live_model=True)
+    assert [o.status for o in chattier] == ["same", "same"]  # the script's answer was pinned: requests unchanged
+    assert len(rerun_agents.WORLD) == reached
+
+
+def test_with_the_model_live_a_tool_call_the_recording_lacks_diverges(production: Path) -> None:
+    agent = Agent(Scripted("support").model, deps_type=str, instructions="Answer in one line.", name="support")
+
+    @agent.tool_plain
+    def forecast(city: str) -> str:
+        """Read tomorrow's weather in a city."""
+        raise AssertionError("the world is never reached")
+
+    outcomes = rerun(production, agent, live_model=True)
+    assert outcomes[0].status == "diverged"
+    assert "no pin for tool_call" in outcomes[0].detail
+
+
+def test_an_output_that_moved_is_a_divergence(production: Path) -> None:
+    changed = rerun_agents.build(instructions="Answer in two lines.", text="The EU and the UK hold firm.")
+    outcomes = rerun(production, changed, live_model=True)
+    assert [(o.status, o.moved) for o in outcomes] == [("diverged", ("output",))] * 2
+    assert outcomes[0].output == "The EU and the UK hold firm. sunny in Paris"
+    assert "the output moved" in outcomes[0].detail
+
+
+def test_a_recording_without_inputs_is_refused(tmp_path: Path) -> None:
+    log = record(tmp_path / "old.db", record_inputs=False)
+    with pytest.raises(UsageError, match="holds no recorded run inputs"):
+        rerun(log, rerun_agents.support)
+    assert main(["rerun", str(log), "--agent", "tests.rerun_agents:support"]) == 2
+
+
+def test_the_command_reports_each_run_with_the_shared_exit_codes(
+    production: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:support", "--unit", "support-7"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": same") == 2
+
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:reworded", "--json"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["runs"][0]["status"] == "diverged"
+    assert "instructions[0]" in report["runs"][0]["moved"]
+
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:not_an_agent"]) == 2
+    assert "is not a pydantic-ai Agent" in capsys.readouterr().err
+
+    # From an exported recording too.
+    exported = tmp_path / "support.jsonl"
+    assert main(["export", str(production), "--unit", "support-7", "-o", str(exported)]) == 0
+    assert main(["rerun", str(exported), "--agent", "tests.rerun_agents:reworded", "--live-model"]) == 0
+
+
+def test_deps_come_from_the_recorded_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "prod.db"
+    with SQLiteEventStore(log) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        agent = Agent(Scripted("m").model, deps_type=str, instructions=lambda ctx: f"Serve {ctx.deps}.")
+        with every_agent_run(Pinning(ledger, record_deps=lambda deps: deps)):
+            agent.run_sync("Hello", deps="ann")
+        ledger.commit()
+    assert [o.status for o in rerun(log, agent, deps=lambda run: run.deps)] == ["same"]
+    assert [o.moved for o in rerun(log, agent, deps=lambda run: "bob")] == [("instructions[0]", "messages[0]")]
+    assert main(["rerun", str(log), "--agent", "tests.rerun_agents:support", "--deps", "tests.rerun_agents:WORLD"]) == 2
+    assert "is not a function" in capsys.readouterr().err
+
+
+def test_failures_recorded_and_new(tmp_path: Path) -> None:
+    log = tmp_path / "prod.db"
+    failing = Agent(Scripted("m").model, name="support")
+
+    @failing.tool_plain
+    def weather(city: str) -> str:
+        """Read the weather in a city."""
+        raise RuntimeError("the station is down")
+
+    with SQLiteEventStore(log) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        with every_agent_run(Pinning(ledger)), pytest.raises(RuntimeError):
+            failing.run_sync("Where?")
+        ledger.commit()
+
+    # Failing again as it was recorded is the same run; completing where it failed is not.
+    (again,) = rerun(log, failing, live_model=True)
+    assert (again.status, again.detail) == ("same", "failed as recorded: RuntimeError: the station is down")
+    (recovered,) = rerun(log, Agent(Scripted("m").model), live_model=True)
+    assert (recovered.status, recovered.moved) == ("diverged", ("outcome",))
+
+    def broken(ctx: object) -> str:
+        raise ValueError("no instructions today")
+
+    (crashed,) = rerun(log, Agent(Scripted("m").model, instructions=broken), live_model=True)
+    assert (crashed.status, crashed.detail) == ("failed", "ValueError: no instructions today")
+
+
+def test_a_run_whose_inputs_were_left_out_for_size_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "prod.db"
+    with SQLiteEventStore(log) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        with every_agent_run(Pinning(ledger, inputs_limit=100)):
+            rerun_agents.support.run_sync("Where is my parcel?" * 20, deps="ann")
+        ledger.commit()
+    (outcome,) = rerun(log, rerun_agents.support)
+    assert (outcome.status, outcome.detail) == ("failed", "its prompt was left out of the recording for size")
+    assert main(["rerun", str(log), "--agent", "tests.rerun_agents:support"]) == 1
+    assert "failed" in capsys.readouterr().out
+
+
+def test_a_source_that_cannot_be_read_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read"):
+        rerun(tmp_path / "absent.db", rerun_agents.support)
+
+
+def test_a_streamed_run_through_world_pinned_draws_the_model_and_answers_the_world(production: Path) -> None:
+    events = read_events(production)
+    with SQLiteEventStore(production.with_name("live.db")) as store:
+        live = PinLedger(store, EventTypeRegistry())
+        resolver = WorldPinned(ReplayPins.from_events(events, EventTypeRegistry(), unit_id="support-7"), live)
+        reached = len(rerun_agents.WORLD)
+        # A resolver of its own: it keeps no unit, so the run's inputs are noted nowhere.
+        with every_agent_run(Pinning(resolver)):
+
+            async def streamed() -> str:
+                async with rerun_agents.reworded.run_stream("Where is my parcel?", deps="ann") as stream:
+                    return await stream.get_output()
+
+            assert asyncio.run(streamed()).strip() == "The UK holds firm on fisheries. sunny in Paris"
+        assert len(rerun_agents.WORLD) == reached
+        assert {pin.kind for pin in live.pins()} >= {"model_call"}
+        live.abandon(reason="test")
+
+
+def test_an_exported_recording_reruns_from_python_and_a_corrupt_one_is_bad_input(
+    production: Path, tmp_path: Path
+) -> None:
+    exported = tmp_path / "support.jsonl"
+    assert main(["export", str(production), "--unit", "support-7", "-o", str(exported)]) == 0
+    assert [o.status for o in rerun(exported, rerun_agents.support)] == ["same", "same"]
+
+    corrupt = tmp_path / "corrupt.db"
+    with SQLiteEventStore(corrupt) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        ledger.note_event(EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={"format": 99})))
+        ledger.commit()
+    assert main(["rerun", str(corrupt), "--agent", "tests.rerun_agents:support"]) == 2
