@@ -50,9 +50,10 @@ def tests_of(module: str) -> list[str]:
     """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
 
     A file belongs to one module: the one of its folder whose name is the longest prefix of the file's, so
-    `tests/provider/test_policy_history.py` is `provider/policy_history.py`'s, not `provider/policy.py`'s. A test
-    that starts Python processes importing the package lives in tests/integration/, which mirrors no module: the
-    child would inherit mutmut's environment and fail in its trampoline.
+    `tests/provider/test_policy_key_rules.py` is `provider/policy.py`'s, and a subpackage's tests have a folder of
+    their own (`tests/provider/keying/test_history.py` is `provider/keying/history.py`'s). A test that starts
+    Python processes importing the package lives in tests/integration/, which mirrors no module: the child would
+    inherit mutmut's environment and fail in its trampoline.
     """
     source = Path(module)
     layer = source.parent.relative_to("anagrapheus")
@@ -69,7 +70,7 @@ def tests_of(module: str) -> list[str]:
 MUTATED = sorted(
     str(p.relative_to(ROOT))
     for layer in ("timeline", "provider")
-    for p in (ROOT / "anagrapheus" / layer).glob("*.py")
+    for p in (ROOT / "anagrapheus" / layer).rglob("*.py")
     if p.name != "__init__.py"
 )
 """The modules that can be mutated here: those of `[tool.mutmut]`'s `only_mutate` with test files of their own."""

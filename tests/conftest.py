@@ -75,7 +75,7 @@ GUARDED_MODULES = frozenset(
         "provider/test_model.py",
         "provider/test_policy.py",
         "provider/test_policy_key_rules.py",
-        "provider/test_policy_material_stability.py",
+        "provider/keying/test_material_stability.py",
         "provider/test_tools.py",
         "testing/test_compare.py",
         "testing/test_regress.py",

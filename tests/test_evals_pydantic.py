@@ -20,12 +20,6 @@ from pydantic_evals.evaluators import EqualsExpected  # noqa: E402
 
 from anagrapheus.evals import dataset_from_recording, pinned_task  # noqa: E402
 from tests import rerun_agents  # noqa: E402
-from tests.test_rerun import record  # noqa: E402
-
-
-@pytest.fixture
-def production(tmp_path: Path) -> Path:
-    return record(tmp_path / "prod.db")
 
 
 def test_a_dataset_holds_one_case_per_recorded_run(production: Path) -> None:

@@ -112,7 +112,7 @@ def test_each_form_that_takes_an_order_from_a_set_is_found_with_its_line(
 ) -> None:
     found = set_orders(function)
     assert [(order.what, order.where) for order in found] == [
-        (what, f"tests/test_entropy_set_order.py{line(function, offset)}") for what, offset in expected
+        (what, f"tests/testing/test_entropy_set_order.py{line(function, offset)}") for what, offset in expected
     ]
 
 
