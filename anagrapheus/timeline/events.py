@@ -241,6 +241,11 @@ class PinPromoted(Event):
             f'"unit_id":{canonical_json(unit_id)}}}'
         )
 
+    @staticmethod
+    def result_in(payload: JSONValue) -> JSONValue:
+        """The raw result a parsed payload holds (every version keeps it in `raw`), None when it holds none."""
+        return payload.get("raw") if isinstance(payload, dict) else None
+
     @classmethod
     def read(
         cls, stored: StoredEvent, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None
