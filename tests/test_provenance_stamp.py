@@ -131,3 +131,7 @@ def test_no_import_cycle_among_the_timeline_modules() -> None:
         return False
 
     assert [name for name in sorted(modules) if reaches(name, name, set())] == []
+
+
+def test_a_distribution_not_installed_has_no_version() -> None:
+    assert provenance_module.installed_version("no-such-distribution-of-anagrapheus") is None
