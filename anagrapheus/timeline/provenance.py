@@ -118,9 +118,9 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
     return own_provenance(call_policy=call_policy)
 
 
-# The one stamp of this process. The package root hands over the provider layer's (the agent framework's) once, as
-# it is imported; until then (a timeline module imported on its own) a recording is stamped with what the timeline
-# knows. Never changed after: module state only because the timeline cannot import the layer above it.
+# The one stamp of this process. The package root (`anagrapheus/__init__.py`, run before any timeline module is
+# used) hands over the provider layer's once, as it is imported; until then a recording would be stamped with what
+# the timeline knows. Module state only because the timeline cannot import the layer above it.
 _stamp: list[ProvenanceStamp] = [_own_stamp]
 
 
