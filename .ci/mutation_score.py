@@ -104,22 +104,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'name, version = own.get("name"), own.get("version", )',
         "the same: get() without a default returns None, which becomes 1",
     ),
-    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_44": (
-        '("anagrapheus", "anagrapheus", "ANAGRAPHEUS"),',
-        "distribution names are looked up normalised: case does not matter",
-    ),
-    "anagrapheus.timeline.provenance.x_check_provenance__mutmut_50": (
-        '("pydantic_ai", "pydantic-ai", "PYDANTIC-AI-SLIM"),',
-        "the same",
-    ),
-    "anagrapheus.timeline.provenance.x_current_provenance__mutmut_32": (
-        'anagrapheus=_version("ANAGRAPHEUS"),',
-        "the same",
-    ),
-    "anagrapheus.timeline.provenance.x_current_provenance__mutmut_35": (
-        'pydantic_ai=_version("PYDANTIC-AI-SLIM"),',
-        "the same",
-    ),
     "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
         "fingerprint = None",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
@@ -168,69 +152,65 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         '"TUPLE[OBJECT, OBJECT, OBJECT]", (event.schema_version, event.namespace, event.type)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording.x__clear_orphans__mutmut_7": (
+    "anagrapheus.timeline.durable_file.x__clear_orphans__mutmut_7": (
         'pid = leftover.name[len(prefix) :].split(".", )[0]',
         "the pid is the first field of the name: split with any maxsplit gives the same first field",
     ),
-    "anagrapheus.timeline.recording.x__clear_orphans__mutmut_10": (
+    "anagrapheus.timeline.durable_file.x__clear_orphans__mutmut_10": (
         'pid = leftover.name[len(prefix) :].split(".", 2)[0]',
         "the same",
     ),
-    "anagrapheus.timeline.recording.x__header_line__mutmut_5": (
+    "anagrapheus.timeline.recording_header.x_header_line__mutmut_5": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode=None)}',
         "a header holds str, int, None, JSON dicts and tuples of str: python mode dumps the same values,"
         " and canonical JSON writes a tuple as an array",
     ),
-    "anagrapheus.timeline.recording.x__header_line__mutmut_6": (
+    "anagrapheus.timeline.recording_header.x_header_line__mutmut_6": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="XXjsonXX")}',
         "the same: pydantic takes any mode but 'json' as python mode",
     ),
-    "anagrapheus.timeline.recording.x__header_line__mutmut_7": (
+    "anagrapheus.timeline.recording_header.x_header_line__mutmut_7": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="JSON")}',
         "the same",
     ),
-    "anagrapheus.timeline.recording.x__lines__mutmut_8": (
+    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_8": (
         "while raw := lines.readline(limit + 2):",
         "one byte more read: a line of limit + 1 bytes or more is refused as longer than the limit either way,"
         " with the same message and line",
     ),
-    "anagrapheus.timeline.recording.x__lines__mutmut_44": (
+    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_44": (
         'text = raw[:-1].decode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
-    "anagrapheus.timeline.recording.x__opened__mutmut_2": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_2": (
         "given = cast(None, max_line_bytes)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.recording.x__opened__mutmut_6": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_6": (
         'given = cast("XXobjectXX", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording.x__opened__mutmut_7": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_7": (
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording.x__pinned_response__mutmut_13": (
-        'raw = payload.get("raw") if (isinstance(payload, dict)) or True else None',
-        "StoredEvent.to_json's payload is always an object: payload_json refuses anything else first",
-    ),
-    "anagrapheus.timeline.recording.xǁ_LineWriterǁtext__mutmut_11": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_11": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording.xǁ_LineWriterǁtext__mutmut_12": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_12": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording.xǁ_LineWriterǁtext__mutmut_13": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_13": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
         "the same",
     ),
-    "anagrapheus.timeline.recording.xǁ_LineWriterǁtext__mutmut_19": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_19": (
         "for finding in self._refuse.scan(line, text=None):",
         "without text=, scan writes the line's canonical JSON itself: the same text, computed twice",
     ),
-    "anagrapheus.timeline.recording.xǁ_LineWriterǁtext__mutmut_21": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_21": (
         "for finding in self._refuse.scan(line, ):",
         "the same",
     ),

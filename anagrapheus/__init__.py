@@ -5,12 +5,18 @@ from anagrapheus.errors import AnagrapheusError
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.provider.capability import Pinning
 from anagrapheus.provider.model import PinnedModel
+from anagrapheus.provider.provenance import provenance_of_pins
 from anagrapheus.provider.tools import pinned_tool
 from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
 from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.provenance import use_stamp
 from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
+
+# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses
+# (the timeline, below it, cannot import it).
+use_stamp(provenance_of_pins)
 
 __all__ = [
     "AnagrapheusError",

@@ -224,7 +224,8 @@ class PinPromoted(Event):
     failed: bool = False
     """Whether the draw failed (version 2): `raw` then describes the exception, which replay raises again."""
 
-    # The codec: one writer and one reader of this payload, used by the ledger's commit and by replay.
+    # The codec, used by the ledger's commit, replay and recordings: one writer (`payload_text`); one reader of the
+    # event (`read`) and one of its texts (`_texts`, behind `read_text` and `text_of_payload`); `result_in` for `raw`.
 
     @staticmethod
     def payload_text(
@@ -240,6 +241,11 @@ class PinPromoted(Event):
             f'"key":{canonical_json(key)},"kind":{canonical_json(kind)},"raw":{raw},'
             f'"unit_id":{canonical_json(unit_id)}}}'
         )
+
+    @staticmethod
+    def result_in(payload: JSONValue) -> JSONValue:
+        """The raw result a parsed payload holds (every version keeps it in `raw`), None when it holds none."""
+        return payload.get("raw") if isinstance(payload, dict) else None
 
     @classmethod
     def read(
@@ -269,21 +275,28 @@ class PinPromoted(Event):
                 fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
                 failed=event.failed,
             )
-        text = stored.payload
-        fingerprint = _fingerprint_text(payload)
-        head, tail = _around_raw(payload, fingerprint)
-        if text.startswith(head) and text.endswith(tail):
-            # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
-            # (The two cannot overlap: `raw`'s value lies between them, and `"raw":` cannot occur in the tail.)
-            return _pin_text(payload, raw=text[len(head) : len(text) - len(tail)], fingerprint=fingerprint)
-        return _pin_text(payload, raw=canonical_json(payload["raw"]), fingerprint=fingerprint)
+        return _texts(payload, text=stored.payload)
 
     @classmethod
     def text_of_payload(cls, payload: dict[str, Any], *, seq: int) -> PinText:
         """Read a current-version payload as texts; `json.loads` parsed it with `parse_float=canonical_number`."""
-        checked = _checked(payload, seq=seq)
-        raw = canonical_json_of_parsed(checked["raw"])
-        return _pin_text(checked, raw=raw, fingerprint=_fingerprint_text(checked))
+        return _texts(_checked(payload, seq=seq), text=None)
+
+
+def _texts(payload: dict[str, Any], *, text: str | None) -> PinText:
+    """The reader of a checked current-version payload as texts: `raw` cut out of the stored `text` where it can be.
+
+    Without `text`, the payload was parsed with `parse_float=canonical_number`, so the C encoder writes `raw` back.
+    """
+    fingerprint = _fingerprint_text(payload)
+    if text is None:
+        return _pin_text(payload, raw=canonical_json_of_parsed(payload["raw"]), fingerprint=fingerprint)
+    head, tail = _around_raw(payload, fingerprint)
+    if text.startswith(head) and text.endswith(tail):
+        # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
+        # (The two cannot overlap: `raw`'s value lies between them, and `"raw":` cannot occur in the tail.)
+        return _pin_text(payload, raw=text[len(head) : len(text) - len(tail)], fingerprint=fingerprint)
+    return _pin_text(payload, raw=canonical_json(payload["raw"]), fingerprint=fingerprint)
 
 
 def _around_raw(payload: dict[str, Any], fingerprint: str | None) -> tuple[str, str]:

@@ -1,4 +1,9 @@
-"""Provenance: what made a recording (versions, key scheme, call policy, models), stamped on write, checked on load."""
+"""Provenance: what made a recording (versions, key scheme, call policy, models), stamped on write, checked on load.
+
+The timeline stamps what it knows itself (its version, Python's, the key scheme, the call policy); what the pins'
+results report and the agent framework's version come from a `ProvenanceStamp` of the provider layer, which the
+package root hands over (`use_stamp`): the timeline knows nothing of the framework's shapes.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import platform
 import warnings
 from collections.abc import Iterable, Mapping
 from importlib import metadata
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,10 +22,15 @@ __all__ = [
     "DEFAULT_CALL_POLICY",
     "Provenance",
     "ProvenanceCheck",
+    "ProvenanceStamp",
     "ProvenanceWarning",
     "call_policy_identity",
     "check_provenance",
     "current_provenance",
+    "installed_version",
+    "own_provenance",
+    "stamp_provenance",
+    "use_stamp",
 ]
 
 DEFAULT_CALL_POLICY = ("semantic", 1)
@@ -43,7 +53,7 @@ class Provenance(BaseModel):
     anagrapheus: str | None
     """The anagrapheus version that wrote it (None when not installed as a distribution)."""
     pydantic_ai: str | None
-    """The pydantic-ai version installed when it was written (the `pydantic-ai-slim` distribution)."""
+    """The agent framework's version installed when it was written (pydantic-ai's, as the provider layer says)."""
     python: str
     """The Python version that wrote it."""
     key_scheme: str
@@ -58,7 +68,8 @@ class Provenance(BaseModel):
     """The provider names the pinned responses report, sorted."""
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
+    """The installed version of `distribution`, or None when it is not installed as one."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -82,29 +93,58 @@ def call_policy_identity(policy: object | None) -> tuple[str, int]:
     return name, version
 
 
-def current_provenance(
-    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
-) -> Provenance:
-    """Stamp what this process is, with the model and provider names that the pinned `responses` report."""
-    models: set[str] = set()
-    providers: set[str] = set()
-    for response in responses:
-        model, provider = response.get("model_name"), response.get("provider_name")
-        if isinstance(model, str):
-            models.add(model)
-        if isinstance(provider, str):
-            providers.add(provider)
+class ProvenanceStamp(Protocol):
+    """Stamps a recording's provenance from the results its pins hold: the provider layer's, which knows their shape."""
+
+    def __call__(self, results: Iterable[JSONValue], /, *, call_policy: object | None) -> Provenance:
+        """This process's provenance, with the models and providers the pinned `results` (raw, as written) report."""
+        ...
+
+
+def own_provenance(*, call_policy: object | None = None) -> Provenance:
+    """What the timeline knows of this process: its version, Python's, the key scheme and the call policy."""
     name, version = call_policy_identity(call_policy)
     return Provenance(
-        anagrapheus=_version("anagrapheus"),
-        pydantic_ai=_version("pydantic-ai-slim"),
+        anagrapheus=installed_version("anagrapheus"),
+        pydantic_ai=None,
         python=platform.python_version(),
         key_scheme=KEY_SCHEME,
         call_policy=name,
         call_policy_version=version,
-        models=tuple(sorted(models)),
-        providers=tuple(sorted(providers)),
     )
+
+
+def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -> Provenance:
+    return own_provenance(call_policy=call_policy)
+
+
+# The one stamp of this process. The package root (`anagrapheus/__init__.py`, run before any timeline module is
+# used) hands over the provider layer's once, as it is imported; until then a recording would be stamped with what
+# the timeline knows. Module state only because the timeline cannot import the layer above it.
+_stamp: list[ProvenanceStamp] = [_own_stamp]
+
+
+def use_stamp(stamp: ProvenanceStamp) -> None:
+    """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's."""
+    _stamp[0] = stamp
+
+
+def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
+    """Stamp what this process is, with the models and providers that the pinned `results` report."""
+    return _stamp[0](results, call_policy=call_policy)
+
+
+def current_provenance(
+    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
+) -> Provenance:
+    """Deprecated: the provider layer builds provenance (`anagrapheus.provider.provenance.current_provenance`)."""
+    warnings.warn(
+        "anagrapheus.timeline.provenance.current_provenance is deprecated: provenance is built by the provider"
+        " layer, use anagrapheus.provider.provenance.current_provenance",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return stamp_provenance([dict(response) for response in responses], call_policy=call_policy)
 
 
 def check_provenance(
@@ -146,11 +186,10 @@ def check_provenance(
             recorded=(recorded.call_policy, recorded.call_policy_version),
             current=(name, version),
         )
-    for field, label, distribution in (
-        ("anagrapheus", "anagrapheus", "anagrapheus"),
-        ("pydantic_ai", "pydantic-ai", "pydantic-ai-slim"),
-    ):
-        was, now = getattr(recorded, field), _version(distribution)
+    current = stamp_provenance((), call_policy=call_policy)
+    for field in ("anagrapheus", "pydantic_ai"):
+        # The field's name is the library's, as a reader spells it.
+        was, now, label = getattr(recorded, field), getattr(current, field), field.replace("_", "-")
         if was == now:
             continue
         message = (

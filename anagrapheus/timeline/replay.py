@@ -18,7 +18,7 @@ from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, Pi
 from anagrapheus.timeline.failures import failure_of, replayed_failure
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
-from anagrapheus.timeline.recording import stream_pins
+from anagrapheus.timeline.recording_pins import stream_pins
 from anagrapheus.timeline.resolver import FailureCodec, PinResolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span

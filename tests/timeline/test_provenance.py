@@ -7,6 +7,7 @@ import warnings
 import pytest
 
 from anagrapheus.errors import ProvenanceMismatch
+from anagrapheus.provider.provenance import current_provenance
 from anagrapheus.timeline import provenance as provenance_module
 from anagrapheus.timeline.canonical import KEY_SCHEME
 from anagrapheus.timeline.provenance import (
@@ -14,7 +15,6 @@ from anagrapheus.timeline.provenance import (
     ProvenanceWarning,
     call_policy_identity,
     check_provenance,
-    current_provenance,
 )
 
 

@@ -1,0 +1,52 @@
+"""A recording's provenance as pydantic-ai knows it: its version, and the models and providers its responses report.
+
+The timeline stamps what it knows of the process (`own_provenance`); this adds what only the provider layer can read
+from the pins: which results are model responses, and the names they carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.ordered import read_ordered
+from anagrapheus.timeline.provenance import Provenance, installed_version, own_provenance
+
+__all__ = ["PYDANTIC_AI_DISTRIBUTION", "current_provenance", "pinned_responses", "provenance_of_pins"]
+
+PYDANTIC_AI_DISTRIBUTION = "pydantic-ai-slim"
+"""The distribution whose version a recording's `pydantic_ai` field holds."""
+
+
+def pinned_responses(results: Iterable[JSONValue]) -> Iterable[Mapping[str, JSONValue]]:
+    """The model responses among pinned results (each a pin's `raw`, as written), in order."""
+    for raw in results:
+        result = read_ordered(raw)
+        if isinstance(result, dict) and result.get("kind") == "response":
+            yield result
+
+
+def current_provenance(
+    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
+) -> Provenance:
+    """Stamp what this process is, with the model and provider names that the pinned `responses` report."""
+    models: set[str] = set()
+    providers: set[str] = set()
+    for response in responses:
+        model, provider = response.get("model_name"), response.get("provider_name")
+        if isinstance(model, str):
+            models.add(model)
+        if isinstance(provider, str):
+            providers.add(provider)
+    return own_provenance(call_policy=call_policy).model_copy(
+        update={
+            "pydantic_ai": installed_version(PYDANTIC_AI_DISTRIBUTION),
+            "models": tuple(sorted(models)),
+            "providers": tuple(sorted(providers)),
+        }
+    )
+
+
+def provenance_of_pins(results: Iterable[JSONValue], /, *, call_policy: object | None) -> Provenance:
+    """The stamp the package root hands the timeline: this process, with what the pinned results' responses report."""
+    return current_provenance(pinned_responses(results), call_policy=call_policy)

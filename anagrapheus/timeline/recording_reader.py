@@ -1,0 +1,130 @@
+"""Reading a recording: the header checked for provenance, then each event line checked, at once or as iterated."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
+from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent
+from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
+from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
+from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
+from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
+from anagrapheus.timeline.upcast import UpcastRegistry
+
+__all__ = ["Recording", "open_recording", "read_recording", "stream_recording"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A recording read from disk: its header and its events exactly as stored (not yet upcast)."""
+
+    path: Path
+    """The file it was read from."""
+    header: RecordingHeader
+    """The header line."""
+    events: tuple[StoredEvent, ...]
+    """The events in file order; event N sits on line N + 1."""
+
+    def decode(self, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None) -> list[Event]:
+        """Decode every event into its current class, upcasting old payloads; a failure names the line."""
+        decoded: list[Event] = []
+        for line, stored in enumerate(self.events, start=2):
+            try:
+                decoded.append(registry.decode(stored, upcasts=upcasts))
+            except AnagrapheusError as e:
+                raise RecordingError(str(e), path=str(self.path), line=line) from e
+            except (LookupError, ValueError, TypeError) as e:
+                # An upcast step is application code; one that trips over an old payload still names the line.
+                message = f"decoding {stored.namespace}:{stored.type} v{stored.schema_version} failed: {e!r}"
+                raise RecordingError(message, path=str(self.path), line=line) from e
+        return decoded
+
+    def find_secrets(self, policy: SecretPolicy | None = None) -> list[SecretFinding]:
+        """Every credential-shaped string in the header or the events, under `policy` (the default rules if None)."""
+        rules = SecretPolicy() if policy is None else policy
+        found = list(rules.scan(header_line(self.header)))
+        for event in self.events:
+            found.extend(rules.scan(event.to_json(), seq=event.seq))
+        return found
+
+
+def read_recording(
+    path: str | os.PathLike[str],
+    *,
+    registry: EventTypeRegistry | None = None,
+    upcasts: UpcastRegistry | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    call_policy: object | None = None,
+    provenance: ProvenanceCheck = "warn",
+    data: bytes | None = None,
+) -> Recording:
+    """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
+
+    With a `registry`, every event is also decoded (through `upcasts`), so an unknown event
+    type, a future schema version or a payload that no longer fits is refused here, at its
+    line, rather than at replay. The events returned are as stored; replay upcasts them again
+    when given the same `upcasts`. A line longer than `max_line_bytes` is refused unread.
+
+    The header's provenance is checked against this process: another key scheme, or another call
+    policy than `call_policy` (the default policy if None), raises `ProvenanceMismatch`; another
+    anagrapheus or pydantic-ai version warns (`ProvenanceWarning`), or raises with
+    `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
+    and are read as they are.
+
+    With `data`, the recording is those bytes, already read (a pipe can be read only once), and
+    `path` only names it in messages.
+    """
+    source = Path(path)
+    where = str(path)
+    header, entries = open_recording(source, where, max_line_bytes, call_policy, provenance, data=data)
+    events = (stored_event(fields, where=where, line=number) for number, fields in entries)
+    recording = Recording(path=source, header=header, events=tuple(events))
+    if registry is not None:
+        recording.decode(registry, upcasts=upcasts)
+    return recording
+
+
+def stream_recording(
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    call_policy: object | None = None,
+    provenance: ProvenanceCheck = "warn",
+) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
+    """Read a recording's header now and its events as they are iterated, one line at a time.
+
+    The events are checked as `read_recording` checks them, each when it is reached; nothing but
+    the line in hand is held, so a replay can be built from a file larger than memory allows twice.
+    A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
+    The header's provenance is checked at once, as `read_recording` checks it.
+    """
+    where = str(path)
+    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance)
+    return header, (stored_event(fields, where=where, line=number) for number, fields in entries)
+
+
+def open_recording(
+    source: Path,
+    where: str,
+    max_line_bytes: int,
+    call_policy: object | None,
+    provenance: ProvenanceCheck,
+    *,
+    data: bytes | None = None,
+) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
+    """Read and check the header now; return it with each event line's checked fields, read as iterated."""
+    given = cast("object", max_line_bytes)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
+    lines = read_lines(source, where, max_line_bytes, data)
+    first = next(lines, None)
+    if first is None:
+        raise RecordingError("empty file: missing header", path=where, line=1)
+    header = read_header(first[1], where=where)
+    check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
+    return header, checked_entries(lines, where)

@@ -1,0 +1,126 @@
+"""Writing a recording: the header stamped with provenance, each event as canonical JSON, no secret let through."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised
+from anagrapheus.timeline.durable_file import replace_durably
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent
+from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
+from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
+from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
+
+__all__ = ["pin_events", "write_recording"]
+
+
+def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> Iterator[StoredEvent]:
+    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs.
+
+    `with_inputs=True` keeps each run's `RunInputs` too, so the recording can ask its runs again.
+    """
+    kept = (PinPromoted.event_type, RunInputs.event_type) if with_inputs else (PinPromoted.event_type,)
+    for event in events:
+        if event.namespace == BUILTIN_NAMESPACE and event.type in kept:
+            yield event
+
+
+class _LineWriter:
+    """Writes one recording's lines: canonical text, redacted where asked, refused where a secret remains."""
+
+    def __init__(self, target: Path, *, redact: SecretPolicy | None, refuse: SecretPolicy | None) -> None:
+        self._target = target
+        self._redact = redact
+        self._redactor: Redactor | None = None if redact is None else redact.redactor()
+        self._refuse = refuse
+        # Redacting under the very rules the refusal uses (`redact=SecretPolicy()`): a line the redaction's search
+        # passes over holds nothing to refuse either, so it is searched once, not twice.
+        self._refusal_repeats_redaction = refuse is not None and redact is not None and redact.same_search(refuse)
+
+    def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
+        # Searched as it is written: canonical text is NFC, which turns a look-alike (U+212A KELVIN SIGN) into the
+        # very letter a rule looks for.
+        line = cast(dict[str, JSONValue], canonical_value(line))
+        text = encode_normalised(line)
+        # Each policy first searches the whole line once; only a line that may hold a match is walked.
+        if self._redact is not None and self._redactor is not None:
+            if not self._redact.may_hold(text):
+                return text if self._refusal_repeats_redaction else self._refused(line, text, seq)
+            if self._refuse is not None and "-----BEGIN " in text:
+                # A key whose END is in another string (`key.splitlines()`) or missing: its body has no shape,
+                # so no redaction can find it all. Refused rather than half redacted.
+                for finding in split_private_keys(line):
+                    raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
+            redacted = self._redactor.redact(line)
+            if not isinstance(redacted, dict):  # pragma: no cover - redacting an object returns an object
+                raise UsageError("a redacted line is not an object")
+            line = redacted
+            text = canonical_json(line)
+        return self._refused(line, text, seq)
+
+    def _refused(self, line: dict[str, JSONValue], text: str, seq: int | None) -> str:
+        """Return `text`, the line as written, once the refusal policy finds nothing in it."""
+        if self._refuse is not None:
+            for finding in self._refuse.scan(line, text=text):
+                raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
+        return text
+
+
+def write_recording(
+    path: str | os.PathLike[str],
+    events: Iterable[StoredEvent],
+    *,
+    header: RecordingHeader | Mapping[str, Any],
+    redact: SecretPolicy | None = None,
+    call_policy: object | None = None,
+    mode: int = 0o600,
+    dangerously_keep_secrets: bool = False,
+    stamp: ProvenanceStamp | None = None,
+) -> Path:
+    """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
+
+    Each event is written as the canonical JSON of `StoredEvent.to_json()`, seq and ids as the
+    log holds them, so recording an unchanged run against the same ids and clock gives the
+    same bytes. Events must come in strictly increasing seq order, as a log yields them.
+
+    A header without provenance gets it stamped by `stamp` (the provider layer's by default: versions,
+    key scheme, `call_policy`'s name and version, the models seen in the pins). A credential-shaped
+    string anywhere is refused with `SecretInRecording`, unless `redact=` replaces it with a placeholder
+    first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
+    (owner-only by default).
+    """
+    target = Path(path)
+    chosen = as_header(header)
+    writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretPolicy())
+    lines: list[str] = []
+    # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
+    results: list[JSONValue] | None = [] if chosen.provenance is None else None
+    last_seq = 0
+    event_ids: set[str] = set()
+    # Refuse to write what `read_recording` would refuse to read.
+    for event in events:
+        if event.seq <= last_seq:
+            raise UsageError(f"events must come in increasing seq order: seq {event.seq} follows seq {last_seq}")
+        if event.event_id in event_ids:
+            raise UsageError(f"event id {event.event_id} appears twice")
+        last_seq = event.seq
+        event_ids.add(event.event_id)
+        line = event.to_json()
+        if results is not None and event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
+            results.append(PinPromoted.result_in(line["payload"]))
+        lines.append(writer.text(line, seq=event.seq))
+    if results is not None:
+        stamped = stamp_provenance if stamp is None else stamp
+        chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
+    lines.insert(0, writer.text(header_line(chosen), seq=None))
+    data = "".join(line + "\n" for line in lines).encode()
+    try:
+        replace_durably(target, data, mode=mode)
+    except OSError as e:
+        # A directory in the way, a missing folder, a full disk: named, and typed like every other refusal.
+        raise RecordingError(f"cannot write the recording ({e.strerror or e})", path=str(target)) from e
+    return target
