@@ -19,7 +19,7 @@ from anagrapheus.timeline.provenance import Provenance, own_provenance, stamp_pr
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 
 HEADER = RecordingHeader(description="stamp tests", recorded_with="synthetic", rerecord="pytest tests/x.py")
-TIMELINE = Path(__file__).resolve().parent.parent / "anagrapheus" / "timeline"
+TIMELINE = Path(__file__).resolve().parents[2] / "anagrapheus" / "timeline"
 RESPONSE: dict[str, JSONValue] = {"kind": "response", "model_name": "m-1", "provider_name": "p-1", "parts": []}
 
 
