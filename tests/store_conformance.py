@@ -16,11 +16,10 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     PendingEvent,
     PinLedger,
-    PinScratchStore,
-    ScratchPin,
     StoredEvent,
     TimelineStore,
 )
+from anagrapheus.timeline.store import PinScratchStore, ScratchPin
 
 
 def pending(n: int, *, namespace: str = "test", type: str = "thing") -> PendingEvent:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus import register_builtin_events
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.timeline import (
@@ -19,7 +18,7 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     pin_key,
 )
-from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 
 TREATY = {"entity": "treaty", "name": "EU-UK fisheries accord"}
 
@@ -27,7 +26,6 @@ TREATY = {"entity": "treaty", "name": "EU-UK fisheries accord"}
 @pytest.fixture
 def types() -> EventTypeRegistry:
     registry = EventTypeRegistry()
-    register_builtin_events(registry)
     return registry
 
 
@@ -69,7 +67,7 @@ def test_replay_re_establishes_the_same_id_in_a_fresh_store(tmp_path: Path, type
         ledger.commit()
         path = write_recording(
             tmp_path / "ids.jsonl",
-            pin_events(store.read()),
+            store.read(namespace="anagrapheus", type="pin_promoted"),
             header=RecordingHeader(description="one treaty id", recorded_with="no model", rerecord="pytest"),
         )
 

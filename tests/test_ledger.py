@@ -24,7 +24,6 @@ from anagrapheus.timeline import (
     PinsAbandoned,
     SQLiteEventStore,
     pin_key,
-    register_builtin_events,
 )
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 
@@ -64,7 +63,6 @@ def test_a_fresh_registry_knows_the_builtin_events(store: SQLiteEventStore) -> N
     ledger.resolve(K1, kind="model_call", effect=Counter({"text": "hello"}), interpret=identity)
     (event,) = ledger.commit()
     assert isinstance(types.decode(event), PinPromoted)
-    register_builtin_events(types)  # kept for existing code: a no-op on a registry that knows them already
     assert types.lookup(BUILTIN_NAMESPACE, "pin_promoted") is PinPromoted
 
 
@@ -328,7 +326,6 @@ def test_commit_text_matches_the_registry_encoding(store: SQLiteEventStore, type
 )
 def test_spliced_commit_payload_equals_the_model_encoding(tmp_path_factory: Any, raw: Any, unit: str) -> None:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     with SQLiteEventStore(tmp_path_factory.mktemp("p") / "log.db") as store:
         ledger = PinLedger(store, types, unit_id=unit)
         value = ledger.resolve(K1, kind="model_call", effect=lambda: raw, interpret=identity)

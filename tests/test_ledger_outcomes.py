@@ -26,13 +26,13 @@ from anagrapheus.timeline import (
     PinPromoted,
     PinsAbandoned,
     ReplayDiverged,
-    ScratchPin,
     SQLiteEventStore,
     StoredEvent,
     pin_key,
 )
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence
+from anagrapheus.timeline.store import ScratchPin
 from tests.test_ledger_failures import Stream, open_stream
 
 K1 = pin_key("model_call", {"prompt": "one"})

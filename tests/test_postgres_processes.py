@@ -25,10 +25,10 @@ PINS = 4
 WORKER = """
 import json, sys, time
 from anagrapheus.errors import SeqConflict, UnitBusy, UnitClosed
-from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, tag, units, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=0.1)
 report = {"committed": [], "busy": 0, "closed": 0, "seq_conflicts": 0, "markers": 0}
 print("ready", flush=True)
@@ -111,10 +111,10 @@ def test_processes_commit_units_at_once(postgres_dsn: str, pg_schema: str, types
 
 DRAWER = """
 import sys, time
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, unit_id, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema)
 ledger = PinLedger(store, types, unit_id=unit_id)
 for i in range(pins):
@@ -128,10 +128,10 @@ time.sleep(60)
 
 RESUMER = """
 import json, sys
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, pins = sys.argv[1], sys.argv[2], int(sys.argv[3])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=10.0)
 resumed = {}
 for unit in PinLedger.open_units(store):

@@ -22,13 +22,13 @@ from anagrapheus.timeline import (
     Event,
     EventTypeRegistry,
     RecordingHeader,
-    ScratchPin,
     SQLiteEventStore,
     StoredEvent,
     UpcastRegistry,
     read_recording,
 )
 from anagrapheus.timeline.sqlite import read_only_uri
+from anagrapheus.timeline.store import ScratchPin
 
 __all__ = [
     "Source",

@@ -31,11 +31,10 @@ from anagrapheus.timeline import (
     ReplayPins,
     SQLiteEventStore,
     StoredEvent,
-    StreamDraw,
     canonical_json,
     read_recording,
 )
-from anagrapheus.timeline.resolver import FailureCodec
+from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 
 __all__ = [
     "WORLD_KINDS",

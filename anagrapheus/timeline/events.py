@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, encode_normalised
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -26,6 +28,7 @@ __all__ = [
     "PinsAbandoned",
     "ReplayDiverged",
     "StoredEvent",
+    "events_of",
     "new_uuid7",
     "register_builtin_events",
 ]
@@ -469,7 +472,14 @@ BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiv
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
 
 
+def events_of(events: Iterable[StoredEvent], *types: type[Event]) -> Iterator[StoredEvent]:
+    """Yield the events of the given types, in order: what `store.read(namespace=, type=)` reads, over any stream."""
+    wanted = {(cls.namespace, cls.event_type) for cls in types}
+    return (event for event in events if (event.namespace, event.type) in wanted)
+
+
 def register_builtin_events(registry: EventTypeRegistry) -> None:
-    """Do nothing: every `EventTypeRegistry` knows the built-in events already (kept for existing code)."""
+    """Deprecated, does nothing: every `EventTypeRegistry` knows the built-in events already."""
+    deprecated("register_builtin_events", "it does nothing; every EventTypeRegistry knows the built-in events")
     for cls in BUILTIN_EVENTS:
         registry.register(cls, _builtin=True)

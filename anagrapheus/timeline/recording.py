@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import AnagrapheusError, RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import (
     JSONValue,
@@ -31,6 +32,7 @@ from anagrapheus.timeline.events import (
     PinText,
     RunInputs,
     StoredEvent,
+    events_of,
     is_current_pin,
 )
 from anagrapheus.timeline.ordered import read_ordered
@@ -129,14 +131,12 @@ class Recording:
 
 
 def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> Iterator[StoredEvent]:
-    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs.
+    """Deprecated: read the pins with `store.read(namespace="anagrapheus", type="pin_promoted")`.
 
-    `with_inputs=True` keeps each run's `RunInputs` too, so the recording can ask its runs again.
+    Yields only the `PinPromoted` events of a stream (and each run's `RunInputs` with `with_inputs=True`).
     """
-    kept = (PinPromoted.event_type, RunInputs.event_type) if with_inputs else (PinPromoted.event_type,)
-    for event in events:
-        if event.namespace == BUILTIN_NAMESPACE and event.type in kept:
-            yield event
+    deprecated("pin_events", 'read the pins with store.read(namespace="anagrapheus", type="pin_promoted")')
+    return events_of(events, PinPromoted, RunInputs) if with_inputs else events_of(events, PinPromoted)
 
 
 def _header_line(header: RecordingHeader) -> dict[str, JSONValue]:

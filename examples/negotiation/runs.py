@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic_ai.models import Model, infer_model
 
 from anagrapheus.timeline import SQLiteEventStore
-from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import Recording, RecordingHeader, read_recording, write_recording
 from examples.negotiation.scripts import AbsentModel, ScriptedNegotiator, scripted_pair
 from examples.negotiation.seeded import START, SeededRun
 from examples.negotiation.talks import (
@@ -164,7 +164,7 @@ async def record_negotiation(
                 rounds = await negotiate(sitting, models, world, on_round=on_round)
             else:
                 rounds = await negotiate(sitting, models, world, new_id=new_id, clock=clock, on_round=on_round)
-            write_recording(path, pin_events(store.read()), header=header)
+            write_recording(path, store.read(namespace="anagrapheus", type="pin_promoted"), header=header)
     return rounds
 
 

@@ -1,0 +1,37 @@
+"""Names kept for one release after they were replaced: each use warns with what to use instead."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+
+__all__ = ["deprecated", "moved_names"]
+
+
+def deprecated(old: str, instead: str, *, stacklevel: int = 3) -> None:
+    """Warn (`DeprecationWarning`, at the caller's caller) that `old` goes in the next release, and what replaces it."""
+    warnings.warn(f"{old} is deprecated and goes in the next release: {instead}", DeprecationWarning, stacklevel)
+
+
+def moved_names(
+    package: str, moved: Mapping[str, str], *, warned: Mapping[str, str] | None = None
+) -> Callable[[str], object]:
+    """A module `__getattr__` that still serves names dropped from `package`'s exports, each from its module.
+
+    `moved` maps a name to the module that keeps it; reading it warns. `warned` maps names that warn
+    themselves when used (deprecated functions) to their module; reading those does not warn twice.
+    """
+    quiet = dict(warned or {})
+
+    def __getattr__(name: str) -> object:
+        module = moved.get(name)
+        if module is not None:
+            deprecated(f"{package}.{name}", f"import it from {module}")
+        else:
+            module = quiet.get(name)
+            if module is None:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(module), name)
+
+    return __getattr__
