@@ -29,6 +29,7 @@ __all__ = [
     "ReplayDiverged",
     "StoredEvent",
     "events_of",
+    "given_or_builtins",
     "new_uuid7",
     "register_builtin_events",
 ]
@@ -470,6 +471,11 @@ class UnitForked(Event):
 
 BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiverged, RunInputs, UnitForked)
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
+
+
+def given_or_builtins(registry: EventTypeRegistry | None) -> EventTypeRegistry:
+    """The registry given, or (for None) a fresh one that knows only the built-in events: all that pins need."""
+    return EventTypeRegistry() if registry is None else registry
 
 
 def events_of(events: Iterable[StoredEvent], *types: type[Event]) -> Iterator[StoredEvent]:

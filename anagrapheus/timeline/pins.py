@@ -25,6 +25,7 @@ from anagrapheus.timeline.events import (
     PinsAbandoned,
     ReplayDiverged,
     StoredEvent,
+    given_or_builtins,
     new_uuid7,
 )
 from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
@@ -215,10 +216,11 @@ class PinLedger:
     def __init__(
         self,
         store: TimelineStore,
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
     ) -> None:
+        registry = given_or_builtins(registry)
         if (BUILTIN_NAMESPACE, PinPromoted.event_type) not in registry:
             raise UsageError("the registry lacks the built-in events (it was made with builtins=False)")
         self.unit_id: str = unit_id if unit_id is not None else new_uuid7()

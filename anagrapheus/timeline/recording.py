@@ -33,6 +33,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
     events_of,
+    given_or_builtins,
     is_current_pin,
 )
 from anagrapheus.timeline.ordered import read_ordered
@@ -107,12 +108,15 @@ class Recording:
     events: tuple[StoredEvent, ...]
     """The events in file order; event N sits on line N + 1."""
 
-    def decode(self, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None) -> list[Event]:
-        """Decode every event into its current class, upcasting old payloads; a failure names the line."""
+    def decode(
+        self, registry: EventTypeRegistry | None = None, *, upcasts: UpcastRegistry | None = None
+    ) -> list[Event]:
+        """Decode every event into its current class, upcasting old ones (`registry`: the built-ins by default)."""
+        types = given_or_builtins(registry)
         decoded: list[Event] = []
         for line, stored in enumerate(self.events, start=2):
             try:
-                decoded.append(registry.decode(stored, upcasts=upcasts))
+                decoded.append(types.decode(stored, upcasts=upcasts))
             except AnagrapheusError as e:
                 raise RecordingError(str(e), path=str(self.path), line=line) from e
             except (LookupError, ValueError, TypeError) as e:
@@ -469,7 +473,7 @@ def stream_recording(
 
 def stream_pins(
     path: str | os.PathLike[str],
-    registry: EventTypeRegistry,
+    registry: EventTypeRegistry | None = None,
     *,
     upcasts: UpcastRegistry | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
@@ -484,7 +488,7 @@ def stream_pins(
     """
     where = str(path)
     header, entries = _opened(Path(path), where, max_line_bytes, call_policy, provenance)
-    return header, _pins(entries, where, registry, upcasts)
+    return header, _pins(entries, where, given_or_builtins(registry), upcasts)
 
 
 def _pins(

@@ -14,7 +14,14 @@ from typing import Literal, TypeVar
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, StoredEvent
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    EventTypeRegistry,
+    PinPromoted,
+    PinText,
+    StoredEvent,
+    given_or_builtins,
+)
 from anagrapheus.timeline.failures import failure_of, replayed_failure
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
@@ -81,16 +88,20 @@ class ReplayPins:
     def from_events(
         cls,
         events: Iterable[StoredEvent],
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
         on_miss: Literal["strict", "record"] = "strict",
         into: PinLedger | None = None,
     ) -> ReplayPins:
-        """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
+        """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first.
+
+        `registry` reads the pins; by default, one that knows the built-in events.
+        """
+        types = given_or_builtins(registry)
         pins = (
-            PinPromoted.read_text(stored, registry, upcasts=upcasts)
+            PinPromoted.read_text(stored, types, upcasts=upcasts)
             for stored in events
             if stored.namespace == BUILTIN_NAMESPACE and stored.type == PinPromoted.event_type
         )
@@ -143,7 +154,7 @@ class ReplayPins:
     def from_store(
         cls,
         store: EventStore,
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
@@ -152,14 +163,15 @@ class ReplayPins:
     ) -> ReplayPins:
         """Collect a store's pins as `from_events` does, reading only `PinPromoted` rows, a page at a time."""
         events = store.read(namespace=BUILTIN_NAMESPACE, type=PinPromoted.event_type)
-        pins = (PinPromoted.read_text(stored, registry, upcasts=upcasts) for stored in events)
+        types = given_or_builtins(registry)
+        pins = (PinPromoted.read_text(stored, types, upcasts=upcasts) for stored in events)
         return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     @classmethod
     def from_recording(
         cls,
         path: str | os.PathLike[str],
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
@@ -172,7 +184,9 @@ class ReplayPins:
 
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
         """
-        _, pins = stream_pins(path, registry, upcasts=upcasts, call_policy=call_policy, provenance=provenance)
+        _, pins = stream_pins(
+            path, given_or_builtins(registry), upcasts=upcasts, call_policy=call_policy, provenance=provenance
+        )
         return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:
