@@ -60,7 +60,7 @@ def _open_run(unit_id: str, pins: list[ScratchPin]) -> OpenRun:
     times: list[datetime] = []
     for pin in pins:
         if pin.kind == RUN_CLOCK:
-            raw = json.loads(pin.raw)
+            raw = json.loads(pin.raw_text)
             times.extend(datetime.fromisoformat(at) for at in raw if isinstance(at, str))
     return OpenRun(
         unit_id=unit_id,

@@ -155,14 +155,17 @@ class StoreConformance:
         assert store.scratch_bump("u1", "k1") == 2
         assert store.scratch_bump("u1", "k1") == 3
         listed = store.scratch_list("u1")
-        assert [(p.key, p.raw, p.attempts, p.draw_no) for p in listed] == [("k1", '"r1"', 3, 1), ("k2", '"r2"', 1, 2)]
-        assert [p.raw for p in store.scratch_list("u2")] == ['"other"']
+        assert [(p.key, p.raw_text, p.attempts, p.draw_no) for p in listed] == [
+            ("k1", '"r1"', 3, 1),
+            ("k2", '"r2"', 1, 2),
+        ]
+        assert [p.raw_text for p in store.scratch_list("u2")] == ['"other"']
 
     def test_scratch_put_twice_keeps_the_first_draw(self, store: TimelineStore) -> None:
         # Two stores drawing one key of one unit: the first pin written is the unit's answer for it.
         first = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint=None)
         second = store.scratch_put("u1", "k1", kind="tool_call", raw='"r2"', fingerprint='{"x":"y"}')
-        assert (second.raw, second.kind, second.fingerprint, second.draw_no) == ('"r1"', "model_call", None, 1)
+        assert (second.raw_text, second.kind, second.fingerprint, second.draw_no) == ('"r1"', "model_call", None, 1)
         assert second.attempts == 2
         assert store.scratch_get("u1", "k1") == second
         assert store.scratch_put("u1", "k2", kind="model_call", raw='"r3"', fingerprint=None).draw_no == 2
@@ -213,10 +216,10 @@ class StoreConformance:
         assert store.unit_outcome("u1") == outcome
         with pytest.raises(UnitClosed) as put:
             store.scratch_put("u1", "k1", kind="model_call", raw='"late"', fingerprint=None)
-        assert (put.value.unit_id, put.value.state, put.value.raw) == ("u1", outcome, '"late"')
+        assert (put.value.unit_id, put.value.state, put.value.raw_text) == ("u1", outcome, '"late"')
         with pytest.raises(UnitClosed) as reuse:
             store.scratch_reuse("u1", "k1")
-        assert (reuse.value.unit_id, reuse.value.state, reuse.value.raw) == ("u1", outcome, None)
+        assert (reuse.value.unit_id, reuse.value.state, reuse.value.raw_text) == ("u1", outcome, None)
         with pytest.raises(UnitClosed) as settle:
             store.settle_unit("u1", outcome="committed", events=lambda pins: [pending(1)])
         assert (settle.value.unit_id, settle.value.state) == ("u1", outcome)
@@ -228,7 +231,7 @@ class StoreConformance:
         assert store.scratch_reuse("u1", "k1") is None
         store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
         reused = store.scratch_reuse("u1", "k1")
-        assert reused is not None and (reused.raw, reused.attempts) == ('"a"', 2)
+        assert reused is not None and (reused.raw_text, reused.attempts) == ('"a"', 2)
         assert store.scratch_get("u1", "k1").attempts == 2  # type: ignore[union-attr]
 
     def test_threads_share_one_store(self, store: TimelineStore) -> None:

@@ -94,7 +94,7 @@ def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: P
                 resumed = PinLedger(store, types, unit_id=unit.unit_id)
                 for pin in drawn:
                     value = resumed.resolve(pin.key, kind="model_call", effect=never, interpret=dict)
-                    assert value == json.loads(pin.raw)
+                    assert value == json.loads(pin.raw_text)
                     resumed_draws += 1
                 for i in range(len(drawn), PINS_PER_UNIT):
                     resumed.resolve(

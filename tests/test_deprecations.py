@@ -9,6 +9,7 @@ import pytest
 
 import anagrapheus
 import anagrapheus.timeline
+from anagrapheus.errors import UnitClosed
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, events_of
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.recording import pin_events
@@ -60,3 +61,24 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         _ = anagrapheus.timeline.nothing_here  # type: ignore[attr-defined]
     with pytest.raises(ImportError):
         from anagrapheus import nothing_here  # type: ignore[attr-defined]  # noqa: F401
+
+
+def test_the_text_of_a_pin_is_raw_text_and_raw_still_reads_it_with_a_warning(tmp_path: Path) -> None:
+    # `raw` is the parsed JSON on PinPromoted; where the result is canonical JSON text, it is `raw_text`.
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, unit_id="u")
+        ledger.resolve("k", kind="tool_call", effect=lambda: {"a": 1}, interpret=lambda raw: raw)
+        (scratch,) = ledger.pins()
+        (stored,) = ledger.commit()
+    text = PinPromoted.read_text(stored, EventTypeRegistry())
+    assert scratch.raw_text == text.raw_text == '{"a":1}' and PinPromoted.read(stored, EventTypeRegistry()).raw == {
+        "a": 1
+    }
+    with pytest.warns(DeprecationWarning, match=r"ScratchPin\.raw is deprecated.*raw_text"):
+        assert scratch.raw == '{"a":1}'
+    with pytest.warns(DeprecationWarning, match=r"PinText\.raw is deprecated.*raw_text"):
+        assert text.raw == '{"a":1}'
+    closed = UnitClosed("u", state="committed", raw='"late"')
+    assert closed.raw_text == '"late"'
+    with pytest.warns(DeprecationWarning, match=r"UnitClosed\.raw is deprecated.*raw_text"):
+        assert closed.raw == '"late"'

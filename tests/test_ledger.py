@@ -79,7 +79,7 @@ def test_first_draw_goes_to_scratch_at_once_not_to_the_log(store: SQLiteEventSto
     assert store.last_seq() == 0
     # Durable at once: a second connection sees the scratch row.
     with SQLiteEventStore(store.path) as other:
-        assert [p.raw for p in other.scratch_list(ledger.unit_id)] == ['{"text":"hello"}']
+        assert [p.raw_text for p in other.scratch_list(ledger.unit_id)] == ['{"text":"hello"}']
 
 
 def test_retry_reuses_the_draw_and_commit_counts_attempts(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
@@ -300,7 +300,7 @@ async def test_a_stream_is_pinned_as_captured_even_when_stopped_early(
             assert draw.live is not None
             draw.live.chunks.append("half")
             raise RuntimeError("midway")
-    assert [(p.key, p.raw) for p in ledger.pins()] == [(K1, '"par"'), (K2, '"half"')]
+    assert [(p.key, p.raw_text) for p in ledger.pins()] == [(K1, '"par"'), (K2, '"half"')]
 
 
 def test_commit_text_matches_the_registry_encoding(store: SQLiteEventStore, types: EventTypeRegistry) -> None:

@@ -568,7 +568,7 @@ def test_a_serialization_failure_of_a_scratch_write_is_retried(
     store.scratch_get("u1", "k1")
     fail_once(postgres_dsn, pg_schema, "pin_scratch", "40001")
     pin = store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
-    assert (pin.raw, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
+    assert (pin.raw_text, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
     assert sql(postgres_dsn, f"SELECT last_value FROM {pg_schema}.tries") == [(2,)]
 
 

@@ -45,7 +45,7 @@ except UnitBusy:
     report["busy"] += 1
 except UnitClosed as e:
     # Arrived after the winner committed (a very slow start): refused too, and before its effect.
-    assert e.raw is None, "the effect of a draw into a closed unit ran"
+    assert e.raw_text is None, "the effect of a draw into a closed unit ran"
     report["closed"] += 1
 for u in range(units):
     ledger = PinLedger(store, types)
@@ -136,7 +136,7 @@ store = PostgresEventStore(dsn, schema=schema, unit_wait=10.0)
 resumed = {}
 for unit in PinLedger.open_units(store):
     ledger = PinLedger(store, types, unit_id=unit.unit_id)
-    kept = {p.key: p.raw for p in ledger.pins()}
+    kept = {p.key: p.raw_text for p in ledger.pins()}
     fresh = 0
     for i in range(pins):
         key = f"p1:tool_call:k{i}"

@@ -130,7 +130,7 @@ def test_the_pin_promoted_codec_writes_what_the_registry_writes_and_reads_it_bac
         unit_id=event.unit_id,
         key=event.key,
         kind=event.kind,
-        raw=canonical_json(event.raw),
+        raw_text=canonical_json(event.raw),
         attempts=attempts,
         fingerprint=None if fingerprint is None else canonical_json(fingerprint),
     )

@@ -268,7 +268,7 @@ class PinPromoted(Event):
                 unit_id=event.unit_id,
                 key=event.key,
                 kind=event.kind,
-                raw=canonical_json(event.raw),
+                raw_text=canonical_json(event.raw),
                 attempts=event.attempts,
                 fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
                 failed=event.failed,
@@ -312,7 +312,7 @@ def _pin_text(payload: dict[str, Any], *, raw: str, fingerprint: str | None) -> 
         unit_id=payload["unit_id"],
         key=payload["key"],
         kind=payload["kind"],
-        raw=raw,
+        raw_text=raw,
         attempts=payload["attempts"],
         fingerprint=fingerprint,
         failed=payload.get("failed", False),
@@ -329,14 +329,20 @@ class PinText:
     """The pin key."""
     kind: str
     """What was pinned."""
-    raw: str
-    """The raw result as canonical JSON text."""
+    raw_text: str
+    """The raw result as canonical JSON text (`PinPromoted.raw` is the parsed JSON)."""
     attempts: int
     """How many times the unit asked for the key."""
     fingerprint: str | None
     """The fingerprint as canonical JSON text, if the pin has one."""
     failed: bool = False
-    """Whether the draw failed: `raw` then describes the exception."""
+    """Whether the draw failed: `raw_text` then describes the exception."""
+
+    @property
+    def raw(self) -> str:
+        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
+        deprecated("PinText.raw", "read PinText.raw_text")
+        return self.raw_text
 
 
 def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:

@@ -106,7 +106,7 @@ class _Held:
 
     kind: str
     """The scratch kind (a failed draw's ends in `!failed`)."""
-    raw: str
+    raw_text: str
     """The result as canonical JSON text."""
     fingerprint: str | None
     """The fingerprint as canonical JSON text, if any."""
@@ -316,7 +316,7 @@ class PinLedger:
                     raise
                 # Answered from memory, and counted there: the attempt reaches the store with the write.
                 held.attempts += 1
-                return ScratchPin(self.unit_id, key, held.kind, held.raw, held.attempts, 0, held.fingerprint)
+                return ScratchPin(self.unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
         return None
 
     def _flush(self) -> None:
@@ -406,7 +406,7 @@ class PinLedger:
         try:
             return self._write_held(key, held, checked=False)
         except StoreError as e:
-            e.drawn = held.raw
+            e.drawn = held.raw_text
             e.add_note(
                 f"anagrapheus: the result drawn for {key} is kept on this error as .drawn (canonical JSON), and held"
                 f" by the ledger of unit {self.unit_id}, which writes it on its next resolve or commit"
@@ -436,7 +436,9 @@ class PinLedger:
         # did, which is then the key's answer, as `scratch_put` would make it).
         pin = self._store.scratch_get(self.unit_id, key) if checked else None
         if pin is None:
-            pin = self._store.scratch_put(self.unit_id, key, kind=held.kind, raw=held.raw, fingerprint=held.fingerprint)
+            pin = self._store.scratch_put(
+                self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint
+            )
         for _ in range(held.attempts - 1):
             pin = replace(pin, attempts=self._store.scratch_bump(self.unit_id, key))
         return pin
@@ -591,9 +593,9 @@ class PinLedger:
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 if not stored_kind(pin.kind)[1]:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw_text)))
                     return
-                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                async with replayed_failure(json.loads(pin.raw_text), interpret, failure) as draw:
                     yield draw
                 return
             try:
@@ -763,7 +765,7 @@ class PinLedger:
             unit_id=pin.unit_id,
             key=pin.key,
             kind=kind,
-            raw=pin.raw,
+            raw=pin.raw_text,
             attempts=pin.attempts,
             fingerprint=pin.fingerprint,
             failed=failed,
@@ -840,5 +842,5 @@ def _failed_draw(
 def _answered(pin: ScratchPin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
     """A reused pin's value, or the failure it pinned, raised again (a retry after a failure has a key of its own)."""
     if stored_kind(pin.kind)[1]:
-        raise failure_of(json.loads(pin.raw), failure)[0]
-    return interpret(json.loads(pin.raw))
+        raise failure_of(json.loads(pin.raw_text), failure)[0]
+    return interpret(json.loads(pin.raw_text))

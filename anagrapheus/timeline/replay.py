@@ -8,7 +8,6 @@ import sys
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
@@ -41,18 +40,6 @@ class AmbiguousPinWarning(UserWarning):
     """Emitted when a replay is built from events in which one key has several different results."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Pin:
-    kind: str
-    raw: str
-    # As canonical JSON text: parsed only when a miss compares fingerprints, so a replay that hits never pays.
-    fingerprint: str | None
-    unit_id: str
-    failed: bool = False
-    # How many times the recording's unit asked for the key: the repeat rule's reading of an older recording.
-    attempts: int = 1
-
-
 class ReplayPins:
     """Answers keyed effects from pins in the log; the same resolver interface as `PinLedger`.
 
@@ -63,7 +50,7 @@ class ReplayPins:
 
     def __init__(
         self,
-        pins: Mapping[str, _Pin],
+        pins: Mapping[str, PinText],
         *,
         ambiguous: Mapping[str, tuple[str, ...]] | None = None,
         on_miss: Literal["strict", "record"] = "strict",
@@ -116,7 +103,7 @@ class ReplayPins:
         on_miss: Literal["strict", "record"],
         into: PinLedger | None,
     ) -> ReplayPins:
-        pins: dict[str, _Pin] = {}
+        pins: dict[str, PinText] = {}
         # Only keys pinned by more than one unit get a list of units: most logs have none.
         units: dict[str, list[str]] = {}
         ambiguous: set[str] = set()
@@ -125,20 +112,21 @@ class ReplayPins:
                 continue
             key = pin.key
             # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
-            found = _Pin(
-                kind=sys.intern(pin.kind),
-                raw=pin.raw,
-                fingerprint=pin.fingerprint,
+            found = PinText(
                 unit_id=sys.intern(pin.unit_id),
-                failed=pin.failed,
+                key=key,
+                kind=sys.intern(pin.kind),
+                raw_text=pin.raw_text,
                 attempts=pin.attempts,
+                fingerprint=pin.fingerprint,
+                failed=pin.failed,
             )
             seen = pins.get(key)
             if seen is None:
                 pins[key] = found
                 continue
             units.setdefault(key, [seen.unit_id]).append(found.unit_id)
-            if seen.raw != found.raw or seen.failed != found.failed:
+            if seen.raw_text != found.raw_text or seen.failed != found.failed:
                 ambiguous.add(key)
         conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
         if conflicts:
@@ -207,7 +195,7 @@ class ReplayPins:
                 continue
             self._used.add(key)
             if self._into is not None:
-                self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
+                self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
 
     def asked(self, key: str) -> int:
         """How many times the recorded unit asked for `key` (its pin's `attempts`); 0 when it has no pin."""
@@ -245,7 +233,7 @@ class ReplayPins:
         """The first miss, if the run has left the recording."""
         return self._divergence
 
-    def _answer(self, key: str) -> _Pin | None:
+    def _answer(self, key: str) -> PinText | None:
         if key in self._ambiguous:
             raise AmbiguousPin(key, unit_ids=list(self._ambiguous[key]))
         pin = self._pins.get(key)
@@ -254,7 +242,7 @@ class ReplayPins:
         self._hits += 1
         self._used.add(key)
         if self._into is not None:
-            self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
+            self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
         return pin
 
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
@@ -372,9 +360,9 @@ class ReplayPins:
             if pin is not None:
                 span.set("answered", attempts=pin.attempts)
                 if not pin.failed:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw_text)))
                     return
-                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                async with replayed_failure(json.loads(pin.raw_text), interpret, failure) as draw:
                     yield draw
                 return
             ledger = self._missed(span, key, kind, fingerprint)
@@ -390,8 +378,8 @@ class ReplayPins:
                 yield draw
 
 
-def _answered(pin: _Pin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
+def _answered(pin: PinText, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
     """Return a pin's value, or raise the failure it pinned, where the recorded draw raised it."""
     if pin.failed:
-        raise failure_of(json.loads(pin.raw), failure)[0]
-    return interpret(json.loads(pin.raw))
+        raise failure_of(json.loads(pin.raw_text), failure)[0]
+    return interpret(json.loads(pin.raw_text))
