@@ -19,19 +19,22 @@ def moved_names(
 ) -> Callable[[str], object]:
     """A module `__getattr__` that still serves names dropped from `package`'s exports, each from its module.
 
-    `moved` maps a name to the module that keeps it; reading it warns. `warned` maps names that warn
-    themselves when used (deprecated functions) to their module; reading those does not warn twice.
+    `moved` maps a name to the module that keeps it (`module:new_name` for one renamed); reading it
+    warns. `warned` maps names that warn themselves when used (deprecated functions) to their module;
+    reading those does not warn twice.
     """
     quiet = dict(warned or {})
 
     def __getattr__(name: str) -> object:
-        module = moved.get(name)
-        if module is not None:
-            deprecated(f"{package}.{name}", f"import it from {module}")
+        target = moved.get(name)
+        if target is not None:
+            module, _, renamed = target.partition(":")
+            instead = f"use {module}.{renamed}" if renamed else f"import it from {module}"
+            deprecated(f"{package}.{name}", instead)
         else:
-            module = quiet.get(name)
+            module, renamed = quiet.get(name), ""
             if module is None:
                 raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), renamed or name)
 
     return __getattr__

@@ -82,3 +82,17 @@ def test_the_text_of_a_pin_is_raw_text_and_raw_still_reads_it_with_a_warning(tmp
     assert closed.raw_text == '"late"'
     with pytest.warns(DeprecationWarning, match=r"UnitClosed\.raw is deprecated.*raw_text"):
         assert closed.raw == '"late"'
+
+
+def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -> None:
+    import anagrapheus.testing
+    import anagrapheus.testing.compare
+
+    assert frozenset({"timestamp", "run_id", "conversation_id"}) == anagrapheus.testing.PER_RUN_FIELDS
+    assert "VOLATILE_FIELDS" not in anagrapheus.testing.__all__
+    for module in (anagrapheus.testing, anagrapheus.testing.compare):
+        with pytest.warns(
+            DeprecationWarning,
+            match=r"VOLATILE_FIELDS is deprecated.*use anagrapheus\.testing\.compare\.PER_RUN_FIELDS",
+        ):
+            assert module.VOLATILE_FIELDS is anagrapheus.testing.PER_RUN_FIELDS  # type: ignore[attr-defined]
