@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,15 +146,15 @@ class StoreConformance:
         assert list(store.read()) == []
         assert store.last_seq() == 0
 
-    def test_scratch_put_get_bump_list(self, store: TimelineStore) -> None:
+    def test_scratch_put_get_reuse_list(self, store: TimelineStore) -> None:
         assert store.scratch_get("u1", "k1") is None
         put = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint='{"model":"x"}')
         store.scratch_put("u1", "k2", kind="tool_call", raw='"r2"', fingerprint=None)
         store.scratch_put("u2", "k1", kind="model_call", raw='"other"', fingerprint=None)
         assert store.scratch_get("u1", "k1") == put
         assert (put.attempts, put.draw_no) == (1, 1)
-        assert store.scratch_bump("u1", "k1") == 2
-        assert store.scratch_bump("u1", "k1") == 3
+        assert store.scratch_reuse("u1", "k1") == replace(put, attempts=2)
+        assert store.scratch_reuse("u1", "k1") == replace(put, attempts=3)
         listed = store.scratch_list("u1")
         assert [(p.key, p.raw_text, p.attempts, p.draw_no) for p in listed] == [
             ("k1", '"r1"', 3, 1),
@@ -171,10 +172,8 @@ class StoreConformance:
         assert store.scratch_put("u1", "k2", kind="model_call", raw='"r3"', fingerprint=None).draw_no == 2
         assert first.attempts == 1
 
-    def test_bump_of_missing_pin_is_an_error(self, store: TimelineStore) -> None:
-        with pytest.raises(StoreError) as caught:
-            store.scratch_bump("u1", "nope")
-        assert "no scratch pin nope in unit u1" in str(caught.value)
+    def test_reuse_of_a_missing_pin_is_none(self, store: TimelineStore) -> None:
+        assert store.scratch_reuse("u1", "nope") is None
 
     def test_open_units_and_settle(self, store: TimelineStore) -> None:
         store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)

@@ -143,7 +143,7 @@ def test_a_holder_that_lost_every_connection_is_refused_once_another_took_the_un
     with pytest.raises(UnitBusy):
         holder.scratch_put(mine.unit_id, "p1:tool_call:d", kind="tool_call", raw='"late"', fingerprint=None)
     with pytest.raises(UnitBusy):
-        holder.scratch_bump(mine.unit_id, "p1:tool_call:a")
+        holder.scratch_reuse(mine.unit_id, "p1:tool_call:a")
     with pytest.raises(UnitBusy):
         mine.commit()
     assert ran == ["mine", "theirs"]

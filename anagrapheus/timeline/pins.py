@@ -9,7 +9,7 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal, TypeVar, cast
 
@@ -440,7 +440,8 @@ class PinLedger:
                 self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint
             )
         for _ in range(held.attempts - 1):
-            pin = replace(pin, attempts=self._store.scratch_bump(self.unit_id, key))
+            # The pin is there: counting an attempt at it is what reusing it does.
+            pin = self._store.scratch_reuse(self.unit_id, key) or pin
         return pin
 
     def _let_go(self, key: str, held: _Held) -> None:

@@ -130,10 +130,6 @@ class PinScratchStore(Protocol):
         """
         ...
 
-    def scratch_bump(self, unit_id: str, key: str) -> int:
-        """Count one more attempt at an existing pin and return the new count."""
-        ...
-
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order."""
         ...
