@@ -111,7 +111,8 @@ class ReplayPins:
             if unit_id is not None and pin.unit_id != unit_id:
                 continue
             key = pin.key
-            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
+            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins. The fingerprint
+            # stays text, parsed only when a miss compares fingerprints, so a replay that hits never pays.
             found = PinText(
                 unit_id=sys.intern(pin.unit_id),
                 key=key,
