@@ -302,14 +302,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'where += " AND TYPE = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_bump__mutmut_11": (
-        '"update pin_scratch set attempts = attempts + 1 where unit_id = ? and key = ? returning attempts",',
-        "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
-    ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_bump__mutmut_12": (
-        '"UPDATE PIN_SCRATCH SET ATTEMPTS = ATTEMPTS + 1 WHERE UNIT_ID = ? AND KEY = ? RETURNING ATTEMPTS",',
-        "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
-    ),
     "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_15": (
         '" select ?, ?, ?, ?, 1, coalesce(max(draw_no), 0) + 1, ? from pin_scratch where unit_id = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
@@ -770,10 +762,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     ),
     "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_38": (
         '" on conflict (unit_id, key) do update set attempts = s.attempts + 1 returning {c}"',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_bump__mutmut_13": (
-        '"update {p} set attempts = attempts + 1 where unit_id = %s and key = %s returning attempts"',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
     "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_reuse__mutmut_16": (

@@ -60,7 +60,7 @@ def _open_run(unit_id: str, pins: list[ScratchPin]) -> OpenRun:
     times: list[datetime] = []
     for pin in pins:
         if pin.kind == RUN_CLOCK:
-            raw = json.loads(pin.raw)
+            raw = json.loads(pin.raw_text)
             times.extend(datetime.fromisoformat(at) for at in raw if isinstance(at, str))
     return OpenRun(
         unit_id=unit_id,
@@ -77,7 +77,7 @@ def resume(
     prompt: str,
     *,
     store: TimelineStore,
-    registry: EventTypeRegistry,
+    registry: EventTypeRegistry | None = None,
     unit_id: str,
     pinning: Callable[[PinLedger], Pinning] = Pinning,
     **run: Any,
@@ -100,7 +100,7 @@ async def aresume(
     prompt: str,
     *,
     store: TimelineStore,
-    registry: EventTypeRegistry,
+    registry: EventTypeRegistry | None = None,
     unit_id: str,
     pinning: Callable[[PinLedger], Pinning] = Pinning,
     **run: Any,
@@ -112,7 +112,9 @@ async def aresume(
     return result
 
 
-def _ledger(agent: Agent[Any, Any], store: TimelineStore, registry: EventTypeRegistry, unit_id: str) -> PinLedger:
+def _ledger(
+    agent: Agent[Any, Any], store: TimelineStore, registry: EventTypeRegistry | None, unit_id: str
+) -> PinLedger:
     """The open unit's ledger, after checking the unit can be resumed by this agent."""
     found: list[bool] = []
     agent.root_capability.apply(lambda leaf: found.append(isinstance(leaf, Pinning)))

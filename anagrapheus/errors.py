@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from anagrapheus.deprecation import deprecated
+
 if TYPE_CHECKING:
     # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
     from anagrapheus.timeline.canonical import JSONValue
@@ -83,15 +85,21 @@ class UnitClosed(UsageError):
         else:
             advice = (
                 "its effect had already run (another ledger on the same unit id closed it meanwhile): the result is"
-                " not pinned, and is kept on this error as .raw"
+                " not pinned, and is kept on this error as .raw_text"
             )
         super().__init__(f"unit {unit_id} is {state}; {advice}")
         self.unit_id = unit_id
         """The unit refused."""
         self.state = state
         """`committed`, `abandoned`, or `committing` / `abandoning` while that runs."""
-        self.raw = raw
+        self.raw_text = raw
         """A drawn result (canonical JSON text) that could not be pinned, if the effect ran first; else None."""
+
+    @property
+    def raw(self) -> str | None:
+        """Deprecated: `raw_text`."""
+        deprecated("UnitClosed.raw", "read UnitClosed.raw_text")
+        return self.raw_text
 
 
 class InexactReplay(UsageError):

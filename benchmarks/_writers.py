@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
-from anagrapheus import register_builtin_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, TimelineStore
 
 PINS = 4
@@ -48,7 +47,6 @@ def _writer(
     open_store: Callable[[], TimelineStore], units: int, barrier: Barrier, out: Any, tag: int
 ) -> None:  # runs in a forked child
     types = EventTypeRegistry()
-    register_builtin_events(types)
     store = open_store()
     latencies: list[float] = []
     barrier.wait()

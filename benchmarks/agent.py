@@ -45,7 +45,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus import register_builtin_events
 from anagrapheus.provider import PinnedModel, Pinning
 from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
@@ -108,7 +107,6 @@ class Pins:
     @classmethod
     def open(cls, path: Path) -> Pins:
         types = EventTypeRegistry()
-        register_builtin_events(types)
         return cls(types, SQLiteEventStore(path, synchronous=SYNCHRONOUS[0]))
 
     def ledger(self) -> PinLedger:

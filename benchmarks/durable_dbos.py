@@ -39,7 +39,7 @@ from pydantic_ai.durable_exec.dbos import DBOSDurability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore, register_builtin_events
+from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore
 from anagrapheus.provider import UnitPerRun, dbos_workflow_id
 
 TOOLS = ("weather", "tide", "berths", "pilots")
@@ -93,7 +93,6 @@ async def pinned_workflow(prompt: str) -> str:
 
 def pinning(store_at: str) -> Pinning:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     return Pinning(UnitPerRun(SQLiteEventStore(store_at), types, unit_of=dbos_workflow_id))
 
 

@@ -33,7 +33,6 @@ from typing import Any
 import uuid_utils
 from _measure import Variant, compare, machine_line, options, print_table, raw_connection, store_schema, use_options
 
-from anagrapheus import register_builtin_events
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PendingEvent,
@@ -212,7 +211,6 @@ def main() -> None:
     )
 
     types = EventTypeRegistry()
-    register_builtin_events(types)
     with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
         root = Path(tmp)
         files = iter(range(1_000_000))

@@ -8,7 +8,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import (
-    EventTypeRegistry,
     PinLedger,
     PinMiss,
     ReplayPins,
@@ -25,19 +24,18 @@ def negotiator(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 async def main() -> None:
-    types = EventTypeRegistry()
     model = FunctionModel(negotiator, model_name="scripted-uk")
 
     with TemporaryDirectory() as tmp:
         # Record: the draw happens once, then the pin is promoted into the log.
         store = SQLiteEventStore(Path(tmp) / "run.db")
-        ledger = PinLedger(store, types)
+        ledger = PinLedger(store)
         agent = Agent(PinnedModel(model, ledger))
         await agent.run("Round 1: state the UK position on fisheries.")
         ledger.commit()
 
         # Replay: answer from the log; the model function is never called.
-        replay = ReplayPins.from_events(store.read(), types)
+        replay = ReplayPins.from_events(store.read())
         agent = Agent(PinnedModel(model, replay))
         result = await agent.run("Round 1: state the UK position on fisheries.")
         print(result.output, "| model calls:", calls)

@@ -25,7 +25,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from anagrapheus import register_builtin_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import bounds
 
@@ -208,7 +207,6 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def types() -> EventTypeRegistry:
     registry = EventTypeRegistry()
-    register_builtin_events(registry)
     return registry
 
 

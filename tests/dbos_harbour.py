@@ -22,7 +22,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec.dbos import DBOSDurability
 
-from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore, register_builtin_events
+from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore
 from anagrapheus.provider import UnitPerRun, dbos_workflow_id
 from anagrapheus.timeline.store import TimelineStore
 from tests.harbour_agent import harbour_agent
@@ -41,7 +41,6 @@ def open_store(where: str) -> TimelineStore:
 def build(store_at: str, log: Path) -> Agent[None, str]:
     """The recipe: one agent, `DBOSDurability` and one `Pinning` whose unit is the running workflow's id."""
     types = EventTypeRegistry()
-    register_builtin_events(types)
     capabilities: list[AbstractCapability[Any]] = [DBOSDurability()]
     if os.environ.get("HARBOUR_PINNING", "1") == "1":
         capabilities.append(Pinning(UnitPerRun(open_store(store_at), types, unit_of=dbos_workflow_id)))

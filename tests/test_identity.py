@@ -18,7 +18,7 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     pin_key,
 )
-from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 
 TREATY = {"entity": "treaty", "name": "EU-UK fisheries accord"}
 
@@ -61,7 +61,7 @@ def test_replay_re_establishes_the_same_id_in_a_fresh_store(tmp_path: Path, type
         ledger.commit()
         path = write_recording(
             tmp_path / "ids.jsonl",
-            pin_events(store.read()),
+            store.read(namespace="anagrapheus", type="pin_promoted"),
             header=RecordingHeader(description="one treaty id", recorded_with="no model", rerecord="pytest"),
         )
 

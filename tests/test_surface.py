@@ -19,14 +19,15 @@ from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinText
 
 
 def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -> None:
-    from anagrapheus.provider import PinnedModel, pinned_tool
+    from anagrapheus.errors import PinMiss
+    from anagrapheus.provider import PinnedModel, SemanticCallPolicy, pinned_tool
     from anagrapheus.timeline import (
         PinLedger,
         ReplayPins,
-        pin_events,
         read_recording,
         write_recording,
     )
+    from anagrapheus.timeline import PinMiss as timeline_miss
     from anagrapheus.timeline import SQLiteEventStore as Store
 
     assert (anagrapheus.PinnedModel, anagrapheus.pinned_tool) == (PinnedModel, pinned_tool)
@@ -35,11 +36,40 @@ def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -
         ReplayPins,
         Store,
     )
-    assert (anagrapheus.write_recording, anagrapheus.read_recording, anagrapheus.pin_events) == (
-        write_recording,
-        read_recording,
-        pin_events,
+    assert (anagrapheus.write_recording, anagrapheus.read_recording) == (write_recording, read_recording)
+    assert anagrapheus.PinMiss is PinMiss is timeline_miss
+    assert anagrapheus.SemanticCallPolicy is SemanticCallPolicy
+
+
+def test_the_exports_are_the_names_users_write_against() -> None:
+    # Deliberately pinned: a name added here is a promise for the API reference; one taken away needs a deprecation.
+    import anagrapheus.timeline
+
+    assert sorted(anagrapheus.__all__) == sorted(
+        [
+            "AnagrapheusError",
+            "EventTypeRegistry",
+            "OpenRun",
+            "PinLedger",
+            "PinMiss",
+            "PinnedModel",
+            "Pinning",
+            "ReplayPins",
+            "SQLiteEventStore",
+            "SemanticCallPolicy",
+            "aresume",
+            "mint_entity_id",
+            "open_runs",
+            "pinned_tool",
+            "read_recording",
+            "resume",
+            "write_recording",
+        ]
     )
+    assert len(anagrapheus.timeline.__all__) == 37
+    for module in (anagrapheus, anagrapheus.timeline):
+        for name in module.__all__:
+            assert getattr(module, name) is not None
 
 
 def test_divergence_keeps_its_old_import_paths() -> None:
@@ -100,7 +130,7 @@ def test_the_pin_promoted_codec_writes_what_the_registry_writes_and_reads_it_bac
         unit_id=event.unit_id,
         key=event.key,
         kind=event.kind,
-        raw=canonical_json(event.raw),
+        raw_text=canonical_json(event.raw),
         attempts=attempts,
         fingerprint=None if fingerprint is None else canonical_json(fingerprint),
     )

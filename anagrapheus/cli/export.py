@@ -14,7 +14,8 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
-from anagrapheus.timeline import RecordingHeader, SecretPolicy, StoredEvent, pin_events, write_recording
+from anagrapheus.timeline import PinPromoted, RecordingHeader, SecretPolicy, StoredEvent, write_recording
+from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["COMMAND", "run"]
 
@@ -50,7 +51,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Outcome:
     """Export the units."""
     source = open_source(args.source, units=args.unit)
-    kept = list(pin_events(source.events, with_inputs=True))
+    kept = list(events_of(source.events, PinPromoted, RunInputs))
     pins = [event for event in kept if event.type == "pin_promoted"]
     pinned = {unit_of(event) for event in pins}
     for unit in args.unit:

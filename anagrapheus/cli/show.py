@@ -12,7 +12,8 @@ from typing import Any
 from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome, table
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.timeline import RECORDING_FORMAT, PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline import PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline.recording import RECORDING_FORMAT
 
 __all__ = ["COMMAND", "run"]
 

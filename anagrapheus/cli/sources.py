@@ -22,7 +22,6 @@ from anagrapheus.timeline import (
     Event,
     EventTypeRegistry,
     RecordingHeader,
-    ScratchPin,
     StoredEvent,
     UpcastRegistry,
     read_recording,
@@ -30,6 +29,7 @@ from anagrapheus.timeline import (
 from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
 from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.sqlite import read_only_uri
+from anagrapheus.timeline.store import ScratchPin
 
 __all__ = [
     "Source",

@@ -62,7 +62,7 @@ def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
             units.setdefault(event.unit_id, UnitView(event.unit_id)).diverged.append(said)
     for pin in sorted(source.scratch, key=lambda p: (p.unit_id, p.draw_no)):
         unit = units.setdefault(pin.unit_id, UnitView(pin.unit_id, state="open"))
-        unit.pins.append(_scratch_pin(pin.unit_id, len(unit.pins) + 1, pin.kind, pin.key, pin.attempts, pin.raw))
+        unit.pins.append(_scratch_pin(pin.unit_id, len(unit.pins) + 1, pin.kind, pin.key, pin.attempts, pin.raw_text))
     return list(units.values())
 
 

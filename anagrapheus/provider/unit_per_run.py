@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic_ai import RunContext
 
 from anagrapheus.errors import UsageError
-from anagrapheus.timeline.events import EventTypeRegistry
+from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
@@ -83,7 +83,7 @@ class _Unit:
 class UnitPerRun(DelegatingResolver):
     """A resolver delegating each draw to the `PinLedger` of the drawing run's unit, named by `unit_of(ctx)`.
 
-    `Agent(model, capabilities=[Pinning(UnitPerRun(store, registry, unit_of=dbos_workflow_id))])`
+    `Agent(model, capabilities=[Pinning(UnitPerRun(store, unit_of=dbos_workflow_id))])`
     serves every workflow with one capability: each run's pins land in its own unit, which is
     committed when the last run in flight in it ends, or abandoned when one of them failed for good
     (`abandons(error)`; by default any `Exception`). A run that is interrupted leaves its unit open,
@@ -96,14 +96,14 @@ class UnitPerRun(DelegatingResolver):
     def __init__(
         self,
         store: TimelineStore,
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_of: Callable[[RunContext[Any]], str],
         abandons: Callable[[BaseException], bool] = fails_for_good,
     ) -> None:
         self.store = store
         """Where every unit's scratch and log live."""
-        self.registry = registry
+        self.registry = given_or_builtins(registry)
         """The event types the ledgers encode with (the built-ins included)."""
         self.unit_of = unit_of
         """The run's context to the id of the unit its pins land in."""

@@ -9,10 +9,17 @@ from typing import Any, cast
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
 
-__all__ = ["PAIRED_FIELDS", "VOLATILE_FIELDS", "assert_same_run", "comparable", "first_difference"]
+from anagrapheus.deprecation import moved_names
 
-VOLATILE_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
-"""The fields `assert_same_run` drops: wall-clock instants and the ids a run is given, not drawn."""
+__all__ = ["PAIRED_FIELDS", "PER_RUN_FIELDS", "assert_same_run", "comparable", "first_difference"]
+
+PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
+"""The fields `assert_same_run` drops: wall-clock instants and the ids a run is given, not drawn.
+
+(Formerly `VOLATILE_FIELDS`, a name the key's material uses for another set.)"""
+
+# The old name, for one release: `VOLATILE_FIELDS` names the fields a pin key leaves out, in provider.
+__getattr__ = moved_names(__name__, {"VOLATILE_FIELDS": "anagrapheus.testing.compare:PER_RUN_FIELDS"})
 
 PAIRED_FIELDS = frozenset({"tool_call_id"})
 """The fields compared by how they pair up rather than by value: each distinct value is renumbered
@@ -30,10 +37,10 @@ def _shown(value: object) -> str:
 def comparable(value: object, *, ignore: Iterable[str] = ()) -> Any:
     """Return a JSON-shaped value as runs are compared: volatile fields dropped, paired fields renumbered.
 
-    `VOLATILE_FIELDS` and the names in `ignore` are dropped at any depth; each distinct value of a
+    `PER_RUN_FIELDS` and the names in `ignore` are dropped at any depth; each distinct value of a
     `PAIRED_FIELDS` field becomes `<call N>`, numbered in order of first appearance.
     """
-    dropped = VOLATILE_FIELDS | frozenset(ignore)
+    dropped = PER_RUN_FIELDS | frozenset(ignore)
     numbers: dict[str, int] = {}
 
     def walk(item: object) -> object:
@@ -124,7 +131,7 @@ def assert_same_run(a: object, b: object, *, ignore: Iterable[str] = ()) -> None
 
     Compares the sequence of messages and their parts (kinds, content, tool calls with their
     arguments), then the output and the usage when both are run results. Wall-clock instants and
-    run ids are dropped (`VOLATILE_FIELDS`), and so are the field names in `ignore`; tool call ids
+    run ids are dropped (`PER_RUN_FIELDS`), and so are the field names in `ignore`; tool call ids
     are compared by how calls and returns pair up, not by value (`PAIRED_FIELDS`). The
     `AssertionError` names the first field or message index that moved.
     """

@@ -31,6 +31,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -40,14 +41,12 @@ from anagrapheus.errors import SeqConflict, StoreError, UnitClosed
 from anagrapheus.timeline import (
     EventStore,
     EventTypeRegistry,
-    LogImport,
     PendingEvent,
     PinLedger,
-    PinScratchStore,
-    ScratchPin,
     StoredEvent,
     TimelineStore,
 )
+from anagrapheus.timeline.store import LogImport, PinScratchStore, ScratchPin
 
 __all__ = ["StoreConformance", "copied_event", "pending"]
 
@@ -202,7 +201,7 @@ class StoreConformance:
         assert list(store.read()) == []
         assert store.last_seq() == 0
 
-    def test_scratch_put_get_bump_list(self, store: TimelineStore) -> None:
+    def test_scratch_put_get_reuse_list(self, store: TimelineStore) -> None:
         """Scratch pins are put, read, counted and listed per unit in draw order."""
         assert store.scratch_get("u1", "k1") is None
         put = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint='{"model":"x"}')
@@ -210,28 +209,29 @@ class StoreConformance:
         store.scratch_put("u2", "k1", kind="model_call", raw='"other"', fingerprint=None)
         assert store.scratch_get("u1", "k1") == put
         assert (put.attempts, put.draw_no) == (1, 1)
-        assert store.scratch_bump("u1", "k1") == 2
-        assert store.scratch_bump("u1", "k1") == 3
+        assert store.scratch_reuse("u1", "k1") == replace(put, attempts=2)
+        assert store.scratch_reuse("u1", "k1") == replace(put, attempts=3)
         listed = store.scratch_list("u1")
-        assert [(p.key, p.raw, p.attempts, p.draw_no) for p in listed] == [("k1", '"r1"', 3, 1), ("k2", '"r2"', 1, 2)]
-        assert [p.raw for p in store.scratch_list("u2")] == ['"other"']
+        assert [(p.key, p.raw_text, p.attempts, p.draw_no) for p in listed] == [
+            ("k1", '"r1"', 3, 1),
+            ("k2", '"r2"', 1, 2),
+        ]
+        assert [p.raw_text for p in store.scratch_list("u2")] == ['"other"']
 
     def test_scratch_put_twice_keeps_the_first_draw(self, store: TimelineStore) -> None:
         """A second put of one key keeps the first pin and counts an attempt."""
         # Two stores drawing one key of one unit: the first pin written is the unit's answer for it.
         first = store.scratch_put("u1", "k1", kind="model_call", raw='"r1"', fingerprint=None)
         second = store.scratch_put("u1", "k1", kind="tool_call", raw='"r2"', fingerprint='{"x":"y"}')
-        assert (second.raw, second.kind, second.fingerprint, second.draw_no) == ('"r1"', "model_call", None, 1)
+        assert (second.raw_text, second.kind, second.fingerprint, second.draw_no) == ('"r1"', "model_call", None, 1)
         assert second.attempts == 2
         assert store.scratch_get("u1", "k1") == second
         assert store.scratch_put("u1", "k2", kind="model_call", raw='"r3"', fingerprint=None).draw_no == 2
         assert first.attempts == 1
 
-    def test_bump_of_missing_pin_is_an_error(self, store: TimelineStore) -> None:
-        """Counting an attempt of a missing pin is refused by name."""
-        with pytest.raises(StoreError) as caught:
-            store.scratch_bump("u1", "nope")
-        assert "no scratch pin nope in unit u1" in str(caught.value)
+    def test_reuse_of_a_missing_pin_is_none(self, store: TimelineStore) -> None:
+        """Reusing a pin the unit does not hold finds nothing."""
+        assert store.scratch_reuse("u1", "nope") is None
 
     def test_open_units_and_settle(self, store: TimelineStore) -> None:
         """Units with scratch pins are open until settled."""
@@ -279,10 +279,10 @@ class StoreConformance:
         assert store.unit_outcome("u1") == outcome
         with pytest.raises(UnitClosed) as put:
             store.scratch_put("u1", "k1", kind="model_call", raw='"late"', fingerprint=None)
-        assert (put.value.unit_id, put.value.state, put.value.raw) == ("u1", outcome, '"late"')
+        assert (put.value.unit_id, put.value.state, put.value.raw_text) == ("u1", outcome, '"late"')
         with pytest.raises(UnitClosed) as reuse:
             store.scratch_reuse("u1", "k1")
-        assert (reuse.value.unit_id, reuse.value.state, reuse.value.raw) == ("u1", outcome, None)
+        assert (reuse.value.unit_id, reuse.value.state, reuse.value.raw_text) == ("u1", outcome, None)
         with pytest.raises(UnitClosed) as settle:
             store.settle_unit("u1", outcome="committed", events=lambda pins: [pending(1)])
         assert (settle.value.unit_id, settle.value.state) == ("u1", outcome)
@@ -295,7 +295,7 @@ class StoreConformance:
         assert store.scratch_reuse("u1", "k1") is None
         store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
         reused = store.scratch_reuse("u1", "k1")
-        assert reused is not None and (reused.raw, reused.attempts) == ('"a"', 2)
+        assert reused is not None and (reused.raw_text, reused.attempts) == ('"a"', 2)
         again = store.scratch_get("u1", "k1")
         assert again is not None and again.attempts == 2
 

@@ -106,18 +106,18 @@ async def aregress(
         recording = read_recording(recording, registry=types, upcasts=upcasts)
     plays = [turn if isinstance(turn, Turn) else Turn(turn) for turn in turns]
     names = [_name_of(invariant) for invariant in invariants]
+    # The policy is this API's word for the replay's miss rule (see docs/explanation/names.md).
+    on_miss: Literal["strict", "record"] = "strict" if policy == "pinned" else "record"
     with ExitStack() as stack:
         ledger: PinLedger | None = None
-        if policy == "pinned":
-            replay = ReplayPins.from_events(recording.events, types, unit_id=unit, upcasts=upcasts)
-        else:
+        if on_miss == "record":
             if store is None:
                 scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="anagrapheus-regress-")))
                 store = stack.enter_context(SQLiteEventStore(scratch / "live.db"))
             ledger = PinLedger(store, types)
-            replay = ReplayPins.from_events(
-                recording.events, types, unit_id=unit, upcasts=upcasts, on_miss="record", into=ledger
-            )
+        replay = ReplayPins.from_events(
+            recording.events, types, unit_id=unit, upcasts=upcasts, on_miss=on_miss, into=ledger
+        )
         try:
             verdict = await _play(replay, build_agent, plays, invariants, names, policy=policy)
         except BaseException:

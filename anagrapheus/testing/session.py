@@ -22,14 +22,15 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     PendingEvent,
     PinLedger,
+    PinPromoted,
     PinResolver,
     RecordingHeader,
     ReplayPins,
     SeededRun,
     SQLiteEventStore,
-    pin_events,
     write_recording,
 )
+from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["MODES", "Mode", "RecordingSession"]
 
@@ -170,7 +171,8 @@ class RecordingSession:
         if self.mode == "live":
             self._ledger.abandon(reason="live run: nothing is recorded")
             return None
-        pins = pin_events(self._ledger.commit(), with_inputs=self._with_inputs)
+        kept = (PinPromoted, RunInputs) if self._with_inputs else (PinPromoted,)
+        pins = events_of(self._ledger.commit(), *kept)
         # Renumbered into a fresh log with a clock and ids seeded from the name, so that re-recording an
         # unchanged run writes the same bytes whatever else the first log held (a ReplayDiverged marker).
         seeded = SeededRun(f"anagrapheus-recording:{self.name}")

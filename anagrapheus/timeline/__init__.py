@@ -1,5 +1,6 @@
 """The event log and pins; knows nothing of pydantic-ai."""
 
+from anagrapheus.deprecation import moved_names
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.copying import copy_log, open_store
@@ -11,27 +12,14 @@ from anagrapheus.timeline.events import (
     PinPromoted,
     PinsAbandoned,
     ReplayDiverged,
-    RunInputs,
     StoredEvent,
-    UnitForked,
-    register_builtin_events,
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
 from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.provenance import Provenance, ProvenanceWarning
-from anagrapheus.timeline.recording import (
-    RECORDING_FORMAT,
-    RECORDING_VERSION,
-    Recording,
-    RecordingHeader,
-    pin_events,
-    read_recording,
-    stream_pins,
-    stream_recording,
-    write_recording,
-)
-from anagrapheus.timeline.replay import AmbiguousPinWarning, ReplayPins
-from anagrapheus.timeline.resolver import PinResolver, StreamDraw
+from anagrapheus.timeline.provenance import ProvenanceWarning
+from anagrapheus.timeline.recording import Recording, RecordingHeader, read_recording, write_recording
+from anagrapheus.timeline.replay import ReplayPins
+from anagrapheus.timeline.resolver import PinResolver
 from anagrapheus.timeline.secrets import (
     CARD_NUMBER_RULE,
     DEFAULT_RULES,
@@ -42,73 +30,73 @@ from anagrapheus.timeline.secrets import (
 )
 from anagrapheus.timeline.seeded import SeededRun
 from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
-from anagrapheus.timeline.store import (
-    ClosedUnit,
-    ClosedUnitLog,
-    EventStore,
-    LogImport,
-    OpenUnit,
-    PinScratchStore,
-    ScratchPin,
-    TimelineStore,
-    UnitOutcome,
-)
+from anagrapheus.timeline.store import EventStore, TimelineStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
+# What users write against, as the guides show it. Store authors import the ports from `anagrapheus.timeline.store`.
 __all__ = [
     "CARD_NUMBER_RULE",
     "DEFAULT_RULES",
     "EMAIL_RULE",
-    "RECORDING_FORMAT",
-    "RECORDING_VERSION",
     "AmbiguousPin",
-    "AmbiguousPinWarning",
-    "ClosedUnit",
-    "ClosedUnitLog",
     "Divergence",
     "Event",
     "EventStore",
     "EventTypeRegistry",
     "JSONValue",
     "LeaseHolder",
-    "LogImport",
-    "OpenUnit",
     "PendingEvent",
     "PinLedger",
     "PinMiss",
     "PinPromoted",
     "PinResolver",
-    "PinScratchStore",
     "PinsAbandoned",
-    "Provenance",
     "ProvenanceWarning",
     "Recording",
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
-    "RunInputs",
     "SQLiteEventStore",
-    "ScratchPin",
     "SecretFinding",
     "SecretPolicy",
     "SecretRule",
     "SeededRun",
     "StoredEvent",
-    "StreamDraw",
     "TimelineStore",
-    "UnitForked",
-    "UnitOutcome",
     "UpcastRegistry",
     "canonical_json",
     "copy_log",
     "fingerprint_of",
     "moved_fields",
     "open_store",
-    "pin_events",
     "pin_key",
     "read_recording",
-    "register_builtin_events",
-    "stream_pins",
-    "stream_recording",
     "write_recording",
 ]
+
+# Names exported here before, still importable for one release: each read warns and says where the name lives.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "RECORDING_FORMAT": "anagrapheus.timeline.recording",
+        "RECORDING_VERSION": "anagrapheus.timeline.recording",
+        "stream_pins": "anagrapheus.timeline.recording",
+        "stream_recording": "anagrapheus.timeline.recording",
+        "Provenance": "anagrapheus.timeline.provenance",
+        "AmbiguousPinWarning": "anagrapheus.timeline.replay",
+        "StreamDraw": "anagrapheus.timeline.resolver",
+        "RunInputs": "anagrapheus.timeline.events",
+        "UnitForked": "anagrapheus.timeline.events",
+        "ClosedUnit": "anagrapheus.timeline.store",
+        "ClosedUnitLog": "anagrapheus.timeline.store",
+        "LogImport": "anagrapheus.timeline.store",
+        "OpenUnit": "anagrapheus.timeline.store",
+        "PinScratchStore": "anagrapheus.timeline.store",
+        "ScratchPin": "anagrapheus.timeline.store",
+        "UnitOutcome": "anagrapheus.timeline.store",
+    },
+    warned={
+        "pin_events": "anagrapheus.timeline.recording",
+        "register_builtin_events": "anagrapheus.timeline.events",
+    },
+)

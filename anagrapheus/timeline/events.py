@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, encode_normalised
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -26,6 +28,8 @@ __all__ = [
     "PinsAbandoned",
     "ReplayDiverged",
     "StoredEvent",
+    "events_of",
+    "given_or_builtins",
     "new_uuid7",
     "register_builtin_events",
 ]
@@ -270,7 +274,7 @@ class PinPromoted(Event):
                 unit_id=event.unit_id,
                 key=event.key,
                 kind=event.kind,
-                raw=canonical_json(event.raw),
+                raw_text=canonical_json(event.raw),
                 attempts=event.attempts,
                 fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
                 failed=event.failed,
@@ -321,7 +325,7 @@ def _pin_text(payload: dict[str, Any], *, raw: str, fingerprint: str | None) -> 
         unit_id=payload["unit_id"],
         key=payload["key"],
         kind=payload["kind"],
-        raw=raw,
+        raw_text=raw,
         attempts=payload["attempts"],
         fingerprint=fingerprint,
         failed=payload.get("failed", False),
@@ -338,14 +342,20 @@ class PinText:
     """The pin key."""
     kind: str
     """What was pinned."""
-    raw: str
-    """The raw result as canonical JSON text."""
+    raw_text: str
+    """The raw result as canonical JSON text (`PinPromoted.raw` is the parsed JSON)."""
     attempts: int
     """How many times the unit asked for the key."""
     fingerprint: str | None
     """The fingerprint as canonical JSON text, if the pin has one."""
     failed: bool = False
-    """Whether the draw failed: `raw` then describes the exception."""
+    """Whether the draw failed: `raw_text` then describes the exception."""
+
+    @property
+    def raw(self) -> str:
+        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
+        deprecated("PinText.raw", "read PinText.raw_text")
+        return self.raw_text
 
 
 def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:
@@ -482,7 +492,19 @@ BUILTIN_EVENTS: tuple[type[Event], ...] = (PinPromoted, PinsAbandoned, ReplayDiv
 """The library's own events, which every `EventTypeRegistry` knows from the start."""
 
 
+def given_or_builtins(registry: EventTypeRegistry | None) -> EventTypeRegistry:
+    """The registry given, or (for None) a fresh one that knows only the built-in events: all that pins need."""
+    return EventTypeRegistry() if registry is None else registry
+
+
+def events_of(events: Iterable[StoredEvent], *types: type[Event]) -> Iterator[StoredEvent]:
+    """Yield the events of the given types, in order: what `store.read(namespace=, type=)` reads, over any stream."""
+    wanted = {(cls.namespace, cls.event_type) for cls in types}
+    return (event for event in events if (event.namespace, event.type) in wanted)
+
+
 def register_builtin_events(registry: EventTypeRegistry) -> None:
-    """Do nothing: every `EventTypeRegistry` knows the built-in events already (kept for existing code)."""
+    """Deprecated, does nothing: every `EventTypeRegistry` knows the built-in events already."""
+    deprecated("register_builtin_events", "it does nothing; every EventTypeRegistry knows the built-in events")
     for cls in BUILTIN_EVENTS:
         registry.register(cls, _builtin=True)

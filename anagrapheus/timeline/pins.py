@@ -9,7 +9,7 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal, TypeVar, cast
 
@@ -25,6 +25,7 @@ from anagrapheus.timeline.events import (
     PinsAbandoned,
     ReplayDiverged,
     StoredEvent,
+    given_or_builtins,
     new_uuid7,
 )
 from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
@@ -105,7 +106,7 @@ class _Held:
 
     kind: str
     """The scratch kind (a failed draw's ends in `!failed`)."""
-    raw: str
+    raw_text: str
     """The result as canonical JSON text."""
     fingerprint: str | None
     """The fingerprint as canonical JSON text, if any."""
@@ -218,10 +219,11 @@ class PinLedger:
     def __init__(
         self,
         store: TimelineStore,
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
     ) -> None:
+        registry = given_or_builtins(registry)
         if (BUILTIN_NAMESPACE, PinPromoted.event_type) not in registry:
             raise UsageError("the registry lacks the built-in events (it was made with builtins=False)")
         self.unit_id: str = unit_id if unit_id is not None else new_uuid7()
@@ -330,7 +332,7 @@ class PinLedger:
                     raise
                 # Answered from memory, and counted there: the attempt reaches the store with the write.
                 held.attempts += 1
-                return ScratchPin(self.unit_id, key, held.kind, held.raw, held.attempts, 0, held.fingerprint)
+                return ScratchPin(self.unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
         return None
 
     def _flush(self) -> None:
@@ -420,7 +422,7 @@ class PinLedger:
         try:
             return self._write_held(key, held, checked=False)
         except StoreError as e:
-            e.drawn = held.raw
+            e.drawn = held.raw_text
             e.add_note(
                 f"anagrapheus: the result drawn for {key} is kept on this error as .drawn (canonical JSON), and held"
                 f" by the ledger of unit {self.unit_id}, which writes it on its next resolve or commit"
@@ -450,9 +452,12 @@ class PinLedger:
         # did, which is then the key's answer, as `scratch_put` would make it).
         pin = self._store.scratch_get(self.unit_id, key) if checked else None
         if pin is None:
-            pin = self._store.scratch_put(self.unit_id, key, kind=held.kind, raw=held.raw, fingerprint=held.fingerprint)
+            pin = self._store.scratch_put(
+                self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint
+            )
         for _ in range(held.attempts - 1):
-            pin = replace(pin, attempts=self._store.scratch_bump(self.unit_id, key))
+            # The pin is there: counting an attempt at it is what reusing it does.
+            pin = self._store.scratch_reuse(self.unit_id, key) or pin
         return pin
 
     def _let_go(self, key: str, held: _Held) -> None:
@@ -605,9 +610,9 @@ class PinLedger:
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 if not stored_kind(pin.kind)[1]:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw)))
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw_text)))
                     return
-                async with replayed_failure(json.loads(pin.raw), interpret, failure) as draw:
+                async with replayed_failure(json.loads(pin.raw_text), interpret, failure) as draw:
                     yield draw
                 return
             try:
@@ -777,7 +782,7 @@ class PinLedger:
             unit_id=pin.unit_id,
             key=pin.key,
             kind=kind,
-            raw=pin.raw,
+            raw=pin.raw_text,
             attempts=pin.attempts,
             fingerprint=pin.fingerprint,
             failed=failed,
@@ -854,5 +859,5 @@ def _failed_draw(
 def _answered(pin: ScratchPin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
     """A reused pin's value, or the failure it pinned, raised again (a retry after a failure has a key of its own)."""
     if stored_kind(pin.kind)[1]:
-        raise failure_of(json.loads(pin.raw), failure)[0]
-    return interpret(json.loads(pin.raw))
+        raise failure_of(json.loads(pin.raw_text), failure)[0]
+    return interpret(json.loads(pin.raw_text))

@@ -717,29 +717,6 @@ class PostgresEventStore:
 
         return self._retried(write)
 
-    def scratch_bump(self, unit_id: str, key: str) -> int:
-        """Count one more attempt at an existing pin and return the new count."""
-        self._claim(unit_id)
-
-        def write() -> int | None:
-            with self._connection() as conn:
-                with self._io(conn, "counting an attempt"):
-                    row = conn.execute(
-                        sql.SQL(
-                            "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                            " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING attempts"
-                        ).format(p=self._scratch, l=self._unit_leases),
-                        (unit_id, key, unit_id, self._holder),
-                    ).fetchone()
-                if row is None:
-                    self._fence(conn, unit_id, lock="")
-            return None if row is None else int(row[0])
-
-        attempts = self._retried(write)
-        if attempts is None:
-            raise StoreError(f"no scratch pin {key} in unit {unit_id} ({self.place})")
-        return attempts
-
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
 

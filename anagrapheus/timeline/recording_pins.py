@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from anagrapheus.errors import AnagrapheusError, RecordingError
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, is_current_pin
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    EventTypeRegistry,
+    PinPromoted,
+    PinText,
+    given_or_builtins,
+    is_current_pin,
+)
 from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording_header import RecordingHeader
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, stored_event
@@ -20,7 +27,7 @@ __all__ = ["stream_pins"]
 
 def stream_pins(
     path: str | os.PathLike[str],
-    registry: EventTypeRegistry,
+    registry: EventTypeRegistry | None = None,
     *,
     upcasts: UpcastRegistry | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
@@ -35,7 +42,7 @@ def stream_pins(
     """
     where = str(path)
     header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance)
-    return header, _pins(entries, where, registry, upcasts)
+    return header, _pins(entries, where, given_or_builtins(registry), upcasts)
 
 
 def _pins(

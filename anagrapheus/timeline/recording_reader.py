@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
-from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent
+from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
@@ -30,12 +30,15 @@ class Recording:
     events: tuple[StoredEvent, ...]
     """The events in file order; event N sits on line N + 1."""
 
-    def decode(self, registry: EventTypeRegistry, *, upcasts: UpcastRegistry | None = None) -> list[Event]:
-        """Decode every event into its current class, upcasting old payloads; a failure names the line."""
+    def decode(
+        self, registry: EventTypeRegistry | None = None, *, upcasts: UpcastRegistry | None = None
+    ) -> list[Event]:
+        """Decode every event into its current class, upcasting old ones (`registry`: the built-ins by default)."""
+        types = given_or_builtins(registry)
         decoded: list[Event] = []
         for line, stored in enumerate(self.events, start=2):
             try:
-                decoded.append(registry.decode(stored, upcasts=upcasts))
+                decoded.append(types.decode(stored, upcasts=upcasts))
             except AnagrapheusError as e:
                 raise RecordingError(str(e), path=str(self.path), line=line) from e
             except (LookupError, ValueError, TypeError) as e:

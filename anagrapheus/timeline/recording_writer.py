@@ -7,10 +7,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised
 from anagrapheus.timeline.durable_file import replace_durably
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
 from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
@@ -19,14 +20,12 @@ __all__ = ["pin_events", "write_recording"]
 
 
 def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> Iterator[StoredEvent]:
-    """Yield only the `PinPromoted` events of a stream: all that a replay into a fresh store needs.
+    """Deprecated: read the pins with `store.read(namespace="anagrapheus", type="pin_promoted")`.
 
-    `with_inputs=True` keeps each run's `RunInputs` too, so the recording can ask its runs again.
+    Yields only the `PinPromoted` events of a stream (and each run's `RunInputs` with `with_inputs=True`).
     """
-    kept = (PinPromoted.event_type, RunInputs.event_type) if with_inputs else (PinPromoted.event_type,)
-    for event in events:
-        if event.namespace == BUILTIN_NAMESPACE and event.type in kept:
-            yield event
+    deprecated("pin_events", 'read the pins with store.read(namespace="anagrapheus", type="pin_promoted")')
+    return events_of(events, PinPromoted, RunInputs) if with_inputs else events_of(events, PinPromoted)
 
 
 class _LineWriter:

@@ -8,13 +8,19 @@ import sys
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, StoredEvent
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    EventTypeRegistry,
+    PinPromoted,
+    PinText,
+    StoredEvent,
+    given_or_builtins,
+)
 from anagrapheus.timeline.failures import failure_of, replayed_failure
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
@@ -34,18 +40,6 @@ class AmbiguousPinWarning(UserWarning):
     """Emitted when a replay is built from events in which one key has several different results."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Pin:
-    kind: str
-    raw: str
-    # As canonical JSON text: parsed only when a miss compares fingerprints, so a replay that hits never pays.
-    fingerprint: str | None
-    unit_id: str
-    failed: bool = False
-    # How many times the recording's unit asked for the key: the repeat rule's reading of an older recording.
-    attempts: int = 1
-
-
 class ReplayPins:
     """Answers keyed effects from pins in the log; the same resolver interface as `PinLedger`.
 
@@ -56,7 +50,7 @@ class ReplayPins:
 
     def __init__(
         self,
-        pins: Mapping[str, _Pin],
+        pins: Mapping[str, PinText],
         *,
         ambiguous: Mapping[str, tuple[str, ...]] | None = None,
         on_miss: Literal["strict", "record"] = "strict",
@@ -81,16 +75,20 @@ class ReplayPins:
     def from_events(
         cls,
         events: Iterable[StoredEvent],
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
         on_miss: Literal["strict", "record"] = "strict",
         into: PinLedger | None = None,
     ) -> ReplayPins:
-        """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first."""
+        """Collect the `PinPromoted` events of a stream (all of it, or one unit's), upcast first.
+
+        `registry` reads the pins; by default, one that knows the built-in events.
+        """
+        types = given_or_builtins(registry)
         pins = (
-            PinPromoted.read_text(stored, registry, upcasts=upcasts)
+            PinPromoted.read_text(stored, types, upcasts=upcasts)
             for stored in events
             if stored.namespace == BUILTIN_NAMESPACE and stored.type == PinPromoted.event_type
         )
@@ -105,7 +103,7 @@ class ReplayPins:
         on_miss: Literal["strict", "record"],
         into: PinLedger | None,
     ) -> ReplayPins:
-        pins: dict[str, _Pin] = {}
+        pins: dict[str, PinText] = {}
         # Only keys pinned by more than one unit get a list of units: most logs have none.
         units: dict[str, list[str]] = {}
         ambiguous: set[str] = set()
@@ -113,21 +111,23 @@ class ReplayPins:
             if unit_id is not None and pin.unit_id != unit_id:
                 continue
             key = pin.key
-            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins.
-            found = _Pin(
-                kind=sys.intern(pin.kind),
-                raw=pin.raw,
-                fingerprint=pin.fingerprint,
+            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins. The fingerprint
+            # stays text, parsed only when a miss compares fingerprints, so a replay that hits never pays.
+            found = PinText(
                 unit_id=sys.intern(pin.unit_id),
-                failed=pin.failed,
+                key=key,
+                kind=sys.intern(pin.kind),
+                raw_text=pin.raw_text,
                 attempts=pin.attempts,
+                fingerprint=pin.fingerprint,
+                failed=pin.failed,
             )
             seen = pins.get(key)
             if seen is None:
                 pins[key] = found
                 continue
             units.setdefault(key, [seen.unit_id]).append(found.unit_id)
-            if seen.raw != found.raw or seen.failed != found.failed:
+            if seen.raw_text != found.raw_text or seen.failed != found.failed:
                 ambiguous.add(key)
         conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
         if conflicts:
@@ -143,7 +143,7 @@ class ReplayPins:
     def from_store(
         cls,
         store: EventStore,
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
@@ -152,14 +152,15 @@ class ReplayPins:
     ) -> ReplayPins:
         """Collect a store's pins as `from_events` does, reading only `PinPromoted` rows, a page at a time."""
         events = store.read(namespace=BUILTIN_NAMESPACE, type=PinPromoted.event_type)
-        pins = (PinPromoted.read_text(stored, registry, upcasts=upcasts) for stored in events)
+        types = given_or_builtins(registry)
+        pins = (PinPromoted.read_text(stored, types, upcasts=upcasts) for stored in events)
         return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     @classmethod
     def from_recording(
         cls,
         path: str | os.PathLike[str],
-        registry: EventTypeRegistry,
+        registry: EventTypeRegistry | None = None,
         *,
         unit_id: str | None = None,
         upcasts: UpcastRegistry | None = None,
@@ -172,7 +173,9 @@ class ReplayPins:
 
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
         """
-        _, pins = stream_pins(path, registry, upcasts=upcasts, call_policy=call_policy, provenance=provenance)
+        _, pins = stream_pins(
+            path, given_or_builtins(registry), upcasts=upcasts, call_policy=call_policy, provenance=provenance
+        )
         return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
 
     def __len__(self) -> int:
@@ -193,7 +196,7 @@ class ReplayPins:
                 continue
             self._used.add(key)
             if self._into is not None:
-                self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
+                self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
 
     def asked(self, key: str) -> int:
         """How many times the recorded unit asked for `key` (its pin's `attempts`); 0 when it has no pin."""
@@ -261,7 +264,7 @@ class ReplayPins:
         """The first miss, if the run has left the recording."""
         return self._divergence
 
-    def _answer(self, key: str) -> _Pin | None:
+    def _answer(self, key: str) -> PinText | None:
         if key in self._ambiguous:
             raise AmbiguousPin(key, unit_ids=list(self._ambiguous[key]))
         pin = self._pins.get(key)
@@ -270,7 +273,7 @@ class ReplayPins:
         self._hits += 1
         self._used.add(key)
         if self._into is not None:
-            self._into.adopt(key, kind=pin.kind, raw=pin.raw, fingerprint=pin.fingerprint, failed=pin.failed)
+            self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
         return pin
 
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
@@ -295,7 +298,7 @@ class ReplayPins:
         span.set("missed", moved=self._divergence.moved if self._divergence is not None else ())
         return ledger
 
-    def _found(self, span: PinSpan, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> _Pin | PinLedger:
+    def _found(self, span: PinSpan, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinText | PinLedger:
         """The pin answering `key`, or the ledger drawing it after a miss (strict: `PinMiss`), told to `span`."""
         pin = self._answer(key)
         if pin is None:
@@ -337,7 +340,7 @@ class ReplayPins:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         with pin_span(kind, key, self._unit_of(key)) as span:
             found = self._found(span, key, kind, fingerprint)
-            if isinstance(found, _Pin):
+            if isinstance(found, PinText):
                 return _answered(found, interpret, failure)
             return found.resolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
@@ -356,7 +359,7 @@ class ReplayPins:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         with pin_span(kind, key, self._unit_of(key)) as span:
             found = self._found(span, key, kind, fingerprint)
-            if isinstance(found, _Pin):
+            if isinstance(found, PinText):
                 return _answered(found, interpret, failure)
             return await found.aresolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
@@ -389,11 +392,11 @@ class ReplayPins:
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         with pin_span(kind, key, self._unit_of(key), current=False) as span:
             found = self._found(span, key, kind, fingerprint)
-            if isinstance(found, _Pin):
+            if isinstance(found, PinText):
                 if not found.failed:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(found.raw)))
+                    yield StreamDraw(live=None, pinned=interpret(json.loads(found.raw_text)))
                     return
-                async with replayed_failure(json.loads(found.raw), interpret, failure) as draw:
+                async with replayed_failure(json.loads(found.raw_text), interpret, failure) as draw:
                     yield draw
                 return
             async with found.resolve_stream(
@@ -408,8 +411,8 @@ class ReplayPins:
                 yield draw
 
 
-def _answered(pin: _Pin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
+def _answered(pin: PinText, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
     """Return a pin's value, or raise the failure it pinned, where the recorded draw raised it."""
     if pin.failed:
-        raise failure_of(json.loads(pin.raw), failure)[0]
-    return interpret(json.loads(pin.raw))
+        raise failure_of(json.loads(pin.raw_text), failure)[0]
+    return interpret(json.loads(pin.raw_text))

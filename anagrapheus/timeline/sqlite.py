@@ -530,18 +530,6 @@ class SQLiteEventStore:
                 ).fetchone()
         return ScratchPin(*row)
 
-    def scratch_bump(self, unit_id: str, key: str) -> int:
-        """Count one more attempt at an existing pin and return the new count."""
-        self._leases.hold(unit_id)
-        with self.transaction(), self._sql("counting an attempt"):
-            row = self._conn.execute(
-                "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ? RETURNING attempts",
-                (unit_id, key),
-            ).fetchone()
-        if row is None:
-            raise StoreError(f"{self.path}: no scratch pin {key} in unit {unit_id}")
-        return int(row[0])
-
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
 

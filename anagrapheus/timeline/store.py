@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import SchemaTooNew, UnitBusy, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
@@ -40,14 +41,20 @@ class ScratchPin:
     """The pin key."""
     kind: str
     """What was pinned."""
-    raw: str
-    """The raw result as canonical JSON text."""
+    raw_text: str
+    """The raw result as canonical JSON text (`PinPromoted.raw` is the parsed JSON)."""
     attempts: int
     """How many times the unit asked for the key."""
     draw_no: int
     """Its place in the unit's draw order, from 1."""
     fingerprint: str | None
     """The material fingerprint as canonical JSON text, if the caller gave one."""
+
+    @property
+    def raw(self) -> str:
+        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
+        deprecated("ScratchPin.raw", "read ScratchPin.raw_text")
+        return self.raw_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +128,6 @@ class PinScratchStore(Protocol):
         Raises `UnitClosed` if the unit is committed or abandoned. Being a write, it also proves
         the store writable before an effect runs.
         """
-        ...
-
-    def scratch_bump(self, unit_id: str, key: str) -> int:
-        """Count one more attempt at an existing pin and return the new count."""
         ...
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:

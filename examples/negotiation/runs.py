@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic_ai.models import Model, infer_model
 
 from anagrapheus.timeline import SQLiteEventStore
-from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import Recording, RecordingHeader, read_recording, write_recording
 from examples.negotiation.scripts import AbsentModel, ScriptedNegotiator, scripted_pair
 from examples.negotiation.seeded import START, SeededRun
 from examples.negotiation.talks import (
@@ -164,7 +164,9 @@ async def record_negotiation(
                 rounds = await negotiate(sitting, models, world, on_round=on_round)
             else:
                 rounds = await negotiate(sitting, models, world, new_id=new_id, clock=clock, on_round=on_round)
-            write_recording(path, pin_events(store.read(), with_inputs=True), header=header)
+            # The pins, and each run's inputs so the recording can be asked again (evals, reruns, forks).
+            kept = ("pin_promoted", "run_inputs")
+            write_recording(path, (e for e in store.read(namespace="anagrapheus") if e.type in kept), header=header)
     return rounds
 
 

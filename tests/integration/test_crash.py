@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests.bounds import bound
 
 PINS_PER_UNIT = 5
@@ -27,9 +27,8 @@ COMMIT_KILLS = bound("ANAGRAPHEUS_COMMIT_KILLS", normal=10, soak=200)
 
 CHILD = """
 import random, sys, time
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 types = EventTypeRegistry()
-register_builtin_events(types)
 store = SQLiteEventStore(sys.argv[1])
 pins, pause_after = int(sys.argv[2]), int(sys.argv[3])
 print("ready", flush=True)
@@ -66,7 +65,6 @@ def never() -> object:
 def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: Path) -> None:
     path = tmp_path / "crash.db"
     types = EventTypeRegistry()
-    register_builtin_events(types)
     rng = random.Random(20261130)
     resumed_draws = 0
     for trial in range(TRIALS):
@@ -96,7 +94,7 @@ def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: P
                 resumed = PinLedger(store, types, unit_id=unit.unit_id)
                 for pin in drawn:
                     value = resumed.resolve(pin.key, kind="model_call", effect=never, interpret=dict)
-                    assert value == json.loads(pin.raw)
+                    assert value == json.loads(pin.raw_text)
                     resumed_draws += 1
                 for i in range(len(drawn), PINS_PER_UNIT):
                     resumed.resolve(
@@ -116,8 +114,8 @@ def test_a_kill_during_commit_never_half_commits(tmp_path: Path) -> None:
     path = tmp_path / "commit.db"
     script = """
 import sys
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
-types = EventTypeRegistry(); register_builtin_events(types)
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+types = EventTypeRegistry()
 store = SQLiteEventStore(sys.argv[1], synchronous="NORMAL")
 print("ready", flush=True)
 while True:
@@ -128,7 +126,6 @@ while True:
     ledger.commit()
 """
     types = EventTypeRegistry()
-    register_builtin_events(types)
     rng = random.Random(7)
     landed_in_commit = 0
     for _ in range(COMMIT_KILLS):

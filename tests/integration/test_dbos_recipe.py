@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from anagrapheus import EventTypeRegistry, Pinning, ReplayPins, SQLiteEventStore, pin_events, write_recording
+from anagrapheus import EventTypeRegistry, Pinning, ReplayPins, SQLiteEventStore, write_recording
 from anagrapheus.timeline import PinLedger, read_recording
 from anagrapheus.timeline.events import PinPromoted
 from anagrapheus.timeline.store import TimelineStore
@@ -120,7 +120,7 @@ def unit_pins(store: TimelineStore, unit: str) -> list[dict[str, Any]]:
     """The payloads of a unit's promoted pins, in draw order."""
     return [
         json.loads(stored.payload)
-        for stored in pin_events(store.read())
+        for stored in store.read(namespace="anagrapheus", type="pin_promoted")
         if stored.correlation_id == unit and stored.type == PinPromoted.event_type
     ]
 
@@ -160,7 +160,7 @@ def test_a_worker_killed_mid_run_is_recovered_in_another_process_repeating_no_fi
         assert store.open_units() == []
         assert PinLedger(store, types, unit_id="storm").state == "committed"
         # The recovered workflow's unit, exported as a recording, replays with no DBOS and no network.
-        events = [e for e in pin_events(store.read()) if e.correlation_id == "storm"]
+        events = [e for e in store.read(namespace="anagrapheus", type="pin_promoted") if e.correlation_id == "storm"]
         path = write_recording(
             tmp_path / "storm.jsonl",
             events,

@@ -23,10 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys
 from pathlib import Path
-from anagrapheus import EventTypeRegistry, PinLedger, Pinning, SQLiteEventStore, register_builtin_events
+from anagrapheus import EventTypeRegistry, PinLedger, Pinning, SQLiteEventStore
 from tests.harbour_agent import harbour_agent
 types = EventTypeRegistry()
-register_builtin_events(types)
 ledger = PinLedger(SQLiteEventStore(sys.argv[1]), types, unit_id="voyage")
 agent = harbour_agent(Path(sys.argv[2]), capabilities=[Pinning(ledger)], whose=lambda: "voyage", hang="voyage:tide")
 agent.run_sync("the north quay")

@@ -38,10 +38,10 @@ UNITS, PINS, EFFECT_SECONDS = 4, 4, 0.02
 WRITER = """
 import json, os, random, sys, time
 from anagrapheus.errors import StoreError, UnitClosed
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 engine, where, schema, paid_path, tag, units, pins, seconds = sys.argv[1:9]
 units, pins, seconds = int(units), int(pins), float(seconds)
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 
 def say(line):
     print(line, flush=True)

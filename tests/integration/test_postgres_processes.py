@@ -25,10 +25,10 @@ PINS = 4
 WORKER = """
 import json, sys, time
 from anagrapheus.errors import SeqConflict, UnitBusy, UnitClosed
-from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, tag, units, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=0.1)
 report = {"committed": [], "busy": 0, "closed": 0, "seq_conflicts": 0, "markers": 0}
 print("ready", flush=True)
@@ -45,7 +45,7 @@ except UnitBusy:
     report["busy"] += 1
 except UnitClosed as e:
     # Arrived after the winner committed (a very slow start): refused too, and before its effect.
-    assert e.raw is None, "the effect of a draw into a closed unit ran"
+    assert e.raw_text is None, "the effect of a draw into a closed unit ran"
     report["closed"] += 1
 for u in range(units):
     ledger = PinLedger(store, types)
@@ -111,10 +111,10 @@ def test_processes_commit_units_at_once(postgres_dsn: str, pg_schema: str, types
 
 DRAWER = """
 import sys, time
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, unit_id, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema)
 ledger = PinLedger(store, types, unit_id=unit_id)
 for i in range(pins):
@@ -128,15 +128,15 @@ time.sleep(60)
 
 RESUMER = """
 import json, sys
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, register_builtin_events
+from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
 dsn, schema, pins = sys.argv[1], sys.argv[2], int(sys.argv[3])
-types = EventTypeRegistry(); register_builtin_events(types)
+types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=10.0)
 resumed = {}
 for unit in PinLedger.open_units(store):
     ledger = PinLedger(store, types, unit_id=unit.unit_id)
-    kept = {p.key: p.raw for p in ledger.pins()}
+    kept = {p.key: p.raw_text for p in ledger.pins()}
     fresh = 0
     for i in range(pins):
         key = f"p1:tool_call:k{i}"

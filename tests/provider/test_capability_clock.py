@@ -141,7 +141,7 @@ def test_a_seeded_clock_and_id_source_record_the_same_pins_every_time(
         ledger = PinLedger(store, types, unit_id=unit)
         result = agent(Pinning(ledger, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT)
         assert result.all_messages()[0].timestamp == EPOCH + timedelta(seconds=1)  # the clock's first reading
-        pins = [(pin.kind, pin.raw) for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+        pins = [(pin.kind, pin.raw_text) for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
         ledger.abandon(reason=f"{unit}: compared, not kept")
         return pins
 
@@ -246,7 +246,7 @@ def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
     assert [pin.kind for pin in got] == [kind for kind, _ in expected]
     assert len(got) == len(expected)
     for pin, (kind, material) in zip(got, expected, strict=True):
-        slots = {} if kind == RUN_ID else {"slots": len(json.loads(pin.raw))}
+        slots = {} if kind == RUN_ID else {"slots": len(json.loads(pin.raw_text))}
         assert (pin.kind, pin.key) == (kind, pin_key(kind, {**material, **slots}))
     # Each run is forgotten when it ends: a ledger that serves many runs does not keep them.
     assert RunClocks.of(ledger).by_id == {}

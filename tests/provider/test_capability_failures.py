@@ -157,7 +157,7 @@ def test_a_fallback_model_recovers_on_replay_as_it_did_live(store: SQLiteEventSt
         "attempts": [[attempt.model_name, attempt.provider_name, attempt.outcome, attempt.error]],
     }
     assert times.key == pin_key(ATTEMPT_TIMES, material)
-    assert json.loads(times.raw) == [[attempt.timestamp.isoformat(), attempt.duration.total_seconds()]]
+    assert json.loads(times.raw_text) == [[attempt.timestamp.isoformat(), attempt.duration.total_seconds()]]
     ledger.commit()
 
     primary, secondary = Flaky("primary", ValueError("unused")), Flaky("secondary", ValueError("unused"))

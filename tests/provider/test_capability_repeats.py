@@ -258,7 +258,7 @@ def test_a_recording_made_before_the_rule_answers_a_repeat_from_the_first_pin_as
     raw = canonical_json("sent #1 to Brussels")
     # Before the rule the second call was answered from the first call's pin: one pin, asked twice.
     old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
-        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=raw, attempts=2, fingerprint=None)],
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw_text=raw, attempts=2, fingerprint=None)],
         unit_id=None,
         on_miss="strict",
         into=None,
@@ -272,7 +272,7 @@ def test_a_recording_made_before_the_rule_answers_a_repeat_from_the_first_pin_as
     # A third call is past what the recording asked: a miss, not a third answer from the first pin.
     thrice = scripted(*[ModelResponse(parts=[ToolCallPart("send", {"to": "Brussels"})])] * 3)
     old = ReplayPins._collect(  # pyright: ignore[reportPrivateUsage]
-        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw=raw, attempts=2, fingerprint=None)],
+        [PinText(unit_id="u", key=first, kind=TOOL_CALL, raw_text=raw, attempts=2, fingerprint=None)],
         unit_id=None,
         on_miss="strict",
         into=None,

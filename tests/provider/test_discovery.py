@@ -153,7 +153,7 @@ def test_the_instructions_replay_as_they_were_given(
     log: list[str] = []
     ledger = PinLedger(store, types)
     live = agent(Pinning(ledger), Harbour(log, id="north", instructions=instructions)).run_sync(PROMPT)
-    (told,) = [json.loads(pin.raw) for pin in ledger.pins() if pin.kind == TOOLSET_INSTRUCTIONS]
+    (told,) = [json.loads(pin.raw_text) for pin in ledger.pins() if pin.kind == TOOLSET_INSTRUCTIONS]
     ledger.commit()
     if instructions is not None:
         assert "Ask the harbour master." in live.output
@@ -210,7 +210,7 @@ def test_a_listing_is_pinned_in_its_json_form(store: SQLiteEventStore, types: Ev
     ledger = PinLedger(store, types)
     live = agent(Pinning(ledger), Harbour(log, id="north", definition=dated)).run_sync(PROMPT)
     (listing,) = [pin for pin in ledger.pins() if pin.kind == TOOLSET_TOOLS]
-    assert read_ordered(json.loads(listing.raw))[0]["metadata"] == {"surveyed": "2026-01-05"}  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportArgumentType, reportCallIssue]
+    assert read_ordered(json.loads(listing.raw_text))[0]["metadata"] == {"surveyed": "2026-01-05"}  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportArgumentType, reportCallIssue]
     ledger.commit()
     replayed = agent(Pinning(ReplayPins.from_events(store.read(), types)), Harbour(log, id="north")).run_sync(PROMPT)
     assert replayed.all_messages_json() == live.all_messages_json()

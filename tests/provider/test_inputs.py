@@ -19,11 +19,10 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
     ReplayPins,
-    RunInputs,
     SQLiteEventStore,
     read_recording,
 )
-from anagrapheus.timeline.events import PendingEvent
+from anagrapheus.timeline.events import PendingEvent, RunInputs
 from tests.conftest import Scripted
 
 

@@ -176,7 +176,7 @@ async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
         async for _delta in streamed.stream_text(delta=True, debounce_by=None):
             break
     (pin,) = ledger.pins()
-    raw = read_ordered(json.loads(pin.raw))
+    raw = read_ordered(json.loads(pin.raw_text))
     assert isinstance(raw, dict)
     assert raw["state"] != "complete"
     assert raw["parts"][0]["content"] == "The "
@@ -207,7 +207,7 @@ async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: Pi
             await streamed.get_output()
     (pin,) = ledger.pins()
     assert pin.kind == "model_call!failed"
-    raw = json.loads(pin.raw)
+    raw = json.loads(pin.raw_text)
     assert raw["error"]["type"] == "builtins:ConnectionError"
     captured = read_ordered(raw["captured"])
     assert isinstance(captured, dict)
@@ -255,7 +255,7 @@ async def test_pins_hold_no_run_stamps_and_replay_gets_the_new_runs(
 ) -> None:
     recorded = await Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run(PROMPT)
     (pin,) = ledger.pins()
-    raw = read_ordered(json.loads(pin.raw))
+    raw = read_ordered(json.loads(pin.raw_text))
     assert isinstance(raw, dict)
     assert raw["run_id"] is None and raw["conversation_id"] is None
     recorded_response = recorded.all_messages()[-1]
@@ -365,7 +365,7 @@ async def test_a_live_stream_passes_events_through_as_they_arrive(ledger: PinLed
             assert produced == ["The "]
             break
     (pin,) = ledger.pins()
-    assert read_ordered(json.loads(pin.raw))["parts"][0]["content"] == "The "  # pyright: ignore[reportIndexIssue, reportCallIssue, reportArgumentType, reportOptionalSubscript]
+    assert read_ordered(json.loads(pin.raw_text))["parts"][0]["content"] == "The "  # pyright: ignore[reportIndexIssue, reportCallIssue, reportArgumentType, reportOptionalSubscript]
 
 
 @pytest.mark.anyio
@@ -440,6 +440,6 @@ async def test_stamps_on_a_live_response_never_reach_its_pin(mode: str, ledger: 
     response = messages[-1]
     assert isinstance(response, ModelResponse) and response.run_id is not None
     (pin,) = ledger.pins()
-    raw = read_ordered(json.loads(pin.raw))
+    raw = read_ordered(json.loads(pin.raw_text))
     assert isinstance(raw, dict)
     assert (raw["run_id"], raw["conversation_id"]) == (None, None)

@@ -62,7 +62,7 @@ async def test_a_response_reaches_its_caller_without_the_stamps_of_the_run_that_
     inner = FunctionModel(stamped, model_name="scripted-uk")
     live = await PinnedModel(inner, ledger).request(history(), None, PARAMS)
     (pin,) = ledger.pins()
-    raw = json.loads(pin.raw)
+    raw = json.loads(pin.raw_text)
     ledger.commit()
     replayed = await PinnedModel(inner, replay_of(store, types)).request(history(), None, PARAMS)
     for response in (
@@ -127,7 +127,7 @@ async def test_a_token_count_is_asked_with_the_request_and_keyed_on_it(
     assert (counted.input_tokens, counted.cost) == (42, Decimal("0.0042"))
     (pin,) = ledger.pins()
     assert pin.key == pin_key(TOKEN_COUNT, {"call": live.pin_for(history(), settings, PARAMS).key})
-    assert json.loads(pin.raw)["cost"] == "0.0042"
+    assert json.loads(pin.raw_text)["cost"] == "0.0042"
     ledger.commit()
 
     replay = PinnedModel(inner, replay_of(store, types))

@@ -12,7 +12,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from anagrapheus.timeline.ordered import read_ordered
-from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import read_recording, write_recording
 from benchmarks._stub_server import StubOpenAIServer
 
 PASSWORD = "hunter2-in-the-url"
@@ -40,7 +40,9 @@ def test_userinfo_and_query_are_stripped_at_pin_time(
             # Scratch holds the pins before commit: they must already be clean there.
             assert PASSWORD.encode() not in database.read_bytes() + _wal(database)
             ledger.commit()
-            path = write_recording(tmp_path / "run.jsonl", pin_events(store.read()), header=_header())
+            path = write_recording(
+                tmp_path / "run.jsonl", store.read(namespace="anagrapheus", type="pin_promoted"), header=_header()
+            )
 
     assert result.output.startswith("Turn 1: the record says")
     responses = [m for m in result.all_messages() if m.kind == "response"]

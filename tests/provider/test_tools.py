@@ -226,7 +226,7 @@ async def test_parallel_sync_tools_run_in_workers_and_touch_the_resolver_on_the_
             group.start_soon(tool, city)
     assert witness.threads == {threading.get_ident()}
     assert len(bodies) == 3 and threading.get_ident() not in bodies
-    assert sorted(tool_result_from_raw(json.loads(pin.raw)) for pin in ledger.pins()) == [4, 4, 5]
+    assert sorted(tool_result_from_raw(json.loads(pin.raw_text)) for pin in ledger.pins()) == [4, 4, 5]
 
 
 def test_part_of_the_deps_joins_the_key_under_its_own_field() -> None:

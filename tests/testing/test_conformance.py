@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.testing.conformance import StoreConformance
-from anagrapheus.timeline import PendingEvent, ScratchPin, SQLiteEventStore, StoredEvent, TimelineStore
-from anagrapheus.timeline.store import OpenUnit, UnitOutcome
+from anagrapheus.timeline import PendingEvent, SQLiteEventStore, StoredEvent, TimelineStore
+from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome
 
 pytest_plugins = ["pytester"]
 
@@ -42,9 +42,6 @@ class PortsOnly:
 
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         return self._inner.scratch_reuse(unit_id, key)
-
-    def scratch_bump(self, unit_id: str, key: str) -> int:
-        return self._inner.scratch_bump(unit_id, key)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         return self._inner.scratch_list(unit_id)

@@ -583,11 +583,9 @@ def test_loopback_only_refuses_remote_hosts_and_restores_sockets() -> None:
 
 
 def test_replay_names_the_pins_never_asked_for(tmp_path: Path) -> None:
-    from anagrapheus import register_builtin_events
     from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
     types = EventTypeRegistry()
-    register_builtin_events(types)
     with SQLiteEventStore(tmp_path / "run.db") as store:
         ledger = PinLedger(store, types)
         for key, kind in (("k1", "model_call"), ("k2", "tool_call"), ("k3", "model_call")):

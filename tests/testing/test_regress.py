@@ -18,7 +18,6 @@ from anagrapheus.timeline import (
     PinResolver,
     RecordingHeader,
     SQLiteEventStore,
-    pin_events,
     read_recording,
     write_recording,
 )
@@ -92,7 +91,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
             history = agent.run_sync(prompt, message_history=history).all_messages()
         ledger.commit()
         header = RecordingHeader(description="A support chat", recorded_with="scripted", rerecord="pytest")
-        write_recording(path, pin_events(store.read()), header=header)
+        write_recording(path, store.read(namespace="anagrapheus", type="pin_promoted"), header=header)
     return path
 
 
@@ -168,7 +167,7 @@ def test_under_live_a_reworded_candidate_draws_its_misses_and_is_judged_on_its_r
             policy="live",
             store=store,
         )
-        promoted = [e for e in pin_events(store.read())]
+        promoted = [e for e in store.read(namespace="anagrapheus", type="pin_promoted")]
 
     assert verdict.passed
     assert (verdict.diverged_at, verdict.drawn, desk.calls) == (1, 3, 3)

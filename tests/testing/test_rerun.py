@@ -15,7 +15,8 @@ from anagrapheus.errors import UsageError
 from anagrapheus.provider import every_agent_run
 from anagrapheus.testing import rerun
 from anagrapheus.testing.rerun import WorldPinned, read_events
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, RunInputs, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.events import RunInputs
 from tests import rerun_agents
 from tests.conftest import Scripted
 

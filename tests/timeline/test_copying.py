@@ -14,7 +14,6 @@ from anagrapheus.timeline import (
     ReplayPins,
     SQLiteEventStore,
     StoredEvent,
-    pin_events,
     write_recording,
 )
 from anagrapheus.timeline.copying import copy_log, open_store
@@ -82,8 +81,12 @@ def test_sqlite_to_postgres_and_back(
         replay = ReplayPins.from_events(middle.read(), types)
         assert replay.resolve("p1:tool_call:2-3", kind="tool_call", effect=dict, interpret=dict) == {"é": 3}
         header = RecordingHeader(description="moved", recorded_with="test", rerecord="pytest")
-        from_sqlite = write_recording(tmp_path / "sqlite.jsonl", pin_events(source.read()), header=header)
-        from_postgres = write_recording(tmp_path / "postgres.jsonl", pin_events(middle.read()), header=header)
+        from_sqlite = write_recording(
+            tmp_path / "sqlite.jsonl", source.read(namespace="anagrapheus", type="pin_promoted"), header=header
+        )
+        from_postgres = write_recording(
+            tmp_path / "postgres.jsonl", middle.read(namespace="anagrapheus", type="pin_promoted"), header=header
+        )
         assert from_sqlite.read_bytes() == from_postgres.read_bytes()
 
 

@@ -12,7 +12,6 @@ import pytest
 from anagrapheus.cli import main
 from anagrapheus.errors import UnitClosed, UsageError
 from anagrapheus.timeline import (
-    ClosedUnit,
     EventTypeRegistry,
     PendingEvent,
     PinLedger,
@@ -22,6 +21,7 @@ from anagrapheus.timeline import (
     TimelineStore,
     copy_log,
 )
+from anagrapheus.timeline.store import ClosedUnit
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

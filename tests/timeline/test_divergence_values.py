@@ -15,7 +15,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.settings import ModelSettings
 
-from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, ReplayPins, SQLiteEventStore, pin_events
+from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, ReplayPins, SQLiteEventStore
 from anagrapheus.errors import PinMiss
 from anagrapheus.provider import SemanticCallPolicy
 from anagrapheus.timeline.canonical import JSONValue
@@ -40,7 +40,9 @@ def record(tmp_path: Path, types: EventTypeRegistry, policy: SemanticCallPolicy,
         ledger = PinLedger(store, types, unit_id="round-3")
         Agent(PinnedModel(MODEL, ledger, policy=policy)).run_sync(prompt)
         ledger.commit()
-        return write_recording(tmp_path / "run.jsonl", pin_events(store.read()), header=HEADER)
+        return write_recording(
+            tmp_path / "run.jsonl", store.read(namespace="anagrapheus", type="pin_promoted"), header=HEADER
+        )
 
 
 def miss(path: Path, types: EventTypeRegistry, policy: SemanticCallPolicy, prompt: str = REWORDED) -> PinMiss:
@@ -149,7 +151,7 @@ def test_a_policy_of_ones_own_keeps_values_through_fingerprint_of(tmp_path: Path
         ledger = PinLedger(store, types, unit_id="u")
         Agent(PinnedModel(MODEL, ledger, policy=ListedPolicy())).run_sync(PROMPT)
         ledger.commit()
-        events = list(pin_events(store.read()))
+        events = list(store.read(namespace="anagrapheus", type="pin_promoted"))
     replay = ReplayPins.from_events(events, types)
 
     with pytest.raises(PinMiss) as caught:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from anagrapheus import AnagrapheusError, register_builtin_events
+from anagrapheus import AnagrapheusError
 from anagrapheus.errors import (
     CorruptEvent,
     EventTypeError,
@@ -50,7 +50,6 @@ def v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def registry() -> EventTypeRegistry:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     types.register(OfferMade)
     return types
 

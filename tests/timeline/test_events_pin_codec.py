@@ -57,7 +57,7 @@ SOUND: dict[str, tuple[str, PinText]] = {
             unit_id="u1",
             key="k",
             kind="model_call",
-            raw='{"text":"hi"}',
+            raw_text='{"text":"hi"}',
             attempts=2,
             fingerprint='{"messages[0]":"d1","model":"d2"}',
             failed=False,
@@ -70,7 +70,7 @@ SOUND: dict[str, tuple[str, PinText]] = {
             unit_id="u2",
             key="k",
             kind="tool_call",
-            raw='{"captured":null,"error":"boom"}',
+            raw_text='{"captured":null,"error":"boom"}',
             attempts=3,
             fingerprint=None,
             failed=True,
@@ -78,7 +78,7 @@ SOUND: dict[str, tuple[str, PinText]] = {
     ),
     "no failed, no fingerprint": (
         '{"attempts":1,"key":"k","kind":"entity_id","raw":"0190","unit_id":"u3"}',
-        PinText(unit_id="u3", key="k", kind="entity_id", raw='"0190"', attempts=1, fingerprint=None, failed=False),
+        PinText(unit_id="u3", key="k", kind="entity_id", raw_text='"0190"', attempts=1, fingerprint=None, failed=False),
     ),
 }
 
@@ -97,7 +97,7 @@ def test_each_reader_reads_a_sound_pin_field_for_field(text: str, expected: PinT
         expected.attempts,
         expected.failed,
     )
-    assert event.raw == json.loads(expected.raw)
+    assert event.raw == json.loads(expected.raw_text)
     assert event.fingerprint == (None if expected.fingerprint is None else json.loads(expected.fingerprint))
 
 
@@ -114,7 +114,7 @@ def test_read_text_keeps_the_raw_result_as_the_store_holds_it(head: str) -> None
     # exactly as stored: `read_text` cuts it out of the payload's text and never re-encodes it.
     raw = '{"tonnes": [1.0, 2.50], "a": null}'
     pin = PinPromoted.read_text(stored(f'{head}"raw":{raw},"unit_id":"u1"}}'), EventTypeRegistry())
-    assert pin.raw == raw
+    assert pin.raw_text == raw
 
 
 def test_read_text_re_encodes_the_raw_result_when_the_payload_is_not_canonical() -> None:
@@ -124,7 +124,7 @@ def test_read_text_re_encodes_the_raw_result_when_the_payload_is_not_canonical()
         '"key":"k","kind":"k","unit_id":"u1"}'
     )
     assert PinPromoted.read_text(stored(text), EventTypeRegistry()) == PinText(
-        unit_id="u1", key="k", kind="k", raw='{"a":2,"b":1}', attempts=1, fingerprint='{"model":"d"}', failed=True
+        unit_id="u1", key="k", kind="k", raw_text='{"a":2,"b":1}', attempts=1, fingerprint='{"model":"d"}', failed=True
     )
 
 
@@ -134,7 +134,13 @@ V1 = '{"attempts":2,"fingerprint":{"model":"d"},"key":"k","kind":"model_call","r
 def test_a_version_1_pin_is_upcast_by_every_reader() -> None:
     registry = EventTypeRegistry()
     expected = PinText(
-        unit_id="u1", key="k", kind="model_call", raw="[1,2.5]", attempts=2, fingerprint='{"model":"d"}', failed=False
+        unit_id="u1",
+        key="k",
+        kind="model_call",
+        raw_text="[1,2.5]",
+        attempts=2,
+        fingerprint='{"model":"d"}',
+        failed=False,
     )
     assert PinPromoted.read_text(stored(V1, schema_version=1), registry) == expected
     assert PinPromoted.read(stored(V1, schema_version=1), registry) == PinPromoted(
@@ -180,7 +186,7 @@ def test_a_pin_is_read_through_the_class_and_upcasts_the_registry_holds() -> Non
         '{"attempts":2,"failed":true,"fingerprint":{"model":"d"},"key":"k","kind":"llm","raw":1,"unit_id":"u1"}'
     )
     assert PinPromoted.read_text(v2, registry, upcasts=upcasts) == PinText(
-        unit_id="u1", key="k", kind="model_call", raw="1", attempts=2, fingerprint='{"model":"d"}', failed=True
+        unit_id="u1", key="k", kind="model_call", raw_text="1", attempts=2, fingerprint='{"model":"d"}', failed=True
     )
     assert PinPromoted.read(v2, registry, upcasts=upcasts) == PinPromotedV3(
         unit_id="u1", key="k", kind="model_call", raw=1, attempts=2, fingerprint={"model": "d"}, failed=True

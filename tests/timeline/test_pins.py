@@ -24,7 +24,6 @@ from anagrapheus.timeline import (
     PinsAbandoned,
     SQLiteEventStore,
     pin_key,
-    register_builtin_events,
 )
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 
@@ -64,7 +63,6 @@ def test_a_fresh_registry_knows_the_builtin_events(store: SQLiteEventStore) -> N
     ledger.resolve(K1, kind="model_call", effect=Counter({"text": "hello"}), interpret=identity)
     (event,) = ledger.commit()
     assert isinstance(types.decode(event), PinPromoted)
-    register_builtin_events(types)  # kept for existing code: a no-op on a registry that knows them already
     assert types.lookup(BUILTIN_NAMESPACE, "pin_promoted") is PinPromoted
 
 
@@ -81,7 +79,7 @@ def test_first_draw_goes_to_scratch_at_once_not_to_the_log(store: SQLiteEventSto
     assert store.last_seq() == 0
     # Durable at once: a second connection sees the scratch row.
     with SQLiteEventStore(store.path) as other:
-        assert [p.raw for p in other.scratch_list(ledger.unit_id)] == ['{"text":"hello"}']
+        assert [p.raw_text for p in other.scratch_list(ledger.unit_id)] == ['{"text":"hello"}']
 
 
 def test_retry_reuses_the_draw_and_commit_counts_attempts(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
@@ -302,7 +300,7 @@ async def test_a_stream_is_pinned_as_captured_even_when_stopped_early(
             assert draw.live is not None
             draw.live.chunks.append("half")
             raise RuntimeError("midway")
-    assert [(p.key, p.raw) for p in ledger.pins()] == [(K1, '"par"'), (K2, '"half"')]
+    assert [(p.key, p.raw_text) for p in ledger.pins()] == [(K1, '"par"'), (K2, '"half"')]
 
 
 def test_commit_text_matches_the_registry_encoding(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
@@ -328,7 +326,6 @@ def test_commit_text_matches_the_registry_encoding(store: SQLiteEventStore, type
 )
 def test_spliced_commit_payload_equals_the_model_encoding(tmp_path_factory: Any, raw: Any, unit: str) -> None:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     with SQLiteEventStore(tmp_path_factory.mktemp("p") / "log.db") as store:
         ledger = PinLedger(store, types, unit_id=unit)
         value = ledger.resolve(K1, kind="model_call", effect=lambda: raw, interpret=identity)

@@ -129,7 +129,7 @@ def test_a_second_ledger_on_the_unit_answers_a_held_draw(
     again = PinLedger(locked_store, types, unit_id=ledger.unit_id)
     assert again.resolve(K1, kind="model_call", effect=Paid(), interpret=str) == "drawn #1"
     (pin,) = again.pins()
-    assert (pin.raw, pin.attempts) == ('"drawn #1"', 2)
+    assert (pin.raw_text, pin.attempts) == ('"drawn #1"', 2)
 
 
 def test_a_failed_draw_whose_write_fails_is_held_as_the_failure(

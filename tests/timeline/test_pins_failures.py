@@ -129,7 +129,7 @@ async def test_a_capture_that_raises_after_a_clean_stream_is_reported_and_releas
         KEY, kind="model_call", effect=open_stream, capture=lambda s: "captured", interpret=str
     ) as draw:
         assert draw.live is not None
-    assert [p.raw for p in ledger.pins()] == ['"captured"']
+    assert [p.raw_text for p in ledger.pins()] == ['"captured"']
     ledger.commit()
 
 
@@ -154,7 +154,7 @@ async def test_a_failed_stream_is_still_pinned_as_far_as_it_got(ledger: PinLedge
             assert draw.live is not None
             draw.live.chunks.append("The UK ")
             raise ConnectionError("the provider dropped the stream")
-    assert [json.loads(p.raw) for p in ledger.pins()] == [{"parts": ["The UK "]}]
+    assert [json.loads(p.raw_text) for p in ledger.pins()] == [{"parts": ["The UK "]}]
 
 
 def test_a_pin_replayed_twice_in_record_mode_is_adopted_once_with_two_attempts(
@@ -168,6 +168,11 @@ def test_a_pin_replayed_twice_in_record_mode_is_adopted_once_with_two_attempts(
     for _ in range(2):
         assert replay.resolve(KEY, kind="model_call", effect=object, interpret=str) == "recorded"
     (pin,) = into.pins()
-    assert (pin.key, pin.raw, pin.attempts, json.loads(pin.fingerprint or "null")) == (KEY, '"recorded"', 2, {"m": "d"})
+    assert (pin.key, pin.raw_text, pin.attempts, json.loads(pin.fingerprint or "null")) == (
+        KEY,
+        '"recorded"',
+        2,
+        {"m": "d"},
+    )
     into.commit()
     assert [(p["unit_id"], p["attempts"]) for p in promoted(store)] == [(ledger.unit_id, 1), (into.unit_id, 2)]

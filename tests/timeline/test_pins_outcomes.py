@@ -26,13 +26,13 @@ from anagrapheus.timeline import (
     PinPromoted,
     PinsAbandoned,
     ReplayDiverged,
-    ScratchPin,
     SQLiteEventStore,
     StoredEvent,
     pin_key,
 )
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence
+from anagrapheus.timeline.store import ScratchPin
 from tests.timeline.test_pins_failures import Stream, open_stream
 
 K1 = pin_key("model_call", {"prompt": "one"})
@@ -199,7 +199,7 @@ def test_a_draw_while_the_close_is_at_the_store_is_refused_before_its_effect(
         # Closed for good, as this process knows: refused before the effect, not by the store after it.
         with pytest.raises(UnitClosed) as refused:
             other.resolve(K2, kind="model_call", effect=lambda: effects.append("late"), interpret=str)
-        assert refused.value.state == closed and refused.value.raw is None and effects == []
+        assert refused.value.state == closed and refused.value.raw_text is None and effects == []
         assert str(refused.value) == f"unit closing is {closed}; nothing was drawn; start a new PinLedger for more work"
         assert ledger.state == closed
 
@@ -220,7 +220,7 @@ def test_a_failure_the_codec_describes_is_pinned_and_raised_again_on_reuse(
         ledger.resolve(K1, kind="model_call", effect=refuse, interpret=str, failure=codec, fingerprint={"a": "1"})
     (pin,) = ledger.pins()
     assert pin.fingerprint == '{"a":"1"}'
-    assert (pin.key, pin.kind, json.loads(pin.raw)) == (
+    assert (pin.key, pin.kind, json.loads(pin.raw_text)) == (
         K1,
         "model_call!failed",
         {"error": {"message": "the provider refused"}},
@@ -269,7 +269,7 @@ def test_an_async_failure_the_codec_describes_is_pinned(store: SQLiteEventStore,
             await ledger.aresolve(K1, kind="tool_call", effect=refuse, interpret=str, failure=Codec())
 
     asyncio.run(run())
-    assert [(p.key, p.kind, json.loads(p.raw), p.attempts, p.fingerprint) for p in ledger.pins()] == [
+    assert [(p.key, p.kind, json.loads(p.raw_text), p.attempts, p.fingerprint) for p in ledger.pins()] == [
         (K1, "tool_call!failed", {"error": {"message": "async refusal"}}, 2, '{"z":"9"}')
     ]
 
@@ -418,7 +418,7 @@ def test_a_stream_keeps_its_fingerprint_and_pins_a_described_failure(
                 raise ValueError("dropped")
 
     asyncio.run(run())
-    assert [(p.key, p.kind, json.loads(p.raw), p.fingerprint) for p in ledger.pins()] == [
+    assert [(p.key, p.kind, json.loads(p.raw_text), p.fingerprint) for p in ledger.pins()] == [
         (K1, "model_call", ["whole"], '{"a":"1"}'),
         (K2, "model_call!failed", {"error": {"message": "dropped"}, "captured": ["part"]}, None),
     ]
@@ -641,7 +641,7 @@ def test_an_async_draw_cancelled_twice_while_its_pin_is_written_still_waits_for_
         asyncio.run(main())
     finally:
         blocker.close()
-    assert [(p.key, json.loads(p.raw)) for p in ledger.pins()] == [(K1, "paid for")]
+    assert [(p.key, json.loads(p.raw_text)) for p in ledger.pins()] == [(K1, "paid for")]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -666,4 +666,4 @@ def test_a_draw_whose_key_another_writer_pinned_as_failed_first_answers_with_tha
             ledger.resolve(K1, kind="model_call", effect=effect, interpret=str, failure=Codec())
         else:
             asyncio.run(ledger.aresolve(K1, kind="model_call", effect=aeffect, interpret=str, failure=Codec()))
-    assert [(p.key, p.kind, p.raw, p.attempts) for p in ledger.pins()] == [(K1, "model_call!failed", raw, 2)]
+    assert [(p.key, p.kind, p.raw_text, p.attempts) for p in ledger.pins()] == [(K1, "model_call!failed", raw, 2)]

@@ -107,7 +107,7 @@ def test_a_second_ledger_on_the_unit_never_leaves_scratch_behind_a_close(
         assert store.scratch_list(first.unit_id) == []
         # A draw whose effect ran before the unit closed under it is handed back on the error, not dropped.
         (error,) = drawer.refused
-        unpinned = getattr(error, "raw", None)
+        unpinned = getattr(error, "raw_text", None)
         assert unpinned is None or json.loads(unpinned) == drawer.effects[-1]
         assert drawer.effects == drawer.returned + ([] if unpinned is None else [json.loads(unpinned)])
 
@@ -417,5 +417,5 @@ def test_a_stream_cancelled_while_its_pin_waits_to_be_written_keeps_the_pin(
             await task
 
     asyncio.run(main())
-    assert [json.loads(pin.raw) for pin in ledger.pins()] == [["the", "streamed", "answer"]]
+    assert [json.loads(pin.raw_text) for pin in ledger.pins()] == [["the", "streamed", "answer"]]
     ledger.commit()

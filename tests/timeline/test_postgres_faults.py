@@ -143,7 +143,7 @@ def test_a_holder_that_lost_every_connection_is_refused_once_another_took_the_un
     with pytest.raises(UnitBusy):
         holder.scratch_put(mine.unit_id, "p1:tool_call:d", kind="tool_call", raw='"late"', fingerprint=None)
     with pytest.raises(UnitBusy):
-        holder.scratch_bump(mine.unit_id, "p1:tool_call:a")
+        holder.scratch_reuse(mine.unit_id, "p1:tool_call:a")
     with pytest.raises(UnitBusy):
         mine.commit()
     assert ran == ["mine", "theirs"]
@@ -568,7 +568,7 @@ def test_a_serialization_failure_of_a_scratch_write_is_retried(
     store.scratch_get("u1", "k1")
     fail_once(postgres_dsn, pg_schema, "pin_scratch", "40001")
     pin = store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
-    assert (pin.raw, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
+    assert (pin.raw_text, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
     assert sql(postgres_dsn, f"SELECT last_value FROM {pg_schema}.tries") == [(2,)]
 
 

@@ -65,7 +65,6 @@ def test_a_refused_scratch_write_names_the_step(
     where = f"on {store.place}: refused here"
     put = lambda: store.scratch_put("u1", "k2", kind="model_call", raw='"b"', fingerprint=None)  # noqa: E731
     assert failure(put).startswith(f"writing scratch failed {where}")
-    assert failure(lambda: store.scratch_bump("u1", "k1")).startswith(f"counting an attempt failed {where}")
     assert failure(lambda: store.scratch_reuse("u1", "k1")).startswith(f"reusing a pin failed {where}")
     settle = lambda: store.settle_unit("u1", outcome="committed", events=lambda pins: [])  # noqa: E731
     # Pipeline mode sends the unit's closing statements with the COMMIT: their error surfaces at either,
@@ -107,7 +106,6 @@ def test_a_held_unit_is_refused_to_every_step_that_draws(open_pg: Callable[..., 
     holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
     steps: list[Callable[[], object]] = [
         lambda: other.scratch_get("u1", "k1"),
-        lambda: other.scratch_bump("u1", "k1"),
         lambda: other.scratch_reuse("u1", "k1"),
         lambda: other.scratch_put("u1", "k2", kind="model_call", raw='"b"', fingerprint=None),
         lambda: other.settle_unit("u1", outcome="abandoned", events=lambda pins: []),

@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from anagrapheus import register_builtin_events
 from anagrapheus.errors import RecordingError, UsageError
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.events import Event, EventTypeRegistry, PinPromoted, StoredEvent
@@ -20,7 +19,6 @@ from anagrapheus.timeline.recording import (
     RECORDING_FORMAT,
     RECORDING_VERSION,
     RecordingHeader,
-    pin_events,
     read_recording,
     write_recording,
 )
@@ -60,14 +58,12 @@ class OfferMadeV2(Event):
 
 def registry_v1() -> EventTypeRegistry:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     types.register(OfferMade)
     return types
 
 
 def registry_v2() -> EventTypeRegistry:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     types.register(OfferMadeV2)
     return types
 
@@ -107,8 +103,8 @@ def record(tmp: Path, name: str, *, pins_only: bool = False) -> Path:
     types = registry_v1()
     with deterministic_store(tmp / f"{name}.db") as store:
         append_run(store, types)
-        events = store.read()
-        return write_recording(tmp / f"{name}.jsonl", pin_events(events) if pins_only else events, header=HEADER)
+        events = store.read(namespace="anagrapheus", type="pin_promoted") if pins_only else store.read()
+        return write_recording(tmp / f"{name}.jsonl", events, header=HEADER)
 
 
 def test_round_trip_returns_the_stored_events_and_header(tmp_path: Path) -> None:
@@ -358,7 +354,6 @@ def test_a_missing_file_is_a_recording_error(tmp_path: Path, read: Callable[[Pat
 def test_an_event_type_the_registry_does_not_know_is_refused_at_its_line(tmp_path: Path) -> None:
     path = record(tmp_path, "run")
     types = EventTypeRegistry()
-    register_builtin_events(types)  # knows the pins, not demo:offer_made
 
     read_recording(path)  # without a registry the file itself is well formed
     with pytest.raises(RecordingError, match="unknown event type demo:offer_made") as raised:

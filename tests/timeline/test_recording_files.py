@@ -20,11 +20,10 @@ import pytest
 
 from anagrapheus.errors import CorruptEvent, RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import canonical_json
-from anagrapheus.timeline.events import EventTypeRegistry, PinPromoted, PinsAbandoned, StoredEvent
+from anagrapheus.timeline.events import EventTypeRegistry, PinPromoted, PinsAbandoned, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceWarning
 from anagrapheus.timeline.recording import (
     RecordingHeader,
-    pin_events,
     read_recording,
     stream_pins,
     stream_recording,
@@ -253,7 +252,7 @@ def test_a_decode_failure_names_the_file_and_line(recording: Path) -> None:
 
 def test_only_pins_are_kept_and_streamed(tmp_path: Path, recording: Path) -> None:
     events = logged_events(tmp_path / "again.db")
-    assert [e.seq for e in pin_events(events)] == [1, 3]
+    assert [e.seq for e in events_of(events, PinPromoted)] == [1, 3]
     _, pins = stream_pins(recording, EventTypeRegistry())
     assert [pin.key for pin in pins] == ["p1:model_call:1", "p1:tool_call:2"]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anagrapheus import AnagrapheusError, register_builtin_events
+from anagrapheus import AnagrapheusError
 from anagrapheus.timeline.events import Event, EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -31,7 +31,6 @@ class Quota(Event):
 
 def _types() -> EventTypeRegistry:
     types = EventTypeRegistry()
-    register_builtin_events(types)
     types.register(Quota)
     return types
 
@@ -51,7 +50,6 @@ class QuotaV2(Event):
 
 TYPES = _types()
 TYPES_V2 = EventTypeRegistry()
-register_builtin_events(TYPES_V2)
 TYPES_V2.register(QuotaV2)
 UPCASTS = UpcastRegistry()
 UPCASTS.add("fuzz", "quota_set", from_version=1, step=lambda payload: {**payload, "season": "annual"})

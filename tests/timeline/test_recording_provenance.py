@@ -16,7 +16,7 @@ from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY, call_policy_identity
-from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 from tests.conftest import Scripted
 
 HEADER = RecordingHeader(description="provenance tests", recorded_with="scripted", rerecord="pytest tests/x.py")
@@ -40,7 +40,9 @@ def recorded(tmp_path: Path, types: EventTypeRegistry) -> Path:
         ledger = PinLedger(store, types, unit_id="u")
         Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run_sync("Round 1: fisheries.")
         ledger.commit()
-        return write_recording(tmp_path / "run.jsonl", pin_events(store.read()), header=HEADER)
+        return write_recording(
+            tmp_path / "run.jsonl", store.read(namespace="anagrapheus", type="pin_promoted"), header=HEADER
+        )
 
 
 def edit_provenance(path: Path, **changes: Any) -> Path:
@@ -88,7 +90,10 @@ def test_another_call_policy_is_refused_unless_it_is_the_one_loading(tmp_path: P
         Agent(model).run_sync("Round 1: fisheries.")
         ledger.commit()
         path = write_recording(
-            tmp_path / "run.jsonl", pin_events(store.read()), header=HEADER, call_policy=model.policy
+            tmp_path / "run.jsonl",
+            store.read(namespace="anagrapheus", type="pin_promoted"),
+            header=HEADER,
+            call_policy=model.policy,
         )
 
     with pytest.raises(ProvenanceMismatch, match="call policy 'terse' v3, but loaded for 'semantic' v1") as caught:

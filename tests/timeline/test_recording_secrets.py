@@ -32,7 +32,7 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     StoredEvent,
 )
-from anagrapheus.timeline.recording import RecordingHeader, pin_events, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 
 HEADER = RecordingHeader(description="secrets tests", recorded_with="hand-built pins", rerecord="pytest")
 
@@ -347,7 +347,12 @@ def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_rea
         ledger = PinLedger(store, types, unit_id="u")
         deploy_agent(ledger, read_back=read_back).run_sync("Give the fisheries repository a deploy key.")
         ledger.commit()
-        path = write_recording(tmp_path / "run.jsonl", pin_events(store.read()), header=HEADER, redact=SecretPolicy())
+        path = write_recording(
+            tmp_path / "run.jsonl",
+            store.read(namespace="anagrapheus", type="pin_promoted"),
+            header=HEADER,
+            redact=SecretPolicy(),
+        )
 
     replay = ReplayPins.from_events(read_recording(path, registry=types).events, types)
     if not read_back:

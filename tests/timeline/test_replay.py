@@ -10,7 +10,6 @@ import pytest
 
 from anagrapheus.errors import AmbiguousPin, EventTypeError, PinMiss, UsageError
 from anagrapheus.timeline import (
-    AmbiguousPinWarning,
     EventTypeRegistry,
     PinLedger,
     PinPromoted,
@@ -23,6 +22,7 @@ from anagrapheus.timeline import (
     pin_key,
 )
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
+from anagrapheus.timeline.replay import AmbiguousPinWarning
 
 
 def never() -> Any:

@@ -18,7 +18,6 @@ import pytest
 
 from anagrapheus.errors import AmbiguousPin, PinMiss, PinnedFailure, ProvenanceMismatch, UsageError
 from anagrapheus.timeline import (
-    AmbiguousPinWarning,
     EventTypeRegistry,
     PinLedger,
     PinPromoted,
@@ -34,6 +33,7 @@ from anagrapheus.timeline import replay as replay_module
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
+from anagrapheus.timeline.replay import AmbiguousPinWarning
 
 from .test_events_pin_codec import PinPromotedV3, kinds_renamed, registry_of
 

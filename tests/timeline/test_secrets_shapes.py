@@ -14,7 +14,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, SQLiteEventStore, pin_events
+from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, SQLiteEventStore
 from anagrapheus.errors import SecretInRecording
 from anagrapheus.provider import SemanticCallPolicy
 from anagrapheus.timeline import PinPromoted, SecretPolicy, SecretRule, StoredEvent
@@ -239,7 +239,7 @@ def test_kept_values_never_carry_a_password_from_the_instructions(
         model = PinnedModel(FunctionModel(operator, model_name="op"), ledger, policy=policy)
         Agent(model, instructions=instructions).run_sync("Go.")
         ledger.commit()
-        events = list(pin_events(store.read()))
+        events = list(store.read(namespace="anagrapheus", type="pin_promoted"))
         path = write_recording(tmp_path / "run.jsonl", events, header=HEADER)
 
     [fingerprint] = [e.payload_json()["fingerprint"] for e in read_recording(path).events]

@@ -179,7 +179,7 @@ def test_read_only_store_reads_and_refuses_every_write_before_an_effect(tmp_path
     with SQLiteEventStore(path, read_only=True) as store:
         assert store.read_only
         assert [e.seq for e in store.read()] == [1]
-        assert [p.raw for p in store.scratch_list("open-unit")] == ['"r"']
+        assert [p.raw_text for p in store.scratch_list("open-unit")] == ['"r"']
         with pytest.raises(StoreError, match="read_only"):
             store.append([pending(2)])
         effects: list[int] = []

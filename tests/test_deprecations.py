@@ -1,0 +1,98 @@
+"""Names kept for one release after they were replaced: each still works, and warns with what to use instead."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+import anagrapheus
+import anagrapheus.timeline
+from anagrapheus.errors import UnitClosed
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, events_of
+from anagrapheus.timeline.pins import PinLedger
+from anagrapheus.timeline.recording import pin_events
+from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.store import ScratchPin
+
+
+def test_register_builtin_events_warns_and_changes_nothing() -> None:
+    from anagrapheus.timeline.events import register_builtin_events
+
+    types = EventTypeRegistry()
+    with pytest.warns(DeprecationWarning, match="register_builtin_events is deprecated.*knows the built-in events"):
+        register_builtin_events(types)
+    assert types.lookup(BUILTIN_NAMESPACE, "pin_promoted") is PinPromoted
+
+
+def test_pin_events_warns_and_names_the_read_that_replaces_it(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+        ledger.resolve("k", kind="tool_call", effect=lambda: 1, interpret=lambda raw: raw)
+        committed = ledger.commit()
+        with pytest.warns(DeprecationWarning, match=r'store\.read\(namespace="anagrapheus", type="pin_promoted"\)'):
+            old = list(pin_events(store.read()))
+        assert old == list(store.read(namespace="anagrapheus", type="pin_promoted")) == committed
+        with pytest.warns(DeprecationWarning):
+            assert list(pin_events(committed, with_inputs=True)) == list(events_of(committed, PinPromoted))
+
+
+@pytest.mark.parametrize("name", ["pin_events", "register_builtin_events"])
+@pytest.mark.parametrize("package", [anagrapheus, anagrapheus.timeline])
+def test_the_deprecated_functions_stay_importable_from_the_packages(package: object, name: str) -> None:
+    assert name not in package.__all__  # type: ignore[attr-defined]
+    assert getattr(package, name) is getattr(importlib.import_module(f"anagrapheus.timeline.{_home(name)}"), name)
+
+
+def _home(name: str) -> str:
+    return "recording" if name == "pin_events" else "events"
+
+
+def test_a_name_dropped_from_the_timeline_exports_warns_and_says_where_it_lives() -> None:
+    with pytest.warns(DeprecationWarning, match=r"anagrapheus\.timeline\.ScratchPin is deprecated.*timeline\.store"):
+        from anagrapheus.timeline import ScratchPin as old
+    assert old is ScratchPin
+    assert "ScratchPin" not in anagrapheus.timeline.__all__
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        _ = anagrapheus.timeline.nothing_here  # type: ignore[attr-defined]
+    with pytest.raises(ImportError):
+        from anagrapheus import nothing_here  # type: ignore[attr-defined]  # noqa: F401
+
+
+def test_the_text_of_a_pin_is_raw_text_and_raw_still_reads_it_with_a_warning(tmp_path: Path) -> None:
+    # `raw` is the parsed JSON on PinPromoted; where the result is canonical JSON text, it is `raw_text`.
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, unit_id="u")
+        ledger.resolve("k", kind="tool_call", effect=lambda: {"a": 1}, interpret=lambda raw: raw)
+        (scratch,) = ledger.pins()
+        (stored,) = ledger.commit()
+    text = PinPromoted.read_text(stored, EventTypeRegistry())
+    assert scratch.raw_text == text.raw_text == '{"a":1}' and PinPromoted.read(stored, EventTypeRegistry()).raw == {
+        "a": 1
+    }
+    with pytest.warns(DeprecationWarning, match=r"ScratchPin\.raw is deprecated.*raw_text"):
+        assert scratch.raw == '{"a":1}'
+    with pytest.warns(DeprecationWarning, match=r"PinText\.raw is deprecated.*raw_text"):
+        assert text.raw == '{"a":1}'
+    closed = UnitClosed("u", state="committed", raw='"late"')
+    assert closed.raw_text == '"late"'
+    with pytest.warns(DeprecationWarning, match=r"UnitClosed\.raw is deprecated.*raw_text"):
+        assert closed.raw == '"late"'
+
+
+def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -> None:
+    import anagrapheus.testing
+    import anagrapheus.testing.compare
+
+    assert frozenset({"timestamp", "run_id", "conversation_id"}) == anagrapheus.testing.PER_RUN_FIELDS
+    assert "VOLATILE_FIELDS" not in anagrapheus.testing.__all__
+    for module in (anagrapheus.testing, anagrapheus.testing.compare):
+        with pytest.warns(
+            DeprecationWarning,
+            match=r"VOLATILE_FIELDS is deprecated.*use anagrapheus\.testing\.compare\.PER_RUN_FIELDS",
+        ):
+            assert module.VOLATILE_FIELDS is anagrapheus.testing.PER_RUN_FIELDS  # type: ignore[attr-defined]
