@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import uuid
@@ -28,6 +29,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from anagrapheus import register_builtin_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import bounds
+from tests.fork_server import ForkServer, fork_server
 
 if TYPE_CHECKING:
     from anagrapheus.timeline.postgres import PostgresEventStore
@@ -130,6 +132,15 @@ def postgres_dsn() -> str:
     if reason is not None:
         pytest.skip(reason)
     return POSTGRES_DSN
+
+
+@pytest.fixture(scope="session")
+def forks() -> Iterator[ForkServer]:
+    """Children forked from one process that has imported anagrapheus, for the tests that SIGKILL many of them."""
+    # The PostgreSQL store too where psycopg is installed: its writers would import it after every kill.
+    postgres = ["anagrapheus.timeline.postgres"] if importlib.util.find_spec("psycopg") else []
+    with fork_server("anagrapheus.timeline", *postgres) as server:
+        yield server
 
 
 @pytest.fixture

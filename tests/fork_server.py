@@ -1,0 +1,134 @@
+"""Real child processes forked from one warm server, for the tests that SIGKILL many of them.
+
+A fresh `python -c` child pays for the interpreter and for importing anagrapheus (which imports pydantic-ai):
+about a second of CPU each, most of a crash test's time. A child forked from a server that has imported them
+once starts in milliseconds, and is still a process of its own: its own SQLite or PostgreSQL connection, its
+own memory, killed by a real SIGKILL. The server imports and opens nothing else, so a child inherits no
+connection, lock or thread. A child leaves by `os._exit`: no exit handler copied from the server runs in it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import IO
+
+SERVER = r"""
+import json, os, socket, sys, traceback
+control = socket.socket(fileno=int(sys.argv[1]))
+for module in sys.argv[2:]:
+    __import__(module)
+control.send(b"ready")
+while True:
+    message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
+    if not message:
+        break
+    request = json.loads(message)
+    if "wait" in request:
+        _, status = os.waitpid(request["wait"], 0)
+        control.send(str(os.waitstatus_to_exitcode(status)).encode())
+        continue
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        control.close()
+        os.dup2(fds[0], 0)
+        os.dup2(fds[1], 1)
+        for fd in fds:
+            os.close(fd)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.argv = ["-c", *request["argv"]]
+        code = 0
+        try:
+            exec(compile(request["script"], "<forked child>", "exec"), {"__name__": "__main__"})
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    control.send(str(pid).encode())
+"""
+
+
+class ForkedChild:
+    """One forked child: `stdin`, `stdout`, `send_signal` and `wait` as on `subprocess.Popen`."""
+
+    def __init__(self, server: ForkServer, pid: int, stdin: IO[str], stdout: IO[str]) -> None:
+        self._server = server
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def send_signal(self, signal: int) -> None:
+        os.kill(self.pid, signal)
+
+    def close(self) -> None:
+        """Close this side of the child's pipes."""
+        self.stdout.close()
+        with suppress(BrokenPipeError):  # the child is gone: nothing was waiting to be flushed
+            self.stdin.close()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child to end (the server reaps it) and return its exit code, -9 after a SIGKILL."""
+        if self.returncode is None:
+            self.returncode = int(self._server.ask({"wait": self.pid}, timeout=timeout))
+        return self.returncode
+
+
+class ForkServer:
+    """A process that has imported `modules` once and forks a child to run each script given to `start`."""
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(theirs.fileno()), *modules], pass_fds=[theirs.fileno()]
+            )
+        self._control.settimeout(120)
+        assert self._control.recv(16) == b"ready", "the fork server did not start"
+
+    def ask(self, request: dict[str, object], fds: Sequence[int] = (), timeout: float | None = None) -> str:
+        socket.send_fds(self._control, [json.dumps(request).encode()], list(fds))
+        self._control.settimeout(timeout if timeout is not None else 120)
+        return self._control.recv(64).decode()
+
+    def start(self, script: str, *argv: str) -> ForkedChild:
+        """Fork a child that runs `script` with `argv` (as `python -c script *argv` would), on new pipes."""
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            pid = int(self.ask({"script": script, "argv": list(argv)}, fds=[stdin_r, stdout_w]))
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        stdin = io.TextIOWrapper(io.FileIO(stdin_w, "w"), line_buffering=True)
+        stdout = io.TextIOWrapper(io.FileIO(stdout_r, "r"))
+        return ForkedChild(self, pid, stdin, stdout)
+
+    def close(self) -> None:
+        self._control.close()
+        self._process.wait(30)
+
+
+@contextmanager
+def fork_server(*modules: str) -> Iterator[ForkServer]:
+    """A fork server that has imported `modules`, stopped on leaving."""
+    server = ForkServer(modules)
+    try:
+        yield server
+    finally:
+        server.close()
