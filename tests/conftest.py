@@ -99,10 +99,38 @@ GUARDED_MODULES = frozenset(
 )
 
 
+# The slowest test files, slowest first (measured with `pytest --durations=40`; docs/testing.md). They are collected
+# first, so xdist's workers (`--dist loadfile`, in collection order) start on them and finish together on short files,
+# instead of one worker running a long file alone at the end. Any order is correct: this one is only faster.
+SLOWEST_FIRST = [
+    f"test_{name}.py"
+    for name in [
+        "entropy_guard",
+        "ledger_commit_order",
+        "fidelity",
+        "pytest_plugin",
+        "pytest_plugin_faults",
+        "postgres_skips",
+        "benchmarks_smoke",
+        "key_stability",
+        "docs",
+        "dbos_recipe",
+        "cli",
+        "crash",
+        "kill_run",
+        "fidelity_providers",
+        "postgres_processes",
+        "view_browser",
+    ]
+]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in GUARDED_MODULES:
             item.add_marker(pytest.mark.anagrapheus_guard)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
