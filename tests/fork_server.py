@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import IO
 
@@ -26,7 +27,7 @@ for module in sys.argv[2:]:
     __import__(module)
 control.send(b"ready")
 while True:
-    message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
+    message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
     if not message:
         break
     request = json.loads(message)
@@ -39,12 +40,12 @@ while True:
     pid = os.fork()
     if pid == 0:
         control.close()
-        os.dup2(fds[0], 0)
-        os.dup2(fds[1], 1)
-        for fd in fds:
+        for fd, std in zip(fds, (0, 1, 2)):
+            os.dup2(fd, std)
             os.close(fd)
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
         sys.argv = ["-c", *request["argv"]]
         code = 0
         try:
@@ -64,13 +65,14 @@ while True:
 
 
 class ForkedChild:
-    """One forked child: `stdin`, `stdout`, `send_signal` and `wait` as on `subprocess.Popen`."""
+    """One forked child: `stdin`, `stdout`, `stderr`, `send_signal`, `wait` and `communicate` as on `Popen`."""
 
-    def __init__(self, server: ForkServer, pid: int, stdin: IO[str], stdout: IO[str]) -> None:
+    def __init__(self, server: ForkServer, pid: int, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> None:
         self._server = server
         self.pid = pid
         self.stdin = stdin
         self.stdout = stdout
+        self.stderr = stderr
         self.returncode: int | None = None
 
     def send_signal(self, signal: int) -> None:
@@ -79,8 +81,21 @@ class ForkedChild:
     def close(self) -> None:
         """Close this side of the child's pipes."""
         self.stdout.close()
+        self.stderr.close()
         with suppress(BrokenPipeError):  # the child is gone: nothing was waiting to be flushed
             self.stdin.close()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Close stdin, read stdout and stderr to their ends, wait; as `Popen.communicate` does."""
+        with suppress(BrokenPipeError):
+            self.stdin.close()
+        with ThreadPoolExecutor(1) as reader:
+            err = reader.submit(self.stderr.read)
+            out = self.stdout.read()
+            errors = err.result(timeout)
+        self.wait(timeout)
+        self.close()
+        return out, errors
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the child to end (the server reaps it) and return its exit code, -9 after a SIGKILL."""
@@ -107,17 +122,23 @@ class ForkServer:
         return self._control.recv(64).decode()
 
     def start(self, script: str, *argv: str) -> ForkedChild:
-        """Fork a child that runs `script` with `argv` (as `python -c script *argv` would), on new pipes."""
+        """Fork a child that runs `script` with `argv` (as `python -c script *argv` would), on three new pipes.
+
+        Its stderr is a pipe too, so a child's traceback reaches the test that started it; a child that writes more
+        than a pipe holds (64 KiB) there must be read (`communicate`) or it blocks.
+        """
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
         try:
-            pid = int(self.ask({"script": script, "argv": list(argv)}, fds=[stdin_r, stdout_w]))
+            pid = int(self.ask({"script": script, "argv": list(argv)}, fds=[stdin_r, stdout_w, stderr_w]))
         finally:
-            os.close(stdin_r)
-            os.close(stdout_w)
+            for theirs in (stdin_r, stdout_w, stderr_w):
+                os.close(theirs)
         stdin = io.TextIOWrapper(io.FileIO(stdin_w, "w"), line_buffering=True)
         stdout = io.TextIOWrapper(io.FileIO(stdout_r, "r"))
-        return ForkedChild(self, pid, stdin, stdout)
+        stderr = io.TextIOWrapper(io.FileIO(stderr_r, "r"))
+        return ForkedChild(self, pid, stdin, stdout, stderr)
 
     def close(self) -> None:
         self._control.close()
