@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import uuid
@@ -27,6 +28,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests import bounds
+from tests.fork_server import ForkServer, fork_server
 
 if TYPE_CHECKING:
     from anagrapheus.timeline.postgres import PostgresEventStore
@@ -98,10 +100,38 @@ GUARDED_MODULES = frozenset(
 TESTS = Path(__file__).parent
 
 
+# The slowest test files, slowest first (measured with `pytest --durations=40`; docs/testing.md). They are collected
+# first, so xdist's workers (`--dist loadfile`, in collection order) start on them and finish together on short files,
+# instead of one worker running a long file alone at the end. Any order is correct: this one is only faster.
+SLOWEST_FIRST = [
+    f"test_{name}.py"
+    for name in [
+        "entropy_guard",
+        "ledger_commit_order",
+        "fidelity",
+        "pytest_plugin",
+        "pytest_plugin_faults",
+        "postgres_skips",
+        "benchmarks_smoke",
+        "key_stability",
+        "docs",
+        "dbos_recipe",
+        "cli",
+        "crash",
+        "kill_run",
+        "fidelity_providers",
+        "postgres_processes",
+        "view_browser",
+    ]
+]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in GUARDED_MODULES:
             item.add_marker(pytest.mark.anagrapheus_guard)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -131,6 +161,15 @@ def postgres_dsn() -> str:
     if reason is not None:
         pytest.skip(reason)
     return POSTGRES_DSN
+
+
+@pytest.fixture(scope="session")
+def forks() -> Iterator[ForkServer]:
+    """Children forked from one process that has imported anagrapheus, for the tests that SIGKILL many of them."""
+    # The PostgreSQL store too where psycopg is installed: its writers would import it after every kill.
+    postgres = ["anagrapheus.timeline.postgres"] if importlib.util.find_spec("psycopg") else []
+    with fork_server("anagrapheus.timeline", *postgres) as server:
+        yield server
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Crash safety with real processes: SIGKILL at random moments never leaves half a unit in the log.
 
 The normal suite runs 50 kills; `pytest --soak` runs 1000, and ANAGRAPHEUS_CRASH_TRIALS sets any number.
+Each child is forked from a process that has imported anagrapheus once (tests/fork_server.py): a process of
+its own, with its own connection, killed by a real SIGKILL, without a second of imports before every kill.
 """
 
 from __future__ import annotations
@@ -8,8 +10,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +18,7 @@ import pytest
 
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
 from tests.bounds import bound
+from tests.fork_server import ForkServer
 
 PINS_PER_UNIT = 5
 TRIALS = bound("ANAGRAPHEUS_CRASH_TRIALS", normal=50, soak=1000)
@@ -62,7 +63,7 @@ def never() -> object:
 
 
 @pytest.mark.soak
-def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: Path) -> None:
+def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: Path, forks: ForkServer) -> None:
     path = tmp_path / "crash.db"
     types = EventTypeRegistry()
     rng = random.Random(20261130)
@@ -70,20 +71,15 @@ def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: P
     for trial in range(TRIALS):
         # Every fifth kill lands mid-unit for certain (the child pauses after two draws); the rest at random.
         pause_after = 2 if trial % 5 == 0 else 0
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(path), str(PINS_PER_UNIT), str(pause_after)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None
+        child = forks.start(CHILD, str(path), str(PINS_PER_UNIT), str(pause_after))
         assert child.stdout.readline().strip() == "ready"
         if pause_after:
             assert child.stdout.readline().strip() == "paused"
         else:
             time.sleep(rng.uniform(0.0, 0.04))
         child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+        assert child.wait() == -signal.SIGKILL
+        child.close()
         with SQLiteEventStore(path) as store:
             check_log(store)
             open_units = PinLedger.open_units(store)
@@ -109,7 +105,7 @@ def test_sigkill_at_random_moments_leaves_every_unit_whole_or_absent(tmp_path: P
 
 @pytest.mark.soak
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-def test_a_kill_during_commit_never_half_commits(tmp_path: Path) -> None:
+def test_a_kill_during_commit_never_half_commits(tmp_path: Path, forks: ForkServer) -> None:
     """Kill as a large unit starts to commit: it is all in the log or all in scratch, and some kills land mid-commit."""
     path = tmp_path / "commit.db"
     script = """
@@ -129,15 +125,13 @@ while True:
     rng = random.Random(7)
     landed_in_commit = 0
     for _ in range(COMMIT_KILLS):
-        child = subprocess.Popen(
-            [sys.executable, "-c", script, str(path), str(COMMIT_PINS)], stdout=subprocess.PIPE, text=True
-        )
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        child = forks.start(script, str(path), str(COMMIT_PINS))
+        assert child.stdout.readline().strip() == "ready"
         assert child.stdout.readline().strip() == "committing"
         time.sleep(rng.choice([0.0, rng.uniform(0.0, 0.003)]))
         child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+        assert child.wait() == -signal.SIGKILL
+        child.close()
         with SQLiteEventStore(path) as store:
             events = list(store.read())
             assert [e.seq for e in events] == list(range(1, len(events) + 1))

@@ -16,19 +16,17 @@ import json
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from anagrapheus.timeline import SQLiteEventStore, TimelineStore
 from tests.bounds import bound
+from tests.fork_server import ForkServer
 
 pytestmark = [pytest.mark.soak, pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
 
@@ -92,7 +90,7 @@ Paid = list[tuple[str, str, str]]
 
 
 def kill_run(
-    engine: str, where: str, schema: str, tmp_path: Path, break_writes: Callable[[], None]
+    forks: ForkServer, engine: str, where: str, schema: str, tmp_path: Path, break_writes: Callable[[], None]
 ) -> tuple[dict[str, int], Paid]:
     """Run writers under kills and broken writes; return the counts and what the effect was paid for."""
     paid_path = tmp_path / f"paid-{engine}.jsonl"
@@ -115,14 +113,7 @@ def kill_run(
             finished = False
             while not finished:
                 args = [engine, where, schema, str(paid_path), tag, str(UNITS), str(PINS), str(EFFECT_SECONDS)]
-                writer = subprocess.Popen(
-                    [sys.executable, "-c", WRITER, *args],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    bufsize=1,
-                )
-                assert writer.stdout is not None and writer.stdin is not None
+                writer = forks.start(WRITER, *args)
                 # Kill after a random number of lines: in an effect, right after a draw, or in a commit.
                 when = rng.randint(1, 3 * PINS) if kills < KILLS else None
                 for lines, line in enumerate(writer.stdout, start=1):
@@ -137,9 +128,7 @@ def kill_run(
                     if line.strip() == "effect":
                         writer.stdin.write("go\n")
                 writer.wait(120)
-                writer.stdout.close()
-                with suppress(BrokenPipeError):
-                    writer.stdin.close()
+                writer.close()
                 assert finished or when is not None, f"the writer failed: exit {writer.returncode}"
     finally:
         stop.set()
@@ -174,7 +163,7 @@ def check(result: dict[str, int]) -> None:
     assert result["kills"] >= KILLS
 
 
-def test_kill_run_on_sqlite(tmp_path: Path) -> None:
+def test_kill_run_on_sqlite(tmp_path: Path, forks: ForkServer) -> None:
     path = tmp_path / "kill.db"
     SQLiteEventStore(path).close()
 
@@ -187,14 +176,14 @@ def test_kill_run_on_sqlite(tmp_path: Path) -> None:
         finally:
             other.close()
 
-    run = kill_run("sqlite", str(path), "", tmp_path, hold_the_lock)
+    run = kill_run(forks, "sqlite", str(path), "", tmp_path, hold_the_lock)
     with SQLiteEventStore(path) as store:
         check(figures(store, run))
 
 
 @pytest.mark.postgres
 def test_kill_run_on_postgres(
-    tmp_path: Path, postgres_dsn: str, pg_schema: str, open_pg: Callable[..., TimelineStore]
+    tmp_path: Path, forks: ForkServer, postgres_dsn: str, pg_schema: str, open_pg: Callable[..., TimelineStore]
 ) -> None:
     import psycopg
 
@@ -212,6 +201,6 @@ def test_kill_run_on_postgres(
             ).fetchone()
         terminated += 0 if row is None else int(row[0])
 
-    run = kill_run("pg", postgres_dsn, pg_schema, tmp_path, terminate_backends)
+    run = kill_run(forks, "pg", postgres_dsn, pg_schema, tmp_path, terminate_backends)
     run[0]["backends_terminated"] = terminated
     check(figures(store, run))

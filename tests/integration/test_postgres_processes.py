@@ -1,12 +1,13 @@
-"""Many processes on one Postgres log: nothing lost, nothing torn, no gaps, typed conflicts only; SIGKILL mid-unit."""
+"""Many processes on one Postgres log: nothing lost, nothing torn, no gaps, typed conflicts only; SIGKILL mid-unit.
+
+The processes are forked from one that has imported anagrapheus once (tests/fork_server.py).
+"""
 
 from __future__ import annotations
 
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -17,6 +18,7 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 
 from anagrapheus.timeline import EventTypeRegistry
 from anagrapheus.timeline.postgres import PostgresEventStore
+from tests.fork_server import ForkServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
 
@@ -27,6 +29,7 @@ import json, sys, time
 from anagrapheus.errors import SeqConflict, UnitBusy, UnitClosed
 from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
+from tests.fork_server import ForkServer
 dsn, schema, tag, units, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=0.1)
@@ -64,23 +67,15 @@ print(json.dumps(report), flush=True)
 """
 
 
-def test_processes_commit_units_at_once(postgres_dsn: str, pg_schema: str, types: EventTypeRegistry) -> None:
+def test_processes_commit_units_at_once(
+    postgres_dsn: str, pg_schema: str, types: EventTypeRegistry, forks: ForkServer
+) -> None:
     workers, units = 4, 15
     PostgresEventStore(postgres_dsn, schema=pg_schema).close()  # migrated once; the race is on the log
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, postgres_dsn, pg_schema, f"w{n}", str(units), str(PINS)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(workers)
-    ]
+    procs = [forks.start(WORKER, postgres_dsn, pg_schema, f"w{n}", str(units), str(PINS)) for n in range(workers)]
     for proc in procs:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert proc.stdout.readline().strip() == "ready"
     for proc in procs:
-        assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
     outputs = [proc.communicate(timeout=180) for proc in procs]
@@ -113,6 +108,7 @@ DRAWER = """
 import sys, time
 from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
+from tests.fork_server import ForkServer
 dsn, schema, unit_id, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema)
@@ -130,6 +126,7 @@ RESUMER = """
 import json, sys
 from anagrapheus.timeline import EventTypeRegistry, PinLedger
 from anagrapheus.timeline.postgres import PostgresEventStore
+from tests.fork_server import ForkServer
 dsn, schema, pins = sys.argv[1], sys.argv[2], int(sys.argv[3])
 types = EventTypeRegistry()
 store = PostgresEventStore(dsn, schema=schema, unit_wait=10.0)
@@ -153,7 +150,7 @@ print(json.dumps(resumed), flush=True)
 """
 
 
-def test_sigkill_mid_unit_is_resumed_by_another_process(postgres_dsn: str, pg_schema: str) -> None:
+def test_sigkill_mid_unit_is_resumed_by_another_process(postgres_dsn: str, pg_schema: str, forks: ForkServer) -> None:
     PostgresEventStore(postgres_dsn, schema=pg_schema).close()
     pins = 5
     rng = random.Random(14)
@@ -163,28 +160,18 @@ def test_sigkill_mid_unit_is_resumed_by_another_process(postgres_dsn: str, pg_sc
     for trial, wanted in enumerate([1, 3, pins - 1, rng.randint(0, pins - 1)]):
         unit_id = f"unit-{trial}"
         expected_units.append(unit_id)
-        child = subprocess.Popen(
-            [sys.executable, "-c", DRAWER, postgres_dsn, pg_schema, unit_id, str(pins), "0.05"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None
+        child = forks.start(DRAWER, postgres_dsn, pg_schema, unit_id, str(pins), "0.05")
         for _ in range(wanted + 1):
             assert child.stdout.readline().startswith("drawn")
         time.sleep(rng.uniform(0.0, 0.06) if trial == 3 else 0.0)
         child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+        assert child.wait() == -signal.SIGKILL
+        child.close()
 
-        resumer = subprocess.run(
-            [sys.executable, "-c", RESUMER, postgres_dsn, pg_schema, str(pins)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert resumer.returncode == 0, resumer.stderr
-        resumed = json.loads(resumer.stdout.strip().splitlines()[-1])
+        resumer = forks.start(RESUMER, postgres_dsn, pg_schema, str(pins))
+        out, err = resumer.communicate(timeout=120)
+        assert resumer.returncode == 0, err
+        resumed = json.loads(out.strip().splitlines()[-1])
         for counts in resumed.values():
             assert counts["reused"] + counts["fresh"] == pins
             reused += counts["reused"]

@@ -23,6 +23,8 @@ def run_one_postgres_test(*, ci: bool, require: bool = False) -> subprocess.Comp
             "pytest",
             "-p",
             "no:cacheprovider",
+            "-n",
+            "0",  # one test: no xdist workers to start
             "-q",
             "-rs",
             "tests/timeline/test_postgres.py::test_injected_clock_and_ids",

@@ -1,12 +1,15 @@
-"""Several OS processes on one SQLite file: no lost event, no gap, no 'database is locked' crash."""
+"""Several OS processes on one SQLite file: no lost event, no gap, no 'database is locked' crash.
+
+The writers are forked from one process that has imported anagrapheus (tests/fork_server.py), so they start
+within milliseconds of each other and race for the new file.
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from anagrapheus.timeline import SQLiteEventStore
+from tests.fork_server import ForkServer
 
 WRITER = """
 import sys
@@ -21,19 +24,16 @@ store.close()
 """
 
 
-def run_writers(path: Path, writers: int, per_writer: int) -> None:
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{n}", str(per_writer)], stderr=subprocess.PIPE)
-        for n in range(writers)
-    ]
-    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+def run_writers(forks: ForkServer, path: Path, writers: int, per_writer: int) -> None:
+    procs = [forks.start(WRITER, str(path), f"w{n}", str(per_writer)) for n in range(writers)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * writers, errors
 
 
-def test_processes_append_to_one_new_file_concurrently(tmp_path: Path) -> None:
+def test_processes_append_to_one_new_file_concurrently(tmp_path: Path, forks: ForkServer) -> None:
     # The file does not exist yet: every writer races to create it, switch it to WAL and migrate it.
     path = tmp_path / "shared.db"
-    run_writers(path, writers=4, per_writer=150)
+    run_writers(forks, path, writers=4, per_writer=150)
     with SQLiteEventStore(path) as store:
         events = list(store.read())
         assert [e.seq for e in events] == list(range(1, 601))

@@ -281,7 +281,11 @@ def test_a_closed_store_takes_no_unit(open_pg: Callable[..., PostgresEventStore]
     store.close()
     with pytest.raises(StoreError, match="it is closed"):
         store.scratch_get("u1", "k1")
-    assert every_connection(postgres_dsn, store) == []
+    # A server process leaves pg_stat_activity a moment after its client hung up (seen on a loaded machine).
+    deadline = time.monotonic() + 10
+    while every_connection(postgres_dsn, store):
+        assert time.monotonic() < deadline, "the closed store still has a connection"
+        time.sleep(0.02)
 
 
 # 3. Every wait on the server is bounded.
