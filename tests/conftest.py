@@ -104,26 +104,28 @@ TESTS = Path(__file__).parent
 # first, so xdist's workers (`--dist loadfile`, in collection order) start on them and finish together on short files,
 # instead of one worker running a long file alone at the end. Any order is correct: this one is only faster.
 SLOWEST_FIRST = [
-    f"test_{name}.py"
-    for name in [
-        "entropy_guard",
-        "ledger_commit_order",
-        "fidelity",
-        "pytest_plugin",
-        "pytest_plugin_faults",
-        "postgres_skips",
-        "benchmarks_smoke",
-        "key_stability",
-        "docs",
-        "dbos_recipe",
-        "cli",
-        "crash",
-        "kill_run",
-        "fidelity_providers",
-        "postgres_processes",
-        "view_browser",
-    ]
+    "testing/test_entropy.py",
+    "cli/test_export_as_test.py",
+    "integration/test_ledger_commit_order.py",
+    "integration/test_fidelity.py",
+    "testing/test_plugin.py",
+    "testing/test_plugin_faults.py",
+    "integration/test_postgres_skips.py",
+    "docs/test_benchmarks_smoke.py",
+    "provider/keying/test_material_stability.py",
+    "docs/test_docs.py",
+    "integration/test_dbos_recipe.py",
+    "cli/test_cli.py",
+    "integration/test_crash.py",
+    "integration/test_kill_run.py",
+    "integration/test_fidelity_providers.py",
+    "integration/test_postgres_processes.py",
+    "cli/test_view_browser.py",
 ]
+
+
+def _under_tests(path: Path) -> str:
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else path.name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -131,7 +133,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in GUARDED_MODULES:
             item.add_marker(pytest.mark.anagrapheus_guard)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    # Stable: the rest keep their order.
+    items.sort(key=lambda item: rank.get(_under_tests(item.path), len(rank)))
 
 
 POSTGRES_DSN = os.environ.get("ANAGRAPHEUS_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
