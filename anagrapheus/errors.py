@@ -8,8 +8,8 @@ from anagrapheus.deprecation import deprecated
 
 if TYPE_CHECKING:
     # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
-    from anagrapheus.timeline.canonical import JSONValue
     from anagrapheus.timeline.divergence import Divergence
+    from anagrapheus.timeline.json_value import JSONValue
 
 __all__ = [
     "AmbiguousPin",

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anagrapheus.cli import diff
 from anagrapheus.cli.commands import Command, add_unit_option
+from anagrapheus.cli.diff import run as run_diff
 from anagrapheus.cli.page import Change, PinView, UnitView, render_page
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
@@ -83,7 +83,7 @@ def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, r
 
 def _changes(args: argparse.Namespace, a: list[UnitView], b: list[UnitView]) -> list[Change]:
     """`anagrapheus diff`'s changes, with the pins on both sides to show."""
-    compared = diff.run(argparse.Namespace(**{**vars(args), "a": args.path, "b": args.against}))
+    compared = run_diff(argparse.Namespace(**{**vars(args), "a": args.path, "b": args.against}))
     pins = [{(u.unit_id, p.position): p for u in side for p in u.pins} for side in (a, b)]
     changes: list[Change] = []
     for unit in compared.data["units"]:

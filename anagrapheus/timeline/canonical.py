@@ -7,9 +7,10 @@ import json
 import math
 import re
 import unicodedata
-from typing import Any, TypeAlias
+from typing import Any
 
 from anagrapheus.errors import CanonicalError, UsageError
+from anagrapheus.timeline.json_value import JSONValue
 
 __all__ = [
     "KEY_SCHEME",
@@ -26,8 +27,6 @@ __all__ = [
     "pin_key",
 ]
 
-JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
-"""A value made only of JSON's own types."""
 
 KEY_SCHEME = "p1"
 """Bumped whenever what goes into key material changes, so old keys miss instead of matching wrongly."""
