@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for _ in range(SEEN_BEFORE_KEPT + 1):
         model.pin_for(whole, settings, PARAMETERS)
     # The conversation as the policy keeps it (private: this script takes the check apart, no test relies on it).
-    kept: Any = next(iter(policy._history._chains.values()))  # pyright: ignore[reportPrivateUsage]
+    kept: Any = next(iter(policy._keys._history._chains.values()))  # pyright: ignore[reportPrivateUsage, reportOptionalMemberAccess]
     assert len(kept.nodes) == len(whole) and kept.unchanged(), "the kept conversation should read as walked"
     getters, watched, values = list(kept.getters), list(kept.objects), list(kept.values)
     same = list(values)

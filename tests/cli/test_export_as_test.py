@@ -140,7 +140,7 @@ def test_as_test_refuses_a_bad_module_name_and_a_unit_without_inputs(
 
 def test_a_recording_without_inputs_cannot_be_asked_again(tmp_path: Path) -> None:
     # The negotiation as committed before run inputs were recorded.
-    before_inputs = Path(__file__).parent / "data" / "negotiation-before-inputs.jsonl"
+    before_inputs = Path(__file__).parents[1] / "data" / "negotiation-before-inputs.jsonl"
     with pytest.raises(UsageError, match="export the unit again"):
         ask_recorded_runs(before_inputs, rerun_agents.support)
 

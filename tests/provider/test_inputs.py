@@ -195,7 +195,7 @@ def test_a_recording_without_inputs_has_no_recorded_runs() -> None:
     # The negotiation as committed before run inputs were recorded; as committed now, it has one per run.
     from examples.negotiation.runs import RECORDING
 
-    before_inputs = Path(__file__).parent / "data" / "negotiation-before-inputs.jsonl"
+    before_inputs = Path(__file__).parents[1] / "data" / "negotiation-before-inputs.jsonl"
     assert recorded_runs(read_recording(before_inputs).events) == []
     assert len(recorded_runs(read_recording(RECORDING).events)) == 8
 

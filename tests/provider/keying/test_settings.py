@@ -16,7 +16,7 @@ from anagrapheus.provider import SemanticCallPolicy, call_pin
 from anagrapheus.provider.keying.settings import DROPPED_SETTINGS, KEPT_SETTINGS, REDUCED_SETTINGS
 
 SOURCE = Path(pydantic_ai.__file__).parent
-DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "call-policy.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "how-to" / "call-policy.md"
 
 
 def defined_settings() -> dict[str, str]:
