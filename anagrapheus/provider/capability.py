@@ -44,12 +44,10 @@ from anagrapheus.provider.outputs import (
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import (
-    TOOL_CALL,
     CallWatch,
+    answer_tool_call,
     is_pinned_tool,
     needs_tags,
-    settle,
-    tool_answer_from_raw,
     tool_pin,
 )
 from anagrapheus.provider.unit_per_run import UnitPerRun
@@ -333,15 +331,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             call = tool_pin(name, arguments, ctx=ctx)
         else:
             call = tool_pin(name, arguments, deps=keyed_deps(ctx.deps), ctx=ctx)
-        asking = ask(
-            call.key, kind=TOOL_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
-        )
-
-        drawn = False
 
         async def draw() -> JSONValue:
-            nonlocal drawn
-            drawn = True
             watch = CallWatch(ctx, self.resolver)
             with watch.running():
                 result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
@@ -349,17 +340,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
             # as its JSON, in its own key order.
             return watch.raw(name, result if needs_tags(result) else _jsonable(name, result))
 
-        answer = await self.draws.resolve(
-            self.resolver,
-            asking.key,
-            kind=TOOL_CALL,
-            effect=draw,
-            interpret=tool_answer_from_raw,
-            fingerprint=call.fingerprint,
-        )
-        asking.arrived()
-        settle(ctx, answer, self.resolver, drawn=drawn)
-        return answer.value
+        per_run = not _dedupes(self.dedupe_repeats, name)
+        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run)
 
 
 def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:

@@ -383,20 +383,9 @@ def pinned_tool(
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         call = tool_pin(tool, bound.arguments)
-        asking = ask(
-            call.key,
-            kind=TOOL_CALL,
-            resolver=resolver,
-            ctx=_context_among(bound.arguments),
-            per_run=not dedupe_repeats,
-        )
-
-        drawn = False
         context = _context_among(bound.arguments)
 
         async def draw() -> JSONValue:
-            nonlocal drawn
-            drawn = True
             watch = CallWatch(context, resolver)
             call_args, call_kwargs = _swapped(signature, bound.arguments, watch, args, kwargs)
             with watch.running():
@@ -408,17 +397,7 @@ def pinned_tool(
                     )
             return watch.raw(tool, result)
 
-        answer = await draws.resolve(
-            resolver,
-            asking.key,
-            kind=TOOL_CALL,
-            effect=draw,
-            interpret=tool_answer_from_raw,
-            fingerprint=call.fingerprint,
-        )
-        asking.arrived()
-        settle(context, answer, resolver, drawn=drawn)
-        return answer.value
+        return await answer_tool_call(draws, resolver, call, context, draw, per_run=not dedupe_repeats)
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
@@ -475,6 +454,37 @@ class CallWatch:
             usage = added if added != RunUsage() else None
         runs = self._clocks.runs - self._runs
         return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
+
+
+async def answer_tool_call(
+    draws: DrawSequence,
+    resolver: PinResolver,
+    call: ToolPin,
+    ctx: RunContext[Any] | None,
+    draw: Callable[[], Awaitable[JSONValue]],
+    *,
+    per_run: bool,
+) -> Any:
+    """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning."""
+    asking = ask(call.key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
+    drawn = False
+
+    async def effect() -> JSONValue:
+        nonlocal drawn
+        drawn = True
+        return await draw()
+
+    answer = await draws.resolve(
+        resolver,
+        asking.key,
+        kind=TOOL_CALL,
+        effect=effect,
+        interpret=tool_answer_from_raw,
+        fingerprint=call.fingerprint,
+    )
+    asking.arrived()
+    settle(ctx, answer, resolver, drawn=drawn)
+    return answer.value
 
 
 def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:

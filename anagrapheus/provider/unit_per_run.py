@@ -24,6 +24,7 @@ from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
+from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import TimelineStore
 
 __all__ = ["UnitPerRun", "dbos_workflow_id", "fails_for_good"]
@@ -38,11 +39,8 @@ _RUN: ContextVar[RunContext[Any] | None] = ContextVar("anagrapheus_run", default
 @contextmanager
 def serving(ctx: RunContext[Any]) -> Generator[None]:
     """Make `ctx` the run whose draws a `UnitPerRun` answers, for as long as the block runs."""
-    token = _RUN.set(ctx)
-    try:
+    with scoped(_RUN, ctx):
         yield
-    finally:
-        _RUN.reset(token)
 
 
 def fails_for_good(error: BaseException) -> bool:

@@ -30,6 +30,7 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
+from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
@@ -179,11 +180,8 @@ def noting_keys() -> Generator[list[str]]:
     answers the draw from its pin can count those keys as used.
     """
     noted: list[str] = []
-    token = _NOTED.set(noted)
-    try:
+    with scoped(_NOTED, noted):
         yield noted
-    finally:
-        _NOTED.reset(token)
 
 
 def _note(key: str) -> None:

@@ -16,6 +16,8 @@ from typing import Literal
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
 
+from anagrapheus.timeline.scoped import scoped
+
 __all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "short_key", "traced_to", "unit_span"]
 
 Outcome = Literal["drawn", "answered", "reused", "missed", "failed"]
@@ -41,11 +43,8 @@ def _tracer() -> trace.Tracer | None:
 @contextmanager
 def traced_to(provider: trace.TracerProvider) -> Generator[None]:
     """Within: pins report their spans to `provider` rather than to OpenTelemetry's global one."""
-    token = _provider.set(provider)
-    try:
+    with scoped(_provider, provider):
         yield
-    finally:
-        _provider.reset(token)
 
 
 def short_key(key: str) -> str:
@@ -57,11 +56,8 @@ def short_key(key: str) -> str:
 @contextmanager
 def answers_untraced() -> Generator[None]:
     """Within: the spans of pins answered (from the log or from scratch) are never ended, so never exported."""
-    token = _untraced_answers.set(True)
-    try:
+    with scoped(_untraced_answers, True):
         yield
-    finally:
-        _untraced_answers.reset(token)
 
 
 class PinSpan:
