@@ -73,6 +73,8 @@ def test_the_conversation_reads_and_keys_move_between_pins(browser: Any, tmp_pat
     first = page.locator("details.fp").first
     assert first.locator("table").count() == 0
     first.locator("summary").click()
+    # The table is laid out by the page's script on the toggle event: wait for it, as a reader's eye does.
+    first.locator("table").wait_for(state="attached")
     assert first.locator("tr").count() == 3  # a header and the entity id's two fields
     assert first.locator("td").first.text_content() == "entity"
     page.screenshot(path=str(tmp_path / "negotiation.png"))
