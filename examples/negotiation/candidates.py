@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ToolCallPart
 
 from anagrapheus import Pinning
@@ -37,7 +38,8 @@ from examples.negotiation.world import World
 
 Policy = Literal["pinned", "live"]
 
-_SHARE = re.compile(r"(\d+)% EU share")
+SHARE = re.compile(r"(\d+)% EU share")
+"""An EU share stated as a percentage, as the talks' invariants read it."""
 
 
 def _round_of(exchange: Exchange) -> int:
@@ -91,7 +93,7 @@ def _quota_rounds(conversation: Conversation) -> list[Exchange]:
 def quota_statements_state_a_share(conversation: Conversation) -> str | None:
     """In every quota round, each side states the EU share it offers as a percentage."""
     for exchange in _quota_rounds(conversation):
-        if not _SHARE.search(str(exchange.output)):
+        if not SHARE.search(str(exchange.output)):
             said = f"{exchange.output!r}"
             return f"round {_round_of(exchange)}: the {exchange.agent} stated no share as a percentage: {said}"
     return None
@@ -100,7 +102,7 @@ def quota_statements_state_a_share(conversation: Conversation) -> str | None:
 def uk_counters_below_the_eu_offer(conversation: Conversation) -> str | None:
     """The UK never counters at or above the share the EU just proposed."""
     for eu, uk in zip(conversation.by(EU.code), conversation.by(UK.code), strict=False):
-        offered, countered = _SHARE.search(str(eu.output)), _SHARE.search(str(uk.output))
+        offered, countered = SHARE.search(str(eu.output)), SHARE.search(str(uk.output))
         if offered and countered and int(countered[1]) >= int(offered[1]):
             return f"round {_round_of(uk)}: the UK countered at {countered[1]}%, not below the EU's {offered[1]}%"
     return None
@@ -121,30 +123,38 @@ INVARIANTS = [quota_statements_state_a_share, uk_counters_below_the_eu_offer, uk
 """The talks' contract, judged over the recorded trajectory whichever candidate is replayed."""
 
 
-def _spelled_out(text: str) -> str:
+def spelled_out(text: str) -> str:
+    """The house style: each percentage spelled out in words."""
     return re.sub(r"(\d+)%", r"\1 per cent", text)
+
+
+def negotiators(
+    parties: dict[str, Party], *, house_style: bool = False, capabilities: Sequence[AbstractCapability[None]] = ()
+) -> dict[str, Agent[None, str]]:
+    """The scripted negotiators of `parties` as agents, on a world never read: pinned, its readings are the pins'."""
+    world = World()
+    models = {code: negotiator.model() for code, negotiator in scripted_pair(lambda: START).items()}
+    agents: dict[str, Agent[None, str]] = {}
+    for code, party in parties.items():
+        agent = Agent(
+            models[code],
+            instructions=party.instructions,
+            tools=[world.stock_survey, world.market_price],
+            capabilities=list(capabilities),
+            name=f"{party.code} negotiator",
+        )
+        if house_style:
+            # After the draw: the requests are unchanged, so every pin still answers; the statements are not.
+            agent.output_validator(spelled_out)
+        agents[code] = agent
+    return agents
 
 
 def _builder(
     parties: dict[str, Party], *, house_style: bool = False
 ) -> Callable[[PinResolver], dict[str, Agent[None, str]]]:
     def build(resolver: PinResolver) -> dict[str, Agent[None, str]]:
-        world = World()  # under a pinned replay its readings come from the recording, never from here
-        models = {code: negotiator.model() for code, negotiator in scripted_pair(lambda: START).items()}
-        agents: dict[str, Agent[None, str]] = {}
-        for code, party in parties.items():
-            agent = Agent(
-                models[code],
-                instructions=party.instructions,
-                tools=[world.stock_survey, world.market_price],
-                capabilities=[Pinning(resolver)],
-                name=f"{party.code} negotiator",
-            )
-            if house_style:
-                # After the draw: the requests are unchanged, so every pin still answers; the statements are not.
-                agent.output_validator(_spelled_out)
-            agents[code] = agent
-        return agents
+        return negotiators(parties, house_style=house_style, capabilities=[Pinning(resolver)])
 
     return build
 

@@ -34,37 +34,18 @@ from anagrapheus.evals import dataset_from_recording, pinned_task
 from anagrapheus.provider import Forked, fork_run
 from anagrapheus.provider.inputs import RecordedRun
 from anagrapheus.testing.rerun import read_events
-from examples.negotiation.scripts import scripted_pair
-from examples.negotiation.seeded import START
+from examples.negotiation.candidates import SHARE
+from examples.negotiation.candidates import negotiators as candidate_pair
 from examples.negotiation.talks import EU, ROUNDS, UK, Party, unit_id
-from examples.negotiation.world import World
 
 __all__ = ["CANDIDATES", "StatesAShare", "evaluate", "fork_round_two", "negotiators"]
 
-_SHARE = re.compile(r"\d+% EU share")
 _UNIT_ROUND = re.compile(r"-round-(\d+)$")
-
-
-def _spelled_out(text: str) -> str:
-    return re.sub(r"(\d+)%", r"\1 per cent", text)
 
 
 def negotiators(*, house_style: bool = False) -> dict[str, Agent[None, str]]:
     """The scripted pair as agents; under evaluation their model and their world are answered from the pins."""
-    world = World()  # never read: every survey and market price comes from the recording
-    models = {code: negotiator.model() for code, negotiator in scripted_pair(lambda: START).items()}
-    agents: dict[str, Agent[None, str]] = {}
-    for party in (EU, UK):
-        agent = Agent(
-            models[party.code],
-            instructions=party.instructions,
-            tools=[world.stock_survey, world.market_price],
-            name=f"{party.code} negotiator",
-        )
-        if house_style:
-            agent.output_validator(_spelled_out)
-        agents[party.code] = agent
-    return agents
+    return candidate_pair({EU.code: EU, UK.code: UK}, house_style=house_style)
 
 
 CANDIDATES: dict[str, Callable[[], dict[str, Agent[None, str]]]] = {
@@ -111,7 +92,7 @@ class StatesAShare(Evaluator):  # type: ignore[misc]
         """True where the case's round has no quota (the final package) or its output states a share."""
         found = _UNIT_ROUND.search(ctx.inputs.unit_id)
         round_no = int(found[1]) if found else len(ROUNDS)
-        return ROUNDS[round_no - 1].species is None or bool(_SHARE.search(str(ctx.output)))
+        return ROUNDS[round_no - 1].species is None or bool(SHARE.search(str(ctx.output)))
 
 
 @dataclass(frozen=True)
