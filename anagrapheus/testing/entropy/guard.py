@@ -259,10 +259,13 @@ def _now(served: _Serving, name: str, tz: _dt.tzinfo | None) -> _dt.datetime:
     return instant.replace(tzinfo=None) if tz is None else instant.astimezone(tz)
 
 
-class _PassInstances(type):
-    """Metaclass: a real datetime (or date) is still an instance of the stand-in class."""
+class _StandIn(type):
+    """Metaclass of a stand-in class: it makes real instances, takes real ones as its own, and validates as the real."""
 
     _real: type
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._real(*args, **kwargs)
 
     def __instancecheck__(cls, instance: object) -> bool:
         return isinstance(instance, cls._real)
@@ -270,13 +273,14 @@ class _PassInstances(type):
     def __subclasscheck__(cls, subclass: type) -> bool:
         return issubclass(subclass, cls._real)
 
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # A model declared in the body with a `datetime` field is a model of real datetimes.
+        return handler.generate_schema(cls._real)
+
 
 def _datetime_class(served: _Serving) -> type:
-    class datetime(_REAL_DATETIME, metaclass=_PassInstances):
+    class datetime(_REAL_DATETIME, metaclass=_StandIn):
         _real = _REAL_DATETIME
-
-        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-            return _REAL_DATETIME(*args, **kwargs)
 
         @classmethod
         def now(cls, tz: _dt.tzinfo | None = None) -> Any:
@@ -290,28 +294,16 @@ def _datetime_class(served: _Serving) -> type:
         def today(cls) -> Any:
             return _now(served, "datetime.today()", None)
 
-        @classmethod
-        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            # A model declared in the body with a `datetime` field is a model of real datetimes.
-            return handler.generate_schema(_REAL_DATETIME)
-
     return datetime
 
 
 def _date_class(served: _Serving) -> type:
-    class date(_REAL_DATE, metaclass=_PassInstances):
+    class date(_REAL_DATE, metaclass=_StandIn):
         _real = _REAL_DATE
-
-        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-            return _REAL_DATE(*args, **kwargs)
 
         @classmethod
         def today(cls) -> Any:
             return _now(served, "date.today()", None).date()
-
-        @classmethod
-        def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-            return handler.generate_schema(_REAL_DATE)
 
     return date
 
