@@ -128,45 +128,57 @@ class EventTypeError(AnagrapheusError):
     """An event type is unknown, malformed or registered twice."""
 
 
-class UnknownEventType(EventTypeError):
+class _OfEventType(EventTypeError):
+    """An error about one event type of the log, named by its namespace and type."""
+
+    def __init__(self, message: str, namespace: str, event_type: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        """The event type's namespace."""
+        self.event_type = event_type
+        """The event type's name within its namespace."""
+
+
+def _at_seq(seq: int | None) -> str:
+    """Where a stored event sits, said after its message: ` (seq N)`, or nothing for an event with no seq."""
+    return f" (seq {seq})" if seq is not None else ""
+
+
+class UnknownEventType(_OfEventType):
     """A stored event names a (namespace, type) that no registry entry knows."""
 
     def __init__(self, namespace: str, event_type: str, *, seq: int | None = None) -> None:
-        where = f" (seq {seq})" if seq is not None else ""
-        super().__init__(f"unknown event type {namespace}:{event_type}{where}")
-        self.namespace = namespace
-        self.event_type = event_type
+        super().__init__(f"unknown event type {namespace}:{event_type}{_at_seq(seq)}", namespace, event_type)
         self.seq = seq
+        """The stored event's seq, where it has one."""
 
 
-class FutureSchemaVersion(EventTypeError):
+class FutureSchemaVersion(_OfEventType):
     """A stored event has a schema version newer than the code knows."""
 
     def __init__(self, namespace: str, event_type: str, *, version: int, known: int, seq: int | None) -> None:
-        where = f" (seq {seq})" if seq is not None else ""
+        newer = f"has schema version {version}, newer than the registered version {known}{_at_seq(seq)}"
         super().__init__(
-            f"event {namespace}:{event_type} has schema version {version}, newer than the"
-            f" registered version {known}{where}; upgrade the code that reads it"
+            f"event {namespace}:{event_type} {newer}; upgrade the code that reads it", namespace, event_type
         )
-        self.namespace = namespace
-        self.event_type = event_type
         self.version = version
+        """The stored payload's version."""
         self.known = known
+        """The newest version the registry knows."""
         self.seq = seq
+        """The stored event's seq, where it has one."""
 
 
-class UpcastGap(EventTypeError):
+class UpcastGap(_OfEventType):
     """No upcast is registered for one step of an old payload's way to the current version."""
 
     def __init__(self, namespace: str, event_type: str, *, missing_from: int, target: int) -> None:
-        super().__init__(
-            f"no upcast registered for {namespace}:{event_type} v{missing_from} -> v{missing_from + 1}"
-            f" (needed to reach v{target})"
-        )
-        self.namespace = namespace
-        self.event_type = event_type
+        step = f"v{missing_from} -> v{missing_from + 1} (needed to reach v{target})"
+        super().__init__(f"no upcast registered for {namespace}:{event_type} {step}", namespace, event_type)
         self.missing_from = missing_from
+        """The version no upcast leads on from."""
         self.target = target
+        """The version the payload was on its way to."""
 
 
 class StoreError(AnagrapheusError):

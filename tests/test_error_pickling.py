@@ -42,6 +42,7 @@ from anagrapheus.errors import (
     UnusedPins,
     UpcastGap,
     UsageError,
+    _OfEventType,  # pyright: ignore[reportPrivateUsage]  # the base of the errors about one event type
 )
 from anagrapheus.timeline.divergence import Divergence, MovedValue
 
@@ -57,6 +58,7 @@ SAMPLES: list[AnagrapheusError] = [
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
     CanonicalError("a float nan", path="$.a[0]"),
     EventTypeError("registered twice"),
+    _OfEventType("about ns:t", "ns", "t"),
     UnknownEventType("ns", "t", seq=3),
     FutureSchemaVersion("ns", "t", version=3, known=2, seq=None),
     UpcastGap("ns", "t", missing_from=1, target=3),
