@@ -6,8 +6,8 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Literal, TypeVar
 
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
@@ -298,13 +298,18 @@ class ReplayPins:
         span.set("missed", moved=self._divergence.moved if self._divergence is not None else ())
         return ledger
 
-    def _found(self, span: PinSpan, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinText | PinLedger:
-        """The pin answering `key`, or the ledger drawing it after a miss (strict: `PinMiss`), told to `span`."""
-        pin = self._answer(key)
-        if pin is None:
-            return self._missed(span, key, kind, fingerprint)
-        span.set("answered", attempts=pin.attempts)
-        return pin
+    @contextmanager
+    def _answering(
+        self, key: str, kind: str, fingerprint: Mapping[str, str] | None, *, current: bool = True
+    ) -> Generator[PinText | PinLedger]:
+        """In `key`'s span: the pin answering it, or the ledger drawing it after a miss (strict: `PinMiss`)."""
+        with pin_span(kind, key, self._unit_of(key), current=current) as span:
+            pin = self._answer(key)
+            if pin is None:
+                yield self._missed(span, key, kind, fingerprint)
+            else:
+                span.set("answered", attempts=pin.attempts)
+                yield pin
 
     def _unit_of(self, key: str) -> str | None:
         """The unit a span of `key` names: the recorded pin's unit, else the unit a record-mode miss draws into."""
@@ -338,8 +343,7 @@ class ReplayPins:
         failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
-        with pin_span(kind, key, self._unit_of(key)) as span:
-            found = self._found(span, key, kind, fingerprint)
+        with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
                 return _answered(found, interpret, failure)
             return found.resolve(
@@ -356,9 +360,8 @@ class ReplayPins:
         fingerprint: Mapping[str, str] | None = None,
         failure: FailureCodec | None = None,
     ) -> T:
-        """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
-        with pin_span(kind, key, self._unit_of(key)) as span:
-            found = self._found(span, key, kind, fingerprint)
+        """Like `resolve`, with an asynchronous effect."""
+        with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
                 return _answered(found, interpret, failure)
             return await found.aresolve(
@@ -390,8 +393,7 @@ class ReplayPins:
         fingerprint: Mapping[str, str] | None,
         failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
-        with pin_span(kind, key, self._unit_of(key), current=False) as span:
-            found = self._found(span, key, kind, fingerprint)
+        with self._answering(key, kind, fingerprint, current=False) as found:
             if isinstance(found, PinText):
                 if not found.failed:
                     yield StreamDraw(live=None, pinned=interpret(json.loads(found.raw_text)))
