@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,7 +16,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["failed_raw", "failure_of", "replayed_failure", "scratch_kind", "stored_kind"]
+__all__ = [
+    "answered",
+    "answered_stream",
+    "failed_raw",
+    "failure_of",
+    "replayed_failure",
+    "scratch_kind",
+    "stored_kind",
+]
 
 # A failed draw waits in scratch under its kind with this suffix, so the store needs no column of its own for it.
 _FAILED_SUFFIX = "!failed"
@@ -66,3 +75,22 @@ async def replayed_failure(
     if not has_captured:
         raise error
     yield StreamDraw(live=None, pinned=interpret(captured), failure=error)
+
+
+def answered(raw_text: str, *, failed: bool, interpret: Callable[[JSONValue], T], codec: FailureCodec | None) -> T:
+    """A pin's answer, on reuse and on replay: its value, or the failure it pinned, raised where the draw raised it."""
+    if failed:
+        raise failure_of(json.loads(raw_text), codec)[0]
+    return interpret(json.loads(raw_text))
+
+
+@asynccontextmanager
+async def answered_stream(
+    raw_text: str, *, failed: bool, interpret: Callable[[JSONValue], T], codec: FailureCodec | None
+) -> AsyncGenerator[StreamDraw[Any, T]]:
+    """A streamed call's answer from its pin, as `answered` gives a call's: see `replayed_failure` for a failed one."""
+    if not failed:
+        yield StreamDraw(live=None, pinned=interpret(json.loads(raw_text)))
+        return
+    async with replayed_failure(json.loads(raw_text), interpret, codec) as draw:
+        yield draw

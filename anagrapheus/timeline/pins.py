@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
@@ -28,7 +27,7 @@ from anagrapheus.timeline.events import (
     given_or_builtins,
     new_uuid7,
 )
-from anagrapheus.timeline.failures import failed_raw, failure_of, replayed_failure, scratch_kind, stored_kind
+from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
 from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
@@ -577,7 +576,8 @@ class PinLedger:
                 self._release(key)
             return _answered(pin, interpret, failure)
 
-    def resolve_stream(
+    @asynccontextmanager
+    async def resolve_stream(
         self,
         key: str,
         *,
@@ -587,30 +587,15 @@ class PinLedger:
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
         failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
-        return self._stream(key, kind, effect, capture, interpret, fingerprint, failure)
-
-    @asynccontextmanager
-    async def _stream(
-        self,
-        key: str,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None,
-        failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
+        """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
         with pin_span(kind, key, self.unit_id, current=False) as span:
             self._note_asked(key)
             pin = await self._aturn(key)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
-                if not stored_kind(pin.kind)[1]:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(pin.raw_text)))
-                    return
-                async with replayed_failure(json.loads(pin.raw_text), interpret, failure) as draw:
+                failed = stored_kind(pin.kind)[1]
+                async with answered_stream(pin.raw_text, failed=failed, interpret=interpret, codec=failure) as draw:
                     yield draw
                 return
             try:
@@ -856,6 +841,4 @@ def _failed_draw(
 
 def _answered(pin: ScratchPin, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
     """A reused pin's value, or the failure it pinned, raised again (a retry after a failure has a key of its own)."""
-    if stored_kind(pin.kind)[1]:
-        raise failure_of(json.loads(pin.raw_text), failure)[0]
-    return interpret(json.loads(pin.raw_text))
+    return answered(pin.raw_text, failed=stored_kind(pin.kind)[1], interpret=interpret, codec=failure)

@@ -21,7 +21,7 @@ from anagrapheus.timeline.events import (
     StoredEvent,
     given_or_builtins,
 )
-from anagrapheus.timeline.failures import failure_of, replayed_failure
+from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording_pins import stream_pins
@@ -345,7 +345,7 @@ class ReplayPins:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
         with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
-                return _answered(found, interpret, failure)
+                return answered(found.raw_text, failed=found.failed, interpret=interpret, codec=failure)
             return found.resolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
@@ -363,12 +363,13 @@ class ReplayPins:
         """Like `resolve`, with an asynchronous effect."""
         with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
-                return _answered(found, interpret, failure)
+                return answered(found.raw_text, failed=found.failed, interpret=interpret, codec=failure)
             return await found.aresolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
 
-    def resolve_stream(
+    @asynccontextmanager
+    async def resolve_stream(
         self,
         key: str,
         *,
@@ -378,43 +379,21 @@ class ReplayPins:
         interpret: Callable[[JSONValue], T],
         fingerprint: Mapping[str, str] | None = None,
         failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """Answer a streamed call from the recording; a miss is strict or recorded as for `resolve`."""
-        return self._stream(key, kind, effect, capture, interpret, fingerprint, failure)
-
-    @asynccontextmanager
-    async def _stream(
-        self,
-        key: str,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None,
-        failure: FailureCodec | None,
     ) -> AsyncGenerator[StreamDraw[S, T]]:
+        """Answer a streamed call from the recording; a miss is strict or recorded as for `resolve`."""
         with self._answering(key, kind, fingerprint, current=False) as found:
-            if isinstance(found, PinText):
-                if not found.failed:
-                    yield StreamDraw(live=None, pinned=interpret(json.loads(found.raw_text)))
-                    return
-                async with replayed_failure(json.loads(found.raw_text), interpret, failure) as draw:
-                    yield draw
-                return
-            async with found.resolve_stream(
-                key,
-                kind=kind,
-                effect=effect,
-                capture=capture,
-                interpret=interpret,
-                fingerprint=fingerprint,
-                failure=failure,
-            ) as draw:
+            answer = (
+                answered_stream(found.raw_text, failed=found.failed, interpret=interpret, codec=failure)
+                if isinstance(found, PinText)
+                else found.resolve_stream(
+                    key,
+                    kind=kind,
+                    effect=effect,
+                    capture=capture,
+                    interpret=interpret,
+                    fingerprint=fingerprint,
+                    failure=failure,
+                )
+            )
+            async with answer as draw:
                 yield draw
-
-
-def _answered(pin: PinText, interpret: Callable[[JSONValue], T], failure: FailureCodec | None) -> T:
-    """Return a pin's value, or raise the failure it pinned, where the recorded draw raised it."""
-    if pin.failed:
-        raise failure_of(json.loads(pin.raw_text), failure)[0]
-    return interpret(json.loads(pin.raw_text))
