@@ -50,9 +50,11 @@ def tests_of(module: str) -> list[str]:
     """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
 
     A file belongs to one module: the one of its folder whose name is the longest prefix of the file's, so
-    `tests/provider/test_policy_key_rules.py` is `provider/policy.py`'s, and a subpackage's tests have a folder of
-    their own (`tests/provider/keying/test_history.py` is `provider/keying/history.py`'s). A test that starts
-    Python processes importing the package lives in tests/integration/, which mirrors no module: the child would
+    `tests/timeline/test_pins_races.py` is `timeline/pins.py`'s and `tests/timeline/test_recording_header.py` is
+    `timeline/recording_header.py`'s, not `timeline/recording.py`'s (tests/test_layout.py keeps every file so
+    named), and a subpackage's tests have a folder of their own (`tests/provider/keying/test_history.py` is
+    `provider/keying/history.py`'s). A test that starts Python processes importing the package lives in
+    tests/integration/, which mirrors no module: the child would
     inherit mutmut's environment and fail in its trampoline.
     """
     source = Path(module)

@@ -82,20 +82,25 @@ GUARDED_MODULES = frozenset(
         "testing/test_regress.py",
         "timeline/test_canonical.py",
         "timeline/test_copying.py",
-        "timeline/test_divergence_values.py",
+        "timeline/test_divergence.py",
         "timeline/test_events.py",
         "timeline/test_fingerprint.py",
         "timeline/test_pins.py",
         "timeline/test_recording.py",
-        "timeline/test_recording_checks.py",
+        "timeline/test_recording_header.py",
+        "timeline/test_recording_lines.py",
         "timeline/test_replay.py",
-        "timeline/test_replay_sources.py",
         "timeline/test_sqlite.py",
         "timeline/test_stamps.py",
         "timeline/test_upcast.py",
     ]
 )
 """Paths below tests/, '/'-separated."""
+
+UNGUARDED_TESTS = {
+    "timeline/test_sqlite.py::test_a_lease_is_taken_over_only_from_a_holder_that_is_gone": "asks whether a pid lives",
+}
+"""Tests of a guarded module that reach what the guard refuses by design, each with why (node ids below tests/)."""
 
 TESTS = Path(__file__).parent
 
@@ -130,7 +135,10 @@ def _under_tests(path: Path) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in GUARDED_MODULES:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        module = item.path.relative_to(TESTS).as_posix()
+        if module in GUARDED_MODULES and f"{module}::{getattr(item, 'originalname', item.name)}" not in UNGUARDED_TESTS:
             item.add_marker(pytest.mark.anagrapheus_guard)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     # Stable: the rest keep their order.

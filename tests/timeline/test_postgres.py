@@ -1,7 +1,10 @@
-"""The PostgreSQL store: the conformance suite, plus what only it has (schemas, the seq counter, unit leases)."""
+"""The PostgreSQL store: the conformance suite, plus what only it has (schemas, the seq counter, unit leases, what a
+failing statement says)."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,6 +18,9 @@ from anagrapheus.errors import SchemaTooNew, SeqConflict, StoreError, UnitBusy, 
 from anagrapheus.testing.conformance import StoreConformance, pending  # noqa: E402
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, TimelineStore  # noqa: E402
 from anagrapheus.timeline.postgres import PostgresEventStore  # noqa: E402
+from anagrapheus.timeline.postgres_schema import PostgresPlace  # noqa: E402
+
+from ..store_conformance import copied_event  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -195,3 +201,308 @@ def test_a_closed_store_frees_its_units_for_another(
     resumed = PinLedger(second, types, unit_id=dying.unit_id)
     assert resumed.resolve("p1:tool_call:a", kind="tool_call", effect=lambda: 99, interpret=int) == 1
     assert [e.type for e in (resumed.commit())] == ["pin_promoted"]
+
+
+def refuse(dsn: str, schema: str, when: str, table: str) -> None:
+    """Make every `when` (e.g. BEFORE INSERT) on one of the store's tables fail with the message 'refused here'."""
+    sql(
+        dsn,
+        f"CREATE FUNCTION {schema}.refuse_here() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'refused here'; END $$",
+    )
+    sql(
+        dsn,
+        f"CREATE TRIGGER refuse_here {when} ON {schema}.{table} FOR EACH ROW EXECUTE FUNCTION {schema}.refuse_here()",
+    )
+
+
+def failure(call: Callable[[], object]) -> str:
+    with pytest.raises(StoreError) as caught:
+        call()
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    return str(caught.value)
+
+
+def test_a_refused_seq_number_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    refuse(postgres_dsn, pg_schema, "BEFORE UPDATE", "log_head")
+    where = f"on {store.place}: refused here"
+    assert failure(lambda: store.append([pending(1)])).startswith(f"taking seq numbers failed {where}")
+    assert failure(lambda: store.append_stored([copied_event(1)])).startswith(f"taking seq numbers failed {where}")
+
+
+def test_a_refused_scratch_write_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    refuse(postgres_dsn, pg_schema, "BEFORE INSERT OR UPDATE OR DELETE", "pin_scratch")
+    where = f"on {store.place}: refused here"
+    put = lambda: store.scratch_put("u1", "k2", kind="model_call", raw='"b"', fingerprint=None)  # noqa: E731
+    assert failure(put).startswith(f"writing scratch failed {where}")
+    assert failure(lambda: store.scratch_reuse("u1", "k1")).startswith(f"reusing a pin failed {where}")
+    settle = lambda: store.settle_unit("u1", outcome="committed", events=lambda pins: [])  # noqa: E731
+    # Pipeline mode sends the unit's closing statements with the COMMIT: their error surfaces at either,
+    # whichever the server's answer reaches first.
+    assert failure(settle).startswith((f"closing the unit failed {where}", f"committing a transaction failed {where}"))
+    # Nothing of the unit changed: each failed step rolled its transaction back.
+    assert [(p.key, p.attempts) for p in store.scratch_list("u1")] == [("k1", 1)]
+    assert store.unit_outcome("u1") is None
+
+
+@pytest.mark.parametrize(
+    ("table", "action", "call"),
+    [
+        ("log_head", "reading the last seq", lambda store: store.last_seq()),
+        ("events", "reading events", lambda store: list(store.read())),
+        ("pin_scratch", "reading scratch", lambda store: store.scratch_get("u1", "k1")),
+        ("pin_scratch", "listing scratch", lambda store: store.scratch_list("u1")),
+        ("pin_scratch", "listing open units", lambda store: store.open_units()),
+        ("closed_units", "reading a unit's outcome", lambda store: store.unit_outcome("u1")),
+    ],
+)
+def test_a_failed_read_names_the_step(
+    open_pg: Callable[..., PostgresEventStore],
+    postgres_dsn: str,
+    pg_schema: str,
+    table: str,
+    action: str,
+    call: Callable[[PostgresEventStore], object],
+) -> None:
+    store = open_pg()
+    sql(postgres_dsn, f"ALTER TABLE {pg_schema}.{table} RENAME TO gone")
+    message = failure(lambda: call(store))
+    assert message.startswith(f"{action} failed on {store.place}: relation ")
+    assert "does not exist" in message
+
+
+def test_a_held_unit_is_refused_to_every_step_that_draws(open_pg: Callable[..., PostgresEventStore]) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    steps: list[Callable[[], object]] = [
+        lambda: other.scratch_get("u1", "k1"),
+        lambda: other.scratch_reuse("u1", "k1"),
+        lambda: other.scratch_put("u1", "k2", kind="model_call", raw='"b"', fingerprint=None),
+        lambda: other.settle_unit("u1", outcome="abandoned", events=lambda pins: []),
+    ]
+    for step in steps:
+        with pytest.raises(UnitBusy) as caught:
+            step()
+        assert caught.value.unit_id == "u1"
+    # The lease is the unit's own: another unit is free to the other store.
+    assert other.scratch_get("u2", "k1") is None
+    assert other.scratch_put("u2", "k1", kind="model_call", raw='"c"', fingerprint=None).draw_no == 1
+    assert [(p.key, p.attempts) for p in holder.scratch_list("u1")] == [("k1", 1)]
+
+
+def test_a_store_keeps_every_lease_it_took(open_pg: Callable[..., PostgresEventStore]) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_get("u1", "k1")
+    holder.scratch_get("u2", "k1")
+    # The lease of u1 lives in the connection that took it: a second lease must not cost the first.
+    gc.collect()
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u1", "k1")
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u2", "k1")
+
+
+def lease_connection(store: PostgresEventStore) -> int:
+    """The server process of the store's lease connection (there is no public handle on it)."""
+    conn = store._beacon_conn  # pyright: ignore[reportPrivateUsage]
+    assert conn is not None
+    return conn.info.backend_pid
+
+
+def test_a_lost_lease_connection_is_replaced_and_the_leases_kept(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str
+) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_get("u1", "k1")
+    pid = lease_connection(holder)
+    sql(postgres_dsn, f"SELECT pg_terminate_backend({pid})")
+    # The next step opens a new lease connection (at once, or once the old one fails it, when the server's
+    # notice of its end is still on the way); the holder's leases are rows, and stay its own.
+    assert holder.scratch_get("u2", "k1") is None
+    assert lease_connection(holder) != pid
+    for unit in ("u1", "u2"):
+        with pytest.raises(UnitBusy):
+            other.scratch_get(unit, "k1")
+    holder.close()
+    assert other.scratch_get("u1", "k1") is None
+
+
+def test_units_in_open_transactions_do_not_wait_for_each_other(open_pg: Callable[..., PostgresEventStore]) -> None:
+    first, second = open_pg(), open_pg()
+    done: list[str] = []
+
+    def put_and_settle() -> None:
+        second.scratch_put("u2", "k1", kind="model_call", raw='"b"', fingerprint=None)
+        done.append("put")
+        second.settle_unit("u2", outcome="committed", events=lambda pins: [])
+        done.append("settled")
+
+    with first.transaction():
+        first.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+        first.settle_unit("u1", outcome="committed", events=lambda pins: [])
+        # u1 stays locked until this transaction ends; u2 is another unit and must not wait for it.
+        worker = threading.Thread(target=put_and_settle)
+        worker.start()
+        worker.join(timeout=10)
+        finished = list(done)
+    worker.join()
+    assert finished == ["put", "settled"]
+
+
+def test_a_pool_of_one_connection_serves(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg(pool_size=1)
+    store.append([pending(1)])
+    assert [e.seq for e in store.read()] == [1]
+    with pytest.raises(UsageError) as caught:
+        open_pg(pool_size=0)
+    assert str(caught.value) == "pool_size must be >= 1"
+
+
+def test_a_negative_limit_is_refused(open_pg: Callable[..., PostgresEventStore]) -> None:
+    with pytest.raises(UsageError) as caught:
+        open_pg().read(limit=-1)
+    assert str(caught.value) == "limit must be >= 0"
+
+
+@pytest.mark.anyio
+async def test_a_tasks_write_never_joins_another_tasks_transaction(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg()
+    inside = asyncio.Event()
+    written = asyncio.Event()
+
+    async def rolled_back() -> None:
+        with pytest.raises(RuntimeError, match="undone"), store.transaction():
+            inside.set()
+            await written.wait()
+            raise RuntimeError("undone")
+
+    async def writer() -> None:
+        await inside.wait()
+        store.append([pending(1)])
+        written.set()
+
+    await asyncio.gather(rolled_back(), writer())
+    # The other task's append committed on its own connection: the rollback of this one took nothing of it.
+    assert [e.payload for e in store.read()] == ['{"n":1}']
+
+
+def test_a_store_lends_as_many_connections_as_its_pool_holds(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg(pool_size=2, connect_timeout=2.0)
+    seen: list[int] = []
+    # A transaction keeps its connection to itself; a second thread reads on the pool's other one meanwhile.
+    with store.transaction():
+        store.append([pending(1)])
+        reader = threading.Thread(target=lambda: seen.append(store.last_seq()))
+        reader.start()
+        reader.join(timeout=10)
+        assert seen == [0]
+    reader.join()
+    assert store.last_seq() == 1
+
+
+def test_a_password_in_a_servers_message_is_masked(postgres_dsn: str) -> None:
+    # The server names the role it refuses; here the role's name is the password itself.
+    place = PostgresPlace.of(postgres_dsn, "anagrapheus")
+    host, port = place.server.rsplit(":", 1)
+    with pytest.raises(StoreError) as caught:
+        PostgresEventStore(f"postgresql://hunter2:hunter2@{host}:{port}/{place.database}")
+    message = str(caught.value)
+    assert message.startswith(
+        f"connecting failed on schema anagrapheus of database {place.database} on {host}:{port}: "
+    )
+    assert 'role "***" does not exist' in message
+    assert "hunter2" not in message
+    # Without a password nothing is masked, not even a role named None.
+    with pytest.raises(StoreError) as unmasked:
+        PostgresEventStore(f"postgresql://None@{host}:{port}/{place.database}")
+    assert 'role "None" does not exist' in str(unmasked.value)
+
+
+def test_a_failed_migration_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    # A table of the store's name already there, made by something else: the first migration cannot create it.
+    sql(postgres_dsn, f"CREATE SCHEMA {pg_schema}")
+    sql(postgres_dsn, f"CREATE TABLE {pg_schema}.events (x int)")
+    with pytest.raises(StoreError) as caught:
+        open_pg()
+    assert str(caught.value).startswith(f"migrating failed on schema {pg_schema} of database ")
+    assert 'relation "events" already exists' in str(caught.value)
+    assert sql(postgres_dsn, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}'") == [("events",)]
+
+
+def test_an_unreadable_migration_record_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    sql(postgres_dsn, f"CREATE SCHEMA {pg_schema}")
+    sql(postgres_dsn, f"CREATE TABLE {pg_schema}.anagrapheus_migrations (x int)")
+    with pytest.raises(StoreError) as caught:
+        open_pg()
+    assert str(caught.value).startswith(f"reading the migrations failed on schema {pg_schema} of database ")
+
+
+def test_a_schema_part_way_migrated_is_brought_forward(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    open_pg().append([pending(1)])
+    # As a schema left by a release that knew only the first migration.
+    sql(postgres_dsn, f"DROP TABLE {pg_schema}.pin_scratch, {pg_schema}.closed_units, {pg_schema}.unit_leases")
+    sql(postgres_dsn, f"DELETE FROM {pg_schema}.anagrapheus_migrations WHERE name <> '0001_events'")
+    store = open_pg()
+    names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
+    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
+    assert store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None).draw_no == 1
+    assert [e.seq for e in store.read()] == [1]
+
+
+def test_a_migrated_schema_opens_without_the_migration_lock(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    open_pg().close()
+    opened: list[PostgresEventStore] = []
+    # Another worker migrating (or stuck doing so) holds the lock; a store of a migrated schema needs none of it.
+    with psycopg.connect(postgres_dsn) as migrating:
+        migrating.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {pg_schema}",)
+        )
+        opener = threading.Thread(target=lambda: opened.append(open_pg()))
+        opener.start()
+        opener.join(timeout=10)
+        finished = list(opened)
+        migrating.rollback()
+    opener.join()
+    assert len(finished) == 1
+
+
+def test_a_unit_settled_as_its_lease_connection_is_lost_is_reported_settled(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str
+) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    sql(postgres_dsn, f"SELECT pg_terminate_backend({lease_connection(holder)})")
+    # The settle commits on a pooled connection; the lease was a row, and goes with the commit.
+    settled = holder.settle_unit("u1", outcome="committed", events=lambda pins: [pending(len(pins))])
+    assert [e.seq for e in settled] == [1]
+    assert holder.unit_outcome("u1") == "committed"
+    assert other.scratch_get("u1", "k1") is None
+    # The store takes the next lease on a new connection.
+    assert holder.scratch_get("u2", "k1") is None
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u2", "k1")
+
+
+def test_settling_a_unit_lets_go_of_its_lease_only(open_pg: Callable[..., PostgresEventStore]) -> None:
+    holder, other = open_pg(), open_pg(unit_wait=0.1)
+    holder.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
+    holder.scratch_put("u2", "k1", kind="model_call", raw='"b"', fingerprint=None)
+    holder.settle_unit("u1", outcome="committed", events=lambda pins: [])
+    assert other.scratch_get("u1", "k1") is None
+    with pytest.raises(UnitBusy):
+        other.scratch_get("u2", "k1")

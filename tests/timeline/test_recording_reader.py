@@ -1,4 +1,4 @@
-"""Provenance: stamped into every recording's header, checked when a recording is loaded for replay."""
+"""Reading a recording: the events read back, what it names when it cannot, and provenance checked on load."""
 
 from __future__ import annotations
 
@@ -12,14 +12,39 @@ from typing import Any, ClassVar
 import pytest
 from pydantic_ai import Agent
 
-from anagrapheus.errors import ProvenanceMismatch, UsageError
+from anagrapheus.errors import ProvenanceMismatch, RecordingError, UsageError
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY, call_policy_identity
-from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
+from anagrapheus.timeline.recording import RecordingHeader, read_recording, stream_recording, write_recording
 from tests.conftest import Scripted
+from tests.timeline.sample_recording import HEADER, edited, logged_events, refused
 
-HEADER = RecordingHeader(description="provenance tests", recorded_with="scripted", rerecord="pytest tests/x.py")
+
+def test_the_events_read_back_are_the_events_written(tmp_path: Path) -> None:
+    events = logged_events(tmp_path / "run.db")
+    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER)
+    assert read_recording(path).events == tuple(events)
+    assert list(stream_recording(path)[1]) == events
+    assert events[1].causation_id == "c0"
+
+
+def test_a_missing_file_is_refused_naming_it_and_why(tmp_path: Path) -> None:
+    refused(tmp_path / "nowhere.jsonl", None, "cannot read the recording (No such file or directory)")
+
+
+def test_a_decode_failure_names_the_file_and_line(recording: Path) -> None:
+    edited(recording, 4, type="unheard_of")
+    with pytest.raises(RecordingError) as raised:
+        read_recording(recording, registry=EventTypeRegistry())
+    assert (raised.value.path, raised.value.line) == (str(recording), 4)
+    assert read_recording(recording).path == recording
+
+
+PROVENANCE_HEADER = RecordingHeader(
+    description="provenance tests", recorded_with="scripted", rerecord="pytest tests/x.py"
+)
 
 
 class TersePolicy(SemanticCallPolicy):
@@ -41,7 +66,7 @@ def recorded(tmp_path: Path, types: EventTypeRegistry) -> Path:
         Agent(PinnedModel(Scripted("scripted-uk").model, ledger)).run_sync("Round 1: fisheries.")
         ledger.commit()
         return write_recording(
-            tmp_path / "run.jsonl", store.read(namespace="anagrapheus", type="pin_promoted"), header=HEADER
+            tmp_path / "run.jsonl", store.read(namespace="anagrapheus", type="pin_promoted"), header=PROVENANCE_HEADER
         )
 
 
@@ -92,7 +117,7 @@ def test_another_call_policy_is_refused_unless_it_is_the_one_loading(tmp_path: P
         path = write_recording(
             tmp_path / "run.jsonl",
             store.read(namespace="anagrapheus", type="pin_promoted"),
-            header=HEADER,
+            header=PROVENANCE_HEADER,
             call_policy=model.policy,
         )
 

@@ -1,8 +1,9 @@
-"""Secrets in recordings: refused at write time (naming seq, path and rule, never the value), or redacted."""
+"""Writing a recording: what it refuses (a secret, events out of seq order, a path it cannot write), and redaction."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import stat
@@ -17,7 +18,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus.errors import PinMiss, SecretInRecording, UsageError
+from anagrapheus.errors import PinMiss, RecordingError, SecretInRecording, UsageError
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.timeline import (
     CARD_NUMBER_RULE,
@@ -33,8 +34,34 @@ from anagrapheus.timeline import (
     StoredEvent,
 )
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
+from tests.timeline.sample_recording import HEADER, logged_events
 
-HEADER = RecordingHeader(description="secrets tests", recorded_with="hand-built pins", rerecord="pytest")
+
+def test_a_recording_that_cannot_be_written_is_refused_naming_it_and_why(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").mkdir()
+    (tmp_path / "run.jsonl" / "inside").write_text("a directory in the way")
+    with pytest.raises(RecordingError) as raised:
+        write_recording(tmp_path / "run.jsonl", [], header=HEADER)
+    assert (raised.value.path, raised.value.line) == (str(tmp_path / "run.jsonl"), None)
+    assert str(raised.value) == f"{tmp_path / 'run.jsonl'}: cannot write the recording (Is a directory)"
+    # The temporary file beside it is gone.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
+def test_events_with_one_seq_are_refused_on_write(tmp_path: Path) -> None:
+    first, second, _ = logged_events(tmp_path / "run.db")
+    with pytest.raises(UsageError, match="seq 1 follows seq 1"):
+        write_recording(tmp_path / "run.jsonl", [first, dataclasses.replace(second, seq=1)], header=HEADER)
+
+
+def test_a_secret_is_refused_naming_the_recording_not_written(tmp_path: Path) -> None:
+    header = {**HEADER.model_dump(), "details": {"endpoint": "https://user:hunter2hunter2@example.com/x"}}
+    with pytest.raises(SecretInRecording) as raised:
+        write_recording(tmp_path / "run.jsonl", [], header=header)
+    assert raised.value.path == str(tmp_path / "run.jsonl")
+
+
+SECRETS_HEADER = RecordingHeader(description="secrets tests", recorded_with="hand-built pins", rerecord="pytest")
 
 # Built from pieces, so this file holds no string that a scanner (ours or a forge's) takes for a live credential.
 ALNUM = "A1b2C3d4E5f6G7h8J9k0"
@@ -94,7 +121,7 @@ def test_each_secret_shape_is_refused_naming_seq_path_and_rule_but_never_the_val
     events = [clean_pin(1), pin(3, {"result": {"note": f"the key is {secret} (keep it safe)"}}, key_char="b")]
 
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(target, events, header=HEADER)
+        write_recording(target, events, header=SECRETS_HEADER)
 
     error = caught.value
     assert (error.seq, error.json_path, error.rule) == (3, "$.payload.raw.result.note", RULE_OF.get(shape, shape))
@@ -113,10 +140,10 @@ def test_a_secret_is_searched_for_as_written_after_unicode_normalisation(tmp_pat
     assert disguised != secret and unicodedata.normalize("NFC", disguised) == secret
     with pytest.raises(SecretInRecording) as caught:
         write_recording(
-            tmp_path / "run.jsonl", [clean_pin(1), pin(2, {"note": disguised}, key_char="b")], header=HEADER
+            tmp_path / "run.jsonl", [clean_pin(1), pin(2, {"note": disguised}, key_char="b")], header=SECRETS_HEADER
         )
     assert (caught.value.seq, caught.value.json_path, caught.value.rule) == (2, "$.payload.raw.note", "openai-key")
-    header = {**HEADER.model_dump(), "details": {"note": disguised}}
+    header = {**SECRETS_HEADER.model_dump(), "details": {"note": disguised}}
     with pytest.raises(SecretInRecording) as in_header:
         write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=header)
     assert (in_header.value.seq, in_header.value.rule) == (None, "openai-key")
@@ -124,23 +151,23 @@ def test_a_secret_is_searched_for_as_written_after_unicode_normalisation(tmp_pat
 
 
 def test_a_refused_rewrite_leaves_the_previous_recording_alone(tmp_path: Path) -> None:
-    target = write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=HEADER)
+    target = write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=SECRETS_HEADER)
     before = target.read_bytes()
 
     with pytest.raises(SecretInRecording):
-        write_recording(target, [clean_pin(1), pin(2, [SHAPES["jwt"]], key_char="b")], header=HEADER)
+        write_recording(target, [clean_pin(1), pin(2, [SHAPES["jwt"]], key_char="b")], header=SECRETS_HEADER)
 
     assert target.read_bytes() == before
 
 
 def test_ordinary_prose_near_the_shapes_is_not_refused(tmp_path: Path) -> None:
-    path = write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=HEADER)
+    path = write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=SECRETS_HEADER)
 
     assert read_recording(path).events[0].payload_json()["raw"] == clean_pin(1).payload_json()["raw"]
 
 
 def test_a_secret_in_the_header_is_refused_as_the_header(tmp_path: Path) -> None:
-    header = {**HEADER.model_dump(), "details": {"endpoint": SHAPES["url-credentials"]}}
+    header = {**SECRETS_HEADER.model_dump(), "details": {"endpoint": SHAPES["url-credentials"]}}
 
     with pytest.raises(SecretInRecording) as caught:
         write_recording(tmp_path / "run.jsonl", [clean_pin(1)], header=header)
@@ -156,7 +183,7 @@ def test_a_secret_in_the_header_is_refused_as_the_header(tmp_path: Path) -> None
 def test_a_secret_used_as_an_object_key_is_named_by_position_not_by_text(tmp_path: Path) -> None:
     with pytest.raises(SecretInRecording) as caught:
         write_recording(
-            tmp_path / "run.jsonl", [pin(1, {"tokens": {"plain": 1, SHAPES["openai-key"]: 2}})], header=HEADER
+            tmp_path / "run.jsonl", [pin(1, {"tokens": {"plain": 1, SHAPES["openai-key"]: 2}})], header=SECRETS_HEADER
         )
 
     assert caught.value.json_path == "$.payload.raw.tokens.<key 1>"
@@ -166,7 +193,7 @@ def test_a_secret_used_as_an_object_key_is_named_by_position_not_by_text(tmp_pat
 def test_a_secret_behind_json_escapes_is_still_found(tmp_path: Path) -> None:
     # In the file a newline before the key is written `\n`: the scan reads the string, not its escaped form.
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(tmp_path / "run.jsonl", [pin(1, "line one\n" + SHAPES["openai-key"])], header=HEADER)
+        write_recording(tmp_path / "run.jsonl", [pin(1, "line one\n" + SHAPES["openai-key"])], header=SECRETS_HEADER)
 
     assert caught.value.rule == "openai-key"
 
@@ -179,11 +206,11 @@ def test_the_exact_value_of_a_secret_looking_environment_variable_is_refused(
     monkeypatch.setenv("ACME_REGION", "eu-west-1-region")  # not secret-looking: written as it is
 
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(tmp_path / "run.jsonl", [pin(1, {"used": f"key={value}"})], header=HEADER)
+        write_recording(tmp_path / "run.jsonl", [pin(1, {"used": f"key={value}"})], header=SECRETS_HEADER)
     assert caught.value.rule == "env:ACME_API_KEY"
     assert value not in str(caught.value)
 
-    path = write_recording(tmp_path / "ok.jsonl", [pin(1, {"region": "eu-west-1-region"})], header=HEADER)
+    path = write_recording(tmp_path / "ok.jsonl", [pin(1, {"region": "eu-west-1-region"})], header=SECRETS_HEADER)
     assert read_recording(path).events[0].payload_json()["raw"] == {"region": "eu-west-1-region"}
 
 
@@ -196,7 +223,7 @@ def test_environment_variable_names_that_look_secret(name: str) -> None:
 
 def test_the_opt_out_writes_the_value_as_it_is(tmp_path: Path) -> None:
     path = write_recording(
-        tmp_path / "run.jsonl", [pin(1, SHAPES["github-token"])], header=HEADER, dangerously_keep_secrets=True
+        tmp_path / "run.jsonl", [pin(1, SHAPES["github-token"])], header=SECRETS_HEADER, dangerously_keep_secrets=True
     )
 
     assert read_recording(path).events[0].payload_json()["raw"] == SHAPES["github-token"]
@@ -209,8 +236,8 @@ def test_redaction_writes_stable_placeholders(tmp_path: Path) -> None:
         pin(2, {"again": first}, key_char="b"),
     ]
 
-    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy())
-    again = write_recording(tmp_path / "again.jsonl", events, header=HEADER, redact=SecretPolicy())
+    path = write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy())
+    again = write_recording(tmp_path / "again.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy())
 
     raws = [event.payload_json()["raw"] for event in read_recording(path).events]
     assert raws == [
@@ -224,11 +251,11 @@ def test_redaction_writes_stable_placeholders(tmp_path: Path) -> None:
 def test_email_and_card_numbers_are_redacted_only_when_opted_in(tmp_path: Path) -> None:
     raw = {"contact": "write to ana.k@example.org", "card": "4111 1111 1111 1111", "not_a_card": "4111 1111 1111 1112"}
 
-    plain = write_recording(tmp_path / "plain.jsonl", [pin(1, raw)], header=HEADER)
+    plain = write_recording(tmp_path / "plain.jsonl", [pin(1, raw)], header=SECRETS_HEADER)
     assert read_recording(plain).events[0].payload_json()["raw"] == raw
 
     policy = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE, CARD_NUMBER_RULE))
-    redacted = write_recording(tmp_path / "redacted.jsonl", [pin(1, raw)], header=HEADER, redact=policy)
+    redacted = write_recording(tmp_path / "redacted.jsonl", [pin(1, raw)], header=SECRETS_HEADER, redact=policy)
     assert read_recording(redacted).events[0].payload_json()["raw"] == {
         "contact": "write to [redacted:email:1]",
         "card": "[redacted:card-number:1]",
@@ -241,10 +268,12 @@ def test_your_own_rule_redacts_and_a_default_shape_left_unredacted_is_still_refu
     events = [pin(1, {"ticket": "TKT-123456", "key": SHAPES["openai-key"]})]
 
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy([ticket]))
+        write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy([ticket]))
     assert caught.value.rule == "openai-key"
 
-    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy([*DEFAULT_RULES, ticket]))
+    path = write_recording(
+        tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy([*DEFAULT_RULES, ticket])
+    )
     assert read_recording(path).events[0].payload_json()["raw"] == {
         "ticket": "[redacted:ticket:1]",
         "key": "[redacted:openai-key:1]",
@@ -255,7 +284,7 @@ def test_a_read_recording_reports_its_secrets_for_a_check(tmp_path: Path) -> Non
     path = write_recording(
         tmp_path / "run.jsonl",
         [clean_pin(1), pin(2, {"k": SHAPES["slack-token"]}, key_char="b")],
-        header=HEADER,
+        header=SECRETS_HEADER,
         dangerously_keep_secrets=True,
     )
 
@@ -267,7 +296,7 @@ def test_a_read_recording_reports_its_secrets_for_a_check(tmp_path: Path) -> Non
 
 def test_a_check_finds_secrets_in_the_header_and_under_the_policy_given(tmp_path: Path) -> None:
     ticket = SecretRule("ticket", r"TKT-[0-9]{6}", hint="TKT-")
-    header = {**HEADER.model_dump(), "details": {"endpoint": SHAPES["url-credentials"]}}
+    header = {**SECRETS_HEADER.model_dump(), "details": {"endpoint": SHAPES["url-credentials"]}}
     path = write_recording(
         tmp_path / "run.jsonl",
         [pin(1, {"ticket": "TKT-123456"})],
@@ -298,8 +327,8 @@ def test_a_shape_is_found_whatever_text_surrounds_it_and_redaction_removes_it(
 
 
 def test_recordings_are_owner_only_unless_asked_otherwise(tmp_path: Path) -> None:
-    private = write_recording(tmp_path / "private.jsonl", [clean_pin(1)], header=HEADER)
-    shared = write_recording(tmp_path / "shared.jsonl", [clean_pin(1)], header=HEADER, mode=0o644)
+    private = write_recording(tmp_path / "private.jsonl", [clean_pin(1)], header=SECRETS_HEADER)
+    shared = write_recording(tmp_path / "shared.jsonl", [clean_pin(1)], header=SECRETS_HEADER, mode=0o644)
 
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o644
@@ -350,7 +379,7 @@ def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_rea
         path = write_recording(
             tmp_path / "run.jsonl",
             store.read(namespace="anagrapheus", type="pin_promoted"),
-            header=HEADER,
+            header=SECRETS_HEADER,
             redact=SecretPolicy(),
         )
 
@@ -368,7 +397,10 @@ def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_rea
 
 def test_redacting_a_private_key_removes_its_body_too(tmp_path: Path) -> None:
     path = write_recording(
-        tmp_path / "run.jsonl", [pin(1, {"key": SHAPES["pem-private-key"]})], header=HEADER, redact=SecretPolicy()
+        tmp_path / "run.jsonl",
+        [pin(1, {"key": SHAPES["pem-private-key"]})],
+        header=SECRETS_HEADER,
+        redact=SecretPolicy(),
     )
 
     assert read_recording(path).events[0].payload_json()["raw"] == {"key": "[redacted:pem-private-key:1]"}
