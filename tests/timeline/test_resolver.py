@@ -20,10 +20,12 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, Repl
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import RunInputs
 from anagrapheus.timeline.resolver import (
+    Attachment,
     DelegatingResolver,
     answered_within,
     answering_position,
     asked,
+    attached,
     draws_into,
     draws_live,
     note_event,
@@ -67,6 +69,7 @@ def test_a_resolver_that_says_nothing_is_live_with_no_unit_and_records_nothing(l
     assert draws_into(quiet) is None
     assert answering_position(quiet, "k") is quiet
     assert asked(quiet, "k") == 0
+    assert attached(quiet, NOTES, list) is None  # it keeps nothing for the layers above
     answered_within(quiet, ["k"])  # nothing to tell: no error
     note_event(quiet, EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={}), correlation_id="u"))
     assert ledger.pins() == []
@@ -122,6 +125,32 @@ def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
         assert answering_position(resolver, "a-key") is resolver
 
 
+NOTES: Attachment[list[str]] = Attachment("notes")
+
+
+def test_ledgers_replays_and_delegating_resolvers_keep_what_the_layers_above_attach(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    events = _recorded(store, types, "a")
+    pins = ReplayPins.from_events(events, types, unit_id="a")
+    into = PinLedger(store, types, unit_id="fork")
+    world = WorldPinned(pins, into)
+    resolvers: list[PinResolver] = [
+        into,
+        pins,
+        world,
+        ForkPins(events, origin="a", into=into, after_pins=0),
+        UnitPerRun(store, types, unit_of=lambda ctx: "u"),
+    ]
+    kept = [attached(resolver, NOTES, list) for resolver in resolvers]
+    # Made once per resolver, then the same whoever asks.
+    assert all(
+        notes is not None and attached(r, NOTES, list) is notes for r, notes in zip(resolvers, kept, strict=True)
+    )
+    # Each keeps its own: a delegating resolver's is not the one of the resolver it picks.
+    assert len({id(notes) for notes in kept}) == len(resolvers)
+
+
 class Renamed(DelegatingResolver):
     """Asks its ledger for every key under a prefix: the base forwards all three ways of resolving."""
 
@@ -172,6 +201,50 @@ def test_no_provider_or_testing_module_asks_which_class_its_resolver_is() -> Non
                 if any(name in classes for name in ("ReplayPins", "PinLedger")):
                     asking.append(f"{source.relative_to(package)}:{node.lineno}")
     assert asking == []
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level."""
+    names: set[str] = set()
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _keyed_by_id(node: ast.AST) -> bool:
+    return any(
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "id"
+        for call in ast.walk(node)
+    )
+
+
+def test_no_provider_module_keeps_a_registry_keyed_by_id() -> None:
+    # State kept for an object belongs to the object (a resolver's clocks are in its `attachments`), not to a
+    # process-wide table by `id()`. The one left is the repeat rule's counts per run: a run's usage is the only
+    # object every pinned call of the run sees, and pydantic-ai gives it no room (see provider/occurrence.py).
+    package = Path(anagrapheus.__file__).parent
+    registries: set[str] = set()
+    for source in sorted(package.joinpath("provider").rglob("*.py")):
+        tree = ast.parse(source.read_text())
+        names = _module_names(tree)
+        for node in ast.walk(tree):
+            # REGISTRY[id(x)], REGISTRY.get(id(x)) (or pop, setdefault), id(x) in REGISTRY
+            looked_up: list[ast.expr] = []
+            if isinstance(node, ast.Subscript) and _keyed_by_id(node.slice):
+                looked_up.append(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                looked_up.extend([node.func.value] if _keyed_by_id(node.args[0]) else [])
+            elif isinstance(node, ast.Compare) and _keyed_by_id(node.left):
+                looked_up.extend(node.comparators)
+            registries.update(
+                f"{source.relative_to(package)}:{name.id}"
+                for name in looked_up
+                if isinstance(name, ast.Name) and name.id in names
+            )
+    assert registries == {"provider/occurrence.py:_arrived"}
 
 
 def test_every_agent_run_puts_agent_iter_back_as_it_closes(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
