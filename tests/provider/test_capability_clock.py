@@ -35,7 +35,7 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, Repl
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.resolver import Attachments
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
-from tests.conftest import Scripted, Verdict
+from tests.conftest import SaysNothing, Scripted, Verdict
 
 PROMPT = "Where do the fleets land?"
 
@@ -206,22 +206,6 @@ def test_a_damaged_clock_pin_is_refused_saying_what_it_holds(
         agent(Pinning(cast(PinResolver, damaged))).run_sync(PROMPT)
 
 
-class Quiet:
-    """A resolver written with the protocol's three methods only: it keeps nothing for the layers above."""
-
-    def __init__(self, ledger: PinLedger) -> None:
-        self.ledger = ledger
-
-    def resolve(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve(key, **options)
-
-    async def aresolve(self, key: str, **options: Any) -> Any:
-        return await self.ledger.aresolve(key, **options)
-
-    def resolve_stream(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve_stream(key, **options)
-
-
 def test_the_return_of_an_output_tool_after_the_last_request_gets_a_pinned_time(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
@@ -294,7 +278,7 @@ def test_a_resolver_that_keeps_no_clocks_draws_its_runs_ids_and_times_fresh_and_
     # Two capabilities over one such resolver would each number their runs from 0: pinned, the second run would be
     # answered with the first one's id and times. So nothing is pinned at a position, and no run takes another's.
     ledger = PinLedger(store, types)
-    quiet = cast(PinResolver, Quiet(ledger))
+    quiet = cast(PinResolver, SaysNothing(ledger))
     assert RunClocks.of(quiet) is None
     seeded = SeededRun("talks")
     runs = [agent(Pinning(quiet, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT) for _ in range(2)]

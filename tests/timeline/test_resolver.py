@@ -31,27 +31,22 @@ from anagrapheus.timeline.resolver import (
     note_event,
     unit_of,
 )
-from tests.conftest import Scripted
+from tests.conftest import SaysNothing, Scripted
 
 
 def _same(raw: JSONValue) -> JSONValue:
     return raw
 
 
-class SaysNothing:
-    """A resolver written with the protocol's three methods only, as one written before the rest existed."""
+NOTES: Attachment[list[str]] = Attachment("notes")
+"""What a layer above might keep per resolver."""
 
-    def __init__(self, ledger: PinLedger) -> None:
-        self.ledger = ledger
 
-    def resolve(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve(key, **options)
-
-    async def aresolve(self, key: str, **options: Any) -> Any:
-        return await self.ledger.aresolve(key, **options)
-
-    def resolve_stream(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve_stream(key, **options)
+def _keeps_its_own(resolver: PinResolver) -> list[str]:
+    """The notes `resolver` keeps, asserting they are made once and then the same whoever asks."""
+    notes = attached(resolver, NOTES, list)
+    assert notes is not None and attached(resolver, NOTES, list) is notes
+    return notes
 
 
 def _recorded(store: SQLiteEventStore, types: EventTypeRegistry, *units: str) -> list[Any]:
@@ -81,6 +76,7 @@ def test_a_ledger_is_live_and_its_own_unit(ledger: PinLedger) -> None:
     assert draws_into(ledger) is ledger
     assert answering_position(ledger, "k") is ledger
     assert asked(ledger, "k") == 0
+    _keeps_its_own(ledger)
 
 
 def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
@@ -90,6 +86,7 @@ def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
     one = ReplayPins.from_events(events, types, unit_id="a")
     assert (draws_live(one), unit_of(one), draws_into(one)) == (False, "a", None)
     assert asked(one, "a-key") == 1 and asked(one, "b-key") == 0
+    _keeps_its_own(one)
     # A position it holds is answered from its pin; one it lacks is drawn unpinned under strict replay.
     assert answering_position(one, "a-key") is one
     assert answering_position(one, "missing") is None
@@ -123,32 +120,8 @@ def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
         assert (draws_live(resolver), unit_of(resolver), draws_into(resolver)) == (True, None, noted)
         assert asked(resolver, "a-key") == 0
         assert answering_position(resolver, "a-key") is resolver
-
-
-NOTES: Attachment[list[str]] = Attachment("notes")
-
-
-def test_ledgers_replays_and_delegating_resolvers_keep_what_the_layers_above_attach(
-    store: SQLiteEventStore, types: EventTypeRegistry
-) -> None:
-    events = _recorded(store, types, "a")
-    pins = ReplayPins.from_events(events, types, unit_id="a")
-    into = PinLedger(store, types, unit_id="fork")
-    world = WorldPinned(pins, into)
-    resolvers: list[PinResolver] = [
-        into,
-        pins,
-        world,
-        ForkPins(events, origin="a", into=into, after_pins=0),
-        UnitPerRun(store, types, unit_of=lambda ctx: "u"),
-    ]
-    kept = [attached(resolver, NOTES, list) for resolver in resolvers]
-    # Made once per resolver, then the same whoever asks.
-    assert all(
-        notes is not None and attached(r, NOTES, list) is notes for r, notes in zip(resolvers, kept, strict=True)
-    )
-    # Each keeps its own: a delegating resolver's is not the one of the resolver it picks.
-    assert len({id(notes) for notes in kept}) == len(resolvers)
+        # Its own attachments, not the ones of a resolver it picks: those vary by key.
+        assert _keeps_its_own(resolver) is not _keeps_its_own(into) and _keeps_its_own(resolver) is not pins.attachments
 
 
 class Renamed(DelegatingResolver):
