@@ -84,9 +84,10 @@ def pinned_task(
     async def task(run: RecordedRun) -> Any:
         pins = ReplayPins.from_events(events, registry, unit_id=run.unit_id)
         clocks = RunClocks.of(pins)
-        with clocks.lock:
-            # The case's run is asked alone: it takes its recorded place among the unit's runs (its id, its clock).
-            clocks.runs = _position_of(events, run)
+        if clocks is not None:  # a replay keeps its runs' clocks
+            with clocks.lock:
+                # The case's run is asked alone: it takes its recorded place among the unit's runs (its id, its clock).
+                clocks.runs = _position_of(events, run)
         kwargs = run.run_kwargs()
         if deps is not None:
             kwargs["deps"] = deps(run)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -326,3 +326,19 @@ class Scripted:
 @pytest.fixture
 def ledger(store: SQLiteEventStore, types: EventTypeRegistry) -> PinLedger:
     return PinLedger(store, types)
+
+
+class SaysNothing:
+    """A resolver over a ledger with the protocol's three methods only, as one written before the rest existed."""
+
+    def __init__(self, ledger: PinLedger) -> None:
+        self.ledger = ledger
+
+    def resolve(self, key: str, **options: Any) -> Any:
+        return self.ledger.resolve(key, **options)
+
+    async def aresolve(self, key: str, **options: Any) -> Any:
+        return await self.ledger.aresolve(key, **options)
+
+    def resolve_stream(self, key: str, **options: Any) -> Any:
+        return self.ledger.resolve_stream(key, **options)

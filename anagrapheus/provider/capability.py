@@ -123,6 +123,8 @@ class Pinning(AbstractCapability[Any]):
         self._wrappers: dict[int, tuple[Model, Model]] = {}
         # An output function retried after it failed (a `ModelRetry`) is drawn anew, as a tool call is.
         self._outputs = DrawSequence()
+        # The runs' ids and times through a resolver that keeps no clocks: drawn fresh, stamped with `clock`, unpinned.
+        self._unpinned_clocks = RunClocks.unpinned()
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -168,7 +170,7 @@ class Pinning(AbstractCapability[Any]):
             return None
         # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
         with answers_untraced():
-            return RunClocks.of(self.resolver).draw_run_id(self.resolver, self.new_id)
+            return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
@@ -183,7 +185,12 @@ class Pinning(AbstractCapability[Any]):
 
     def _start_clocks(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number the run among the runs through `resolver`."""
-        RunClocks.of(resolver).start(ctx.run_id)
+        self._clocks(resolver).start(ctx.run_id)
+
+    def _clocks(self, resolver: PinResolver) -> RunClocks:
+        """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""
+        clocks = RunClocks.of(resolver)
+        return self._unpinned_clocks if clocks is None else clocks
 
     def _clocked(self, ctx: RunContext[Any]) -> PinResolver:
         """The resolver the run's ids and times are positions in: the run's unit's ledger under UnitPerRun."""
@@ -196,13 +203,13 @@ class Pinning(AbstractCapability[Any]):
         if self.record_inputs:
             self._inputs.saw_request(ctx.run_id, request_context)
         clocked = self._clocked(ctx)
-        await RunClocks.of(clocked).stamp(clocked, ctx.run_id, ctx.messages, clock=self.clock)
+        await self._clocks(clocked).stamp(clocked, ctx.run_id, ctx.messages, clock=self.clock)
         return request_context
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
         clocked = self._clocked(ctx)
-        await RunClocks.of(clocked).finish(clocked, result.run_id, result.all_messages(), clock=self.clock)
+        await self._clocks(clocked).finish(clocked, result.run_id, result.all_messages(), clock=self.clock)
         return result
 
     def get_wrapper_model(self, model: Model) -> Model | None:

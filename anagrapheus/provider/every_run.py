@@ -99,5 +99,6 @@ def every_agent_run(capability: AbstractCapability[Any]) -> Generator[None]:
 @contextmanager
 def refuse_model_requests() -> Generator[None]:
     """While open, pydantic-ai refuses every request to a real model (its `ALLOW_MODEL_REQUESTS` is off)."""
+    # A process-wide switch of pydantic-ai's: its own override sets it and puts the value before back as it closes.
     with models.override_allow_model_requests(False):
         yield

@@ -210,7 +210,9 @@ class PinnedModel(WrapperModel):
         fallback = getattr(run, "model", None)
         if not isinstance(fallback, FallbackModel) or not any(member is self for member in fallback.models):
             return
-        if run is not None and run.run_id in RunClocks.of(self.resolver).by_id:
+        # A `Pinning` over this resolver numbers the run in its clocks; a replay that keeps none cannot tell: refused.
+        clocks = RunClocks.of(self.resolver)
+        if run is not None and clocks is not None and run.run_id in clocks.by_id:
             return
         raise InexactReplay(
             "a FallbackModel over PinnedModel members, replayed without the Pinning capability, whose member failed",

@@ -12,13 +12,16 @@ positions in a unit of work, as a durable engine's step ids are positions in a w
 position the recording does not answer (it predates pinned clocks, or the replay spans several
 units and cannot tell whose position it is) is drawn fresh instead of missing: ids and times never
 make a replay leave its recording. Under `on_miss="record"` such a draw goes to the new unit.
+
+The numbering is kept by the resolver (its `attachments`), so it lives and goes with it. A resolver
+that carries none has nowhere to number its runs once for every capability over it: its runs' ids and
+times are drawn fresh and left unpinned, never answered from a position another capability also took.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +31,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.resolver import PinResolver, answering_position, unit_of
+from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, attached, unit_of
 
 __all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks"]
 
@@ -61,26 +64,25 @@ class RunClocks:
 
     unit: str | None
     """The unit of work the runs are positions in: the ledger's, or the one unit a strict replay answers from."""
+    pinned: bool = True
+    """Whether positions are pinned through the resolver; False for a resolver that keeps no clocks (see `of`)."""
     runs: int = 0
     by_id: dict[str, _Run] = field(default_factory=dict[str, _Run])
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def of(cls, resolver: PinResolver) -> RunClocks:
-        """The clocks of `resolver`'s runs: one per resolver, whichever `Pinning` asks, forgotten with it."""
-        with _guard:
-            found = _by_resolver.get(id(resolver))
-            if found is not None and found[0]() is resolver:
-                return found[1]
-            clocks = cls(unit_of(resolver))
-            try:
-                reference = weakref.ref(resolver)
-                weakref.finalize(resolver, _forget, id(resolver), reference)
-            except TypeError:
-                # A resolver that cannot be referenced weakly is kept for the life of the process.
-                reference = _Strong(resolver)
-            _by_resolver[id(resolver)] = (reference, clocks)
-            return clocks
+    def of(cls, resolver: PinResolver) -> RunClocks | None:
+        """The clocks of `resolver`'s runs, kept in its `attachments`; None for a resolver that carries none.
+
+        The numbering belongs to the resolver, not to a capability: every `Pinning` over one ledger (one per
+        agent, say), and `PinnedModel` and `pinned_tool` with no capability, read the one sequence of its runs.
+        """
+        return attached(resolver, _CLOCKS, lambda: cls(unit_of(resolver)))
+
+    @classmethod
+    def unpinned(cls) -> RunClocks:
+        """Clocks that pin no position: a `Pinning`'s own, for a resolver that keeps none (see `Pinning`)."""
+        return cls(None, pinned=False)
 
     def draw_run_id(self, resolver: PinResolver, new_id: Callable[[], str]) -> str:
         """The id of the run about to start, pinned at its position."""
@@ -88,7 +90,7 @@ class RunClocks:
             position = self.runs
             self.runs += 1
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
-        answering = answering_position(resolver, key)
+        answering = answering_position(resolver, key) if self.pinned else None
         if answering is None:
             run_id = _run_id(new_id())
         else:
@@ -153,7 +155,7 @@ class RunClocks:
         async def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
-        answering = answering_position(resolver, key)
+        answering = answering_position(resolver, key) if self.pinned else None
         if answering is None:
             times = _times(canonical_value(await stamped()))
         else:
@@ -221,32 +223,8 @@ def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list
     return slots
 
 
-# Reentrant: a resolver collected while `of` holds it runs `_forget` on the same thread (the collector can run at
-# any allocation), which would otherwise wait for itself for ever.
-_guard = threading.RLock()
-# By the resolver's identity (a resolver need not be hashable): a resolver is one unit of work (a ledger) or one
-# replay, and its runs are numbered for as long as it lives, across every Pinning over it (one per agent, say).
-# Process-wide rather than owned by a `Pinning`: the numbering belongs to the resolver, not to a capability.
-# Several capabilities over one ledger number one sequence of runs (an agent per turn, a capability per test), and
-# `PinnedModel` and `pinned_tool` read the same clocks without any capability; pydantic-ai gives a capability no
-# end of life to hand its clocks back at either. Nor can it live on the resolver: a resolver is any object with
-# the protocol's methods. Nothing to tear down: an entry goes with its resolver (`weakref.finalize`).
-_by_resolver: dict[int, tuple[Callable[[], object], RunClocks]] = {}
-
-
-@dataclass(frozen=True)
-class _Strong:
-    resolver: object
-
-    def __call__(self) -> object:
-        return self.resolver
-
-
-def _forget(key: int, reference: Callable[[], object]) -> None:
-    with _guard:
-        found = _by_resolver.get(key)
-        if found is not None and found[0] is reference:
-            del _by_resolver[key]
+_CLOCKS: Attachment[RunClocks] = Attachment("the run clocks")
+"""Where a resolver keeps its runs' clocks in its `attachments`: they live and go with it."""
 
 
 def _run_id(raw: object) -> str:

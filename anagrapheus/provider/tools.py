@@ -419,8 +419,9 @@ class CallWatch:
     def __init__(self, ctx: RunContext[Any] | None, resolver: PinResolver) -> None:
         self.enqueued: list[tuple[Sequence[object], str]] = []
         self._within: list[str] = []
+        # The runs numbered through the resolver; a resolver that keeps no clocks numbers none (see run_clock.py).
         self._clocks = RunClocks.of(resolver)
-        self._runs = self._clocks.runs
+        self._runs = 0 if self._clocks is None else self._clocks.runs
         self.ctx: RunContext[Any] | None = None
         self._usage: tuple[RunUsage, RunUsage] | None = None
         usage: object = getattr(ctx, "usage", None)
@@ -452,7 +453,7 @@ class CallWatch:
             before, after = self._usage
             added = after - before
             usage = added if added != RunUsage() else None
-        runs = self._clocks.runs - self._runs
+        runs = 0 if self._clocks is None else self._clocks.runs - self._runs
         return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
 
 
@@ -495,8 +496,8 @@ def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolve
         # The drawn call enqueued its messages and started its runs itself.
         return
     answered_within(resolver, answer.within)
-    if answer.runs:
-        clocks = RunClocks.of(resolver)
+    clocks = RunClocks.of(resolver)
+    if answer.runs and clocks is not None:
         with clocks.lock:
             clocks.runs += answer.runs
     if ctx is not None:

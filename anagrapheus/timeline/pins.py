@@ -28,7 +28,7 @@ from anagrapheus.timeline.events import (
     new_uuid7,
 )
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
-from anagrapheus.timeline.resolver import FailureCodec, StreamDraw
+from anagrapheus.timeline.resolver import Attachments, FailureCodec, StreamDraw
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
@@ -234,6 +234,8 @@ class PinLedger:
         self._lock = self._gate.lock
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
+        self.attachments = Attachments()
+        """What the layers above keep for this ledger while it lives: the provider numbers its runs here."""
 
     draws_live = True
     """A ledger draws every key it has not drawn yet from the world (see `PinResolver`)."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, LiteralString
+from typing import Any, Final, Literal, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -182,7 +182,7 @@ Failure = Literal["retry", "unavailable", "integrity", "error"]
 _RETRY_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "40001", "40P01"})
 # Refused logins and missing databases are OperationalErrors too: waiting will not mend them.
 _NOT_UNAVAILABLE = ("28", "3D")
-_RAISED: dict[Failure, type[StoreError]] = {
+_RAISED: Final[Mapping[Failure, type[StoreError]]] = {
     "retry": StoreUnavailable,
     "unavailable": StoreUnavailable,
     "integrity": StoreIntegrityError,

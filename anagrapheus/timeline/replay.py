@@ -25,7 +25,7 @@ from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording_pins import stream_pins
-from anagrapheus.timeline.resolver import FailureCodec, PinResolver, StreamDraw
+from anagrapheus.timeline.resolver import Attachments, FailureCodec, PinResolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -70,6 +70,8 @@ class ReplayPins:
         self._divergence: Divergence | None = None
         self._fingerprints: dict[str, Mapping[str, str]] = {}
         self._units: tuple[str, ...] | None = None
+        self.attachments = Attachments()
+        """What the layers above keep for this replay while it lives: the provider numbers its runs here."""
 
     @classmethod
     def from_events(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -12,6 +13,8 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import PendingEvent
 
 __all__ = [
+    "Attachment",
+    "Attachments",
     "DelegatingResolver",
     "FailureCodec",
     "PinResolver",
@@ -19,6 +22,7 @@ __all__ = [
     "answered_within",
     "answering_position",
     "asked",
+    "attached",
     "draws_into",
     "draws_live",
     "note_event",
@@ -54,6 +58,32 @@ class FailureCodec(Protocol):
         ...
 
 
+@dataclass(frozen=True, eq=False)
+class Attachment(Generic[T]):
+    """The name of one value the layers above keep per resolver, in its `Attachments`; compared by identity."""
+
+    name: str
+    """What the value is, for a reader."""
+
+
+class Attachments:
+    """What the layers above keep for one resolver (the provider's run clocks): made on first ask, gone with it.
+
+    The timeline never looks inside: each value is named by an `Attachment` its layer defines and holds.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[object, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, attachment: Attachment[T], make: Callable[[], T]) -> T:
+        """The value kept under `attachment`, made with `make` on the first ask (once, whichever thread asks)."""
+        with self._lock:
+            if attachment not in self._values:
+                self._values[attachment] = make()
+            return cast(T, self._values[attachment])
+
+
 @runtime_checkable
 class PinResolver(Protocol):
     """Answers a keyed effect: draws it once (live) or answers it from pins (reuse, replay).
@@ -70,7 +100,8 @@ class PinResolver(Protocol):
     `note_event(event)`, read through the functions of the same names in this module. Each is
     optional: a resolver that does not say is a live one with no unit of its own that records
     nothing beside its pins (as a `DelegatingResolver` is), so a resolver written before they
-    existed keeps working unchanged.
+    existed keeps working unchanged. It may also carry `attachments` (an `Attachments`), where the
+    layers above keep state of theirs for as long as it lives (read with `attached`).
     """
 
     def resolve(
@@ -118,8 +149,18 @@ class DelegatingResolver(ABC):
     """A resolver that answers each key through another one it picks (`_target`), unchanged otherwise.
 
     It says nothing of itself (see `PinResolver`): a live resolver with no unit of its own, whatever
-    the resolver it picks is.
+    the resolver it picks is. It carries `attachments` of its own: the resolvers it picks vary by key.
     """
+
+    @property
+    def attachments(self) -> Attachments:
+        """What the layers above keep for this resolver; made on first use (a subclass need not call a base init)."""
+        held: dict[str, object] = vars(self)
+        found = held.get("_attachments")
+        if found is None:
+            # `setdefault` is atomic: two threads asking at once get the one that landed first.
+            found = held.setdefault("_attachments", Attachments())
+        return cast(Attachments, found)
 
     @abstractmethod
     def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
@@ -221,6 +262,12 @@ def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:
 def draws_into(resolver: PinResolver) -> PinResolver | None:
     """The resolver whose unit `resolver`'s fresh draws land in (a ledger: itself); None when it records nothing."""
     return cast("PinResolver | None", getattr(resolver, "draws_into", None))
+
+
+def attached(resolver: PinResolver, attachment: Attachment[T], make: Callable[[], T]) -> T | None:
+    """The value `resolver` keeps under `attachment` (made with `make` on first ask); None if it keeps nothing."""
+    said = getattr(resolver, "attachments", None)
+    return None if said is None else cast(Attachments, said).get(attachment, make)
 
 
 def note_event(resolver: PinResolver, event: PendingEvent) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from anagrapheus.errors import EventTypeError, UpcastGap
 
@@ -20,7 +20,9 @@ def _pin_promoted_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 # The built-in events' steps ("anagrapheus" namespace), known to every registry, as their classes are.
-_BUILTIN_STEPS: dict[tuple[str, str, int], Upcast] = {("anagrapheus", "pin_promoted", 1): _pin_promoted_v1_to_v2}
+_BUILTIN_STEPS: Final[Mapping[tuple[str, str, int], Upcast]] = {
+    ("anagrapheus", "pin_promoted", 1): _pin_promoted_v1_to_v2
+}
 
 
 class UpcastRegistry:

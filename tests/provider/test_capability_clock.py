@@ -6,8 +6,9 @@ import asyncio
 import gc
 import json
 import warnings
+import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -29,12 +30,12 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider import run_clock
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RunClocks
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.resolver import Attachments
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
-from tests.conftest import Scripted, Verdict
+from tests.conftest import SaysNothing, Scripted, Verdict
 
 PROMPT = "Where do the fleets land?"
 
@@ -165,12 +166,14 @@ def test_a_caller_given_run_id_gets_a_derived_conversation_and_pinned_times(
 class Damaged:
     """A resolver over a ledger that answers every pin of one kind with `raw`, as a damaged log would.
 
-    Like any user's resolver it may be unhashable (an eq dataclass) and not weakly referable (slots).
+    Like any user's resolver it may be unhashable (an eq dataclass) and not weakly referable (slots); it
+    keeps its runs' clocks in its `attachments`, so its positions are pinned through it.
     """
 
     ledger: PinLedger
     kind: str
     raw: JSONValue
+    attachments: Attachments = field(default_factory=Attachments)
 
     def resolve(self, key: str, *, kind: str, effect: Any, interpret: Any, **options: Any) -> Any:
         if kind == self.kind:
@@ -252,14 +255,38 @@ def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
     assert RunClocks.of(ledger).by_id == {}
 
 
-def test_a_resolvers_clocks_are_forgotten_with_it(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
-    ledger = PinLedger(store, types)
-    RunClocks.of(ledger)
-    held = id(ledger)
-    assert held in run_clock._by_resolver  # pyright: ignore[reportPrivateUsage]
-    del ledger
+def test_a_resolver_keeps_its_clocks_and_they_go_with_it(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    # The resolver holds its clocks (no registry outside it): the same clocks whoever asks, gone when it is.
+    def clocks_of_a_ledger_that_ran() -> weakref.ref[RunClocks]:
+        # In a frame of its own: pydantic-ai reads its caller's locals to name an agent, and that snapshot holds them.
+        ledger = PinLedger(store, types)
+        agent(Pinning(ledger)).run_sync(PROMPT)
+        agent(Pinning(ledger)).run_sync(PROMPT)
+        clocks = RunClocks.of(ledger)
+        assert clocks is not None and clocks is RunClocks.of(ledger)
+        assert clocks.runs == 2  # one numbering for both capabilities
+        return weakref.ref(clocks)
+
+    gone = clocks_of_a_ledger_that_ran()
     gc.collect()
-    assert held not in run_clock._by_resolver  # pyright: ignore[reportPrivateUsage]
+    assert gone() is None
+
+
+def test_a_resolver_that_keeps_no_clocks_draws_its_runs_ids_and_times_fresh_and_unpinned(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Two capabilities over one such resolver would each number their runs from 0: pinned, the second run would be
+    # answered with the first one's id and times. So nothing is pinned at a position, and no run takes another's.
+    ledger = PinLedger(store, types)
+    quiet = cast(PinResolver, SaysNothing(ledger))
+    assert RunClocks.of(quiet) is None
+    seeded = SeededRun("talks")
+    runs = [agent(Pinning(quiet, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT) for _ in range(2)]
+
+    assert runs[0].run_id != runs[1].run_id
+    assert not [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+    assert all(_seeded(_stamps(run.all_messages())) for run in runs)  # the capability's clock still stamps them
+    assert {pin.kind for pin in ledger.pins()} == {"model_call", "tool_call"}
 
 
 def test_a_run_that_continues_a_conversation_pins_the_times_of_its_own_requests_only(
@@ -394,20 +421,3 @@ def test_the_request_run_stream_appends_after_the_run_gets_pinned_times(
     assert isinstance(last, ModelRequest) and [type(p) for p in last.parts] == [ToolReturnPart]
     assert _seeded(_stamps(live)), _stamps(live)
     assert ModelMessagesTypeAdapter.dump_json(replayed) == ModelMessagesTypeAdapter.dump_json(live)
-
-
-def test_a_resolver_collected_while_clocks_are_looked_up_does_not_deadlock() -> None:
-    # The collector may run a dead resolver's finalizer (`_forget`) at any allocation, on the thread that holds
-    # the clocks' guard inside `RunClocks.of`: seen as a hang of the whole run before the guard was reentrant.
-    import threading
-
-    from anagrapheus.provider import run_clock
-
-    def looked_up_then_collected() -> None:
-        with run_clock._guard:  # pyright: ignore[reportPrivateUsage]
-            run_clock._forget(0, lambda: None)  # pyright: ignore[reportPrivateUsage]
-
-    worker = threading.Thread(target=looked_up_then_collected, daemon=True)
-    worker.start()
-    worker.join(timeout=10)
-    assert not worker.is_alive(), "a finalizer run under the clocks' guard waited for the guard itself"

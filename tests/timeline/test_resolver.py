@@ -20,36 +20,33 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, Repl
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import RunInputs
 from anagrapheus.timeline.resolver import (
+    Attachment,
     DelegatingResolver,
     answered_within,
     answering_position,
     asked,
+    attached,
     draws_into,
     draws_live,
     note_event,
     unit_of,
 )
-from tests.conftest import Scripted
+from tests.conftest import SaysNothing, Scripted
 
 
 def _same(raw: JSONValue) -> JSONValue:
     return raw
 
 
-class SaysNothing:
-    """A resolver written with the protocol's three methods only, as one written before the rest existed."""
+NOTES: Attachment[list[str]] = Attachment("notes")
+"""What a layer above might keep per resolver."""
 
-    def __init__(self, ledger: PinLedger) -> None:
-        self.ledger = ledger
 
-    def resolve(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve(key, **options)
-
-    async def aresolve(self, key: str, **options: Any) -> Any:
-        return await self.ledger.aresolve(key, **options)
-
-    def resolve_stream(self, key: str, **options: Any) -> Any:
-        return self.ledger.resolve_stream(key, **options)
+def _keeps_its_own(resolver: PinResolver) -> list[str]:
+    """The notes `resolver` keeps, asserting they are made once and then the same whoever asks."""
+    notes = attached(resolver, NOTES, list)
+    assert notes is not None and attached(resolver, NOTES, list) is notes
+    return notes
 
 
 def _recorded(store: SQLiteEventStore, types: EventTypeRegistry, *units: str) -> list[Any]:
@@ -67,6 +64,7 @@ def test_a_resolver_that_says_nothing_is_live_with_no_unit_and_records_nothing(l
     assert draws_into(quiet) is None
     assert answering_position(quiet, "k") is quiet
     assert asked(quiet, "k") == 0
+    assert attached(quiet, NOTES, list) is None  # it keeps nothing for the layers above
     answered_within(quiet, ["k"])  # nothing to tell: no error
     note_event(quiet, EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={}), correlation_id="u"))
     assert ledger.pins() == []
@@ -78,6 +76,7 @@ def test_a_ledger_is_live_and_its_own_unit(ledger: PinLedger) -> None:
     assert draws_into(ledger) is ledger
     assert answering_position(ledger, "k") is ledger
     assert asked(ledger, "k") == 0
+    _keeps_its_own(ledger)
 
 
 def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
@@ -87,6 +86,7 @@ def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
     one = ReplayPins.from_events(events, types, unit_id="a")
     assert (draws_live(one), unit_of(one), draws_into(one)) == (False, "a", None)
     assert asked(one, "a-key") == 1 and asked(one, "b-key") == 0
+    _keeps_its_own(one)
     # A position it holds is answered from its pin; one it lacks is drawn unpinned under strict replay.
     assert answering_position(one, "a-key") is one
     assert answering_position(one, "missing") is None
@@ -120,6 +120,8 @@ def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
         assert (draws_live(resolver), unit_of(resolver), draws_into(resolver)) == (True, None, noted)
         assert asked(resolver, "a-key") == 0
         assert answering_position(resolver, "a-key") is resolver
+        # Its own attachments, not the ones of a resolver it picks: those vary by key.
+        assert _keeps_its_own(resolver) is not _keeps_its_own(into) and _keeps_its_own(resolver) is not pins.attachments
 
 
 class Renamed(DelegatingResolver):
@@ -172,6 +174,50 @@ def test_no_provider_or_testing_module_asks_which_class_its_resolver_is() -> Non
                 if any(name in classes for name in ("ReplayPins", "PinLedger")):
                     asking.append(f"{source.relative_to(package)}:{node.lineno}")
     assert asking == []
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level."""
+    names: set[str] = set()
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _keyed_by_id(node: ast.AST) -> bool:
+    return any(
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "id"
+        for call in ast.walk(node)
+    )
+
+
+def test_no_provider_module_keeps_a_registry_keyed_by_id() -> None:
+    # State kept for an object belongs to the object (a resolver's clocks are in its `attachments`), not to a
+    # process-wide table by `id()`. The one left is the repeat rule's counts per run: a run's usage is the only
+    # object every pinned call of the run sees, and pydantic-ai gives it no room (see provider/occurrence.py).
+    package = Path(anagrapheus.__file__).parent
+    registries: set[str] = set()
+    for source in sorted(package.joinpath("provider").rglob("*.py")):
+        tree = ast.parse(source.read_text())
+        names = _module_names(tree)
+        for node in ast.walk(tree):
+            # REGISTRY[id(x)], REGISTRY.get(id(x)) (or pop, setdefault), id(x) in REGISTRY
+            looked_up: list[ast.expr] = []
+            if isinstance(node, ast.Subscript) and _keyed_by_id(node.slice):
+                looked_up.append(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                looked_up.extend([node.func.value] if _keyed_by_id(node.args[0]) else [])
+            elif isinstance(node, ast.Compare) and _keyed_by_id(node.left):
+                looked_up.extend(node.comparators)
+            registries.update(
+                f"{source.relative_to(package)}:{name.id}"
+                for name in looked_up
+                if isinstance(name, ast.Name) and name.id in names
+            )
+    assert registries == {"provider/occurrence.py:_arrived"}
 
 
 def test_every_agent_run_puts_agent_iter_back_as_it_closes(store: SQLiteEventStore, types: EventTypeRegistry) -> None:

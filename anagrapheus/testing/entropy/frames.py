@@ -46,6 +46,8 @@ _OPENERS = frozenset(
         "configparser",
     ]
 )
+# Whether a file is the user's, by its name, for the process: where a file lies does not change while it runs,
+# and the question is asked for every frame an audit event walks.
 _user: dict[str, bool] = {}
 
 

@@ -159,6 +159,8 @@ class Guard:
         self.report("read", shown(path), frame)
 
 
+# Process-wide because an audit hook is: CPython cannot remove one, so it is installed once, on the first guarded
+# body, and does nothing while no body is guarded. The `guarded` scope arms it (`_current`) and disarms it as it closes.
 _current: Guard | None = None
 _installed = False
 
@@ -455,6 +457,10 @@ def _reporting(served: _Serving, name: str, real: Callable[..., _T]) -> Callable
     return draw
 
 
+# Remembered for the process, because each holds while it lives and is asked by every guarded body: which
+# imported modules are the user's (judged again when `sys.modules` changes), and the stand-ins, made once (outside
+# a guarded body they serve the real sources, through `_SERVING`). Nothing to undo: `_swapped` puts back what
+# it swapped into user modules as each body ends.
 _modules: dict[str, tuple[object, bool]] = {}
 _users: list[tuple[str, types.ModuleType]] = []
 _seen_count = -1

@@ -62,6 +62,8 @@ def _innermost(test: Callable[..., object]) -> object:
     return inspect.unwrap(function) if callable(function) else function  # pyright: ignore[reportUnknownArgumentType]
 
 
+# By code object, for the process: a function's code never changes, and a test runs its functions many times.
+# It holds the user functions' code it scanned, which the test process holds anyway.
 @cache
 def _scanned(code: CodeType) -> tuple[SetOrder, ...]:
     if not is_user_file(code.co_filename):
