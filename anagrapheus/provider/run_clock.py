@@ -14,14 +14,18 @@ units and cannot tell whose position it is) is drawn fresh instead of missing: i
 make a replay leave its recording. Under `on_miss="record"` such a draw goes to the new unit.
 
 The numbering is kept by the resolver (its `attachments`), so it lives and goes with it. A resolver
-that carries none has nowhere to number its runs once for every capability over it: its runs' ids and
-times are drawn fresh and left unpinned, never answered from a position another capability also took.
+that carries none (one written with the protocol's three methods) is numbered, for one more release, in a
+table held weakly by the resolver, as every resolver was before `attachments` existed; that warns and goes
+in the next release, after which such a resolver's runs' ids and times are drawn fresh and left unpinned.
+They are never numbered per capability: two capabilities over one resolver would then both take run 0, and
+the second run would be answered with the first one's id and times.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +33,7 @@ from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, attached, unit_of
@@ -77,7 +82,8 @@ class RunClocks:
         The numbering belongs to the resolver, not to a capability: every `Pinning` over one ledger (one per
         agent, say), and `PinnedModel` and `pinned_tool` with no capability, read the one sequence of its runs.
         """
-        return attached(resolver, _CLOCKS, lambda: cls(unit_of(resolver)))
+        found = attached(resolver, _CLOCKS, lambda: cls(unit_of(resolver)))
+        return _unattached(resolver) if found is None else found
 
     @classmethod
     def unpinned(cls) -> RunClocks:
@@ -225,6 +231,33 @@ def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list
 
 _CLOCKS: Attachment[RunClocks] = Attachment("the run clocks")
 """Where a resolver keeps its runs' clocks in its `attachments`: they live and go with it."""
+
+# Deprecated, goes in the next release: the clocks of resolvers that carry no `attachments`, by the resolver (held
+# weakly, so an entry goes with its resolver), as every resolver's were kept before `attachments` existed. Kept so a
+# resolver written with the three methods only still pins its runs' ids and times for one release, with a warning.
+_UNATTACHED: weakref.WeakKeyDictionary[object, RunClocks] = weakref.WeakKeyDictionary()
+_UNATTACHED_LOCK = threading.Lock()
+
+
+def _unattached(resolver: PinResolver) -> RunClocks | None:
+    """The deprecated process-wide clocks of a resolver with no `attachments`; None if it cannot be held weakly."""
+    with _UNATTACHED_LOCK:
+        try:
+            found = _UNATTACHED.get(resolver)
+            if found is None:
+                found = _UNATTACHED[resolver] = RunClocks(unit_of(resolver))
+            else:
+                return found
+        except TypeError:
+            # Unhashable, or not weakly referable: nowhere to number its runs once for every capability over it.
+            return None
+    deprecated(
+        f"numbering the runs of a resolver that carries no `attachments` ({type(resolver).__qualname__})",
+        "give it `self.attachments = Attachments()` (anagrapheus.timeline.resolver) to keep its runs' ids and "
+        "times pinned; without it they will be drawn fresh and left unpinned",
+        stacklevel=2,
+    )
+    return found
 
 
 def _run_id(raw: object) -> str:

@@ -272,13 +272,39 @@ def test_a_resolver_keeps_its_clocks_and_they_go_with_it(store: SQLiteEventStore
     assert gone() is None
 
 
-def test_a_resolver_that_keeps_no_clocks_draws_its_runs_ids_and_times_fresh_and_unpinned(
+def test_a_resolver_that_keeps_no_clocks_still_pins_its_runs_for_a_release_and_warns(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Written before `attachments` existed: its runs are numbered once for every capability over it, as they were,
+    # with a warning that says how to keep them pinned once that goes.
+    ledger = PinLedger(store, types)
+    quiet = cast(PinResolver, SaysNothing(ledger))
+    with pytest.warns(DeprecationWarning, match=r"carries no `attachments` \(SaysNothing\).*Attachments\(\)"):
+        runs = [agent(Pinning(quiet)).run_sync(PROMPT) for _ in range(2)]
+
+    assert runs[0].run_id != runs[1].run_id
+    assert [pin.kind for pin in ledger.pins()].count(RUN_ID) == 2
+    assert RUN_CLOCK in {pin.kind for pin in ledger.pins()}
+    clocks = RunClocks.of(quiet)
+    assert clocks is not None and clocks.runs == 2
+
+
+class _Unhashable(SaysNothing):
+    """A resolver that cannot be a key: equal to any other of its class, so hashing it is refused."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Unhashable)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_resolver_that_keeps_no_clocks_and_cannot_be_held_draws_its_runs_ids_and_times_fresh_and_unpinned(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     # Two capabilities over one such resolver would each number their runs from 0: pinned, the second run would be
     # answered with the first one's id and times. So nothing is pinned at a position, and no run takes another's.
     ledger = PinLedger(store, types)
-    quiet = cast(PinResolver, SaysNothing(ledger))
+    quiet = cast(PinResolver, _Unhashable(ledger))
     assert RunClocks.of(quiet) is None
     seeded = SeededRun("talks")
     runs = [agent(Pinning(quiet, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT) for _ in range(2)]
