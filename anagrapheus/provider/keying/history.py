@@ -338,7 +338,8 @@ def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest
 def _shared(held: list[ModelMessage], messages: Sequence[ModelMessage]) -> int:
     """How many leading messages are the very objects held, found by halving (each half checked at C speed)."""
     low, high = 0, min(len(held), len(messages))
-    if all(map(is_, held[:high], messages[:high])):
+    # (`map` stops at the shorter list: the first `high` of each, compared without copying them.)
+    if all(map(is_, held, messages)):
         return high
     # The first `low` are the same; the first `high` are not.
     while high - low > 1:
