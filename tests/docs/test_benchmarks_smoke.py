@@ -82,6 +82,14 @@ def test_key_floor_benchmark_takes_the_check_apart() -> None:
     assert ("the check compiled (C)" in out) or ("the compiled check is not measured" in out)
 
 
+def test_key_count_keys_the_request_it_is_told_to() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "key_count.py"), "2", "3"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("keyed 3 times more: 2 messages, p1:model_call:")
+
+
 def test_view_benchmark_runs() -> None:
     out = run_quick("view.py")
     assert "anagrapheus view writing its page" in out

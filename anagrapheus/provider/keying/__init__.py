@@ -5,9 +5,11 @@ is the walk of `material` (`MaterialWalk`), written once by `pin_key`'s code (`k
 is digested from that same walked material when first read. `canonical_value` accepts a subset of what the
 walk accepts and writes every value both accept alike, so a value has one key whichever way it is keyed.
 
-`SemanticCallPolicy` keys a request through `request.RequestKeys`, which keeps each message of a conversation
-(`history.KeyedHistory`) and walks only what is new or changed. The watch invariant: a kept message is reused
-only while every object its walk read is the same object, holding by identity every value the walk read of it
-(one getter per object, read again on every request); anything else is walked again, so a kept key is always
-byte-identical to the key walked from scratch.
+`SemanticCallPolicy` keys a request through `request.RequestKeys` in one pass: the kept history
+(`history.KeyedHistory`) decides whether the conversation is kept, checks the messages it holds, and has one walk
+(`material.walk_request`) read what is new or changed and then the rest of the request.
+
+The watch invariant: a kept message is reused only while every object its walk read is the same object, holding
+by identity every value the walk read of it (one getter per object, read again on every request); anything else
+is walked again, so a kept key is always byte-identical to the key walked from scratch.
 """

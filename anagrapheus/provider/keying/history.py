@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.provider.keying.material import MaterialWalk, layout_reads
+from anagrapheus.provider.keying.material import RequestRest, layout_reads, walk_request
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised
 
 __all__ = ["KeyedHistory", "split_material"]
@@ -33,7 +33,6 @@ _KEYS: Final[_Getter] = dict[Any, Any].keys
 _VALUES: Final[_Getter] = dict[Any, Any].values
 # `getter(object)` for a getter and an object, at C speed in `map`.
 _CALL: Final[Callable[[_Getter, object], Iterable[object]]] = cast(Any, call)
-_AT: Final = "$.messages"
 _MESSAGES: Final = '"messages":['
 
 CHAINS: Final = 16
@@ -166,12 +165,12 @@ class _Chain:
         "values",
     )
 
-    def __init__(self, head: str) -> None:
+    def __init__(self) -> None:
         self.nodes: list[_Node] = []
         self.messages: list[ModelMessage] = []
         self.materials: list[JSONValue] = []
         self.states: list[Any] = []  # sha256 of the head and the texts up to and including each node
-        self.head = head
+        self.head = ""  # never a request's head (see `split_material`): a new chain is hashed from its first node
         self.call_ids: dict[str, int] = {}
         self.known: list[int] = []  # after each node: how many tool-call ids are numbered
         self.getters: list[_Getter] = []
@@ -231,6 +230,8 @@ class _Chain:
     def rehash(self, start: int) -> None:
         """Recompute the hash states from node `start` on."""
         del self.states[start:]
+        if start == len(self.nodes):
+            return
         state = self.states[start - 1].copy() if start else hashlib.sha256(self.head.encode())
         for index in range(start, len(self.nodes)):
             if index:
@@ -249,83 +250,96 @@ class KeyedHistory:
         self._sightings: dict[int, tuple[ModelMessage, int]] = {}
         self._lock = threading.Lock()
 
-    def worth_keeping(self, messages: Sequence[ModelMessage]) -> bool:
-        """Whether `messages` continue a conversation seen often enough that keeping it pays for its watches.
+    def material(self, messages: Sequence[ModelMessage], rest: RequestRest) -> tuple[str | None, dict[str, Any]]:
+        """A request's material (`walk_request`), and the sha256 of its canonical text if it is kept.
 
         A conversation is kept from its `SEEN_BEFORE_KEPT + 1`-th request on: a run of one or two requests (or a
-        test asking one question) is keyed from scratch, at no cost beyond that.
+        test asking one question) is walked from scratch, with no watches, and its digest is left to the caller.
         """
-        if not messages:
-            return False
-        first = messages[0]
         with self._lock:
-            found = self._chains.get(id(first))
-            if found is not None and found.messages[0] is first:
-                return True
+            found = self._kept(messages)
+            if found is not None:
+                try:
+                    return _extended(found, messages, rest)
+                except BaseException:
+                    # A message the walk refused (or an interrupt) may leave the chain half updated: forget it.
+                    del self._chains[id(messages[0])]
+                    raise
+        _, walked, material = walk_request(messages, (), 0, rest)
+        material["messages"] = [each for each, _ in walked]
+        return None, material
+
+    def _kept(self, messages: Sequence[ModelMessage]) -> _Chain | None:
+        """The chain `messages` continue, the most recently used from now; None while not worth keeping."""
+        if not messages:
+            return None
+        first = messages[0]
+        chains = self._chains
+        found = chains.pop(id(first), None)
+        if found is None or found.messages[0] is not first:
             sightings = self._sightings
             seen = sightings.pop(id(first), None)
             count = seen[1] + 1 if seen is not None and seen[0] is first else 1
-            if count > SEEN_BEFORE_KEPT:
-                return True
-            sightings[id(first)] = (first, count)  # held, so its id names no other object meanwhile
-            while len(sightings) > SIGHTINGS:
-                del sightings[next(iter(sightings))]
-            return False
-
-    def digest(self, messages: Sequence[ModelMessage], head: str, tail: str) -> tuple[str, list[JSONValue]]:
-        """The sha256 of `head`, the messages' canonical texts and `tail`, and the messages' material.
-
-        `messages` is not empty (`worth_keeping` says so of an empty history).
-        """
-        with self._lock:
-            found = self._chain(messages, head)
-            try:
-                if found.head != head:
-                    found.head = head
-                    found.rehash(0)
-                _extend(found, messages)
-            except BaseException:
-                # A message the walk refused (or an interrupt) may leave the chain half updated: forget it.
-                del self._chains[id(messages[0])]
-                raise
-            state = found.states[-1].copy()
-            state.update(tail.encode())
-            return state.hexdigest(), found.materials.copy()
-
-    def _chain(self, messages: Sequence[ModelMessage], head: str) -> _Chain:
-        chains = self._chains
-        first = id(messages[0])
-        found = chains.pop(first, None)
-        if found is None or found.messages[0] is not messages[0]:
-            found = _Chain(head)
-        chains[first] = found  # last: the most recently used
+            if count <= SEEN_BEFORE_KEPT:
+                sightings[id(first)] = (first, count)  # held, so its id names no other object meanwhile
+                while len(sightings) > SIGHTINGS:
+                    del sightings[next(iter(sightings))]
+                return None
+            found = _Chain()
+        chains[id(first)] = found  # last: the most recently used
         while len(chains) > CHAINS:
             del chains[next(iter(chains))]
         return found
 
 
-def _extend(found: _Chain, messages: Sequence[ModelMessage]) -> None:
-    """Bring `found` to `messages`: keep the nodes that stand, walk the changed and the new ones."""
+def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest) -> tuple[str, dict[str, Any]]:
+    """Bring `found` to `messages` (keep the nodes that stand, walk the changed and new ones) and hash the request."""
     shared = _shared(found.messages, messages)
     if shared < len(found.nodes):
         found.truncate(shared)
-    if found.unchanged():
-        if found.unwatched:
-            _rewalk(found, list(found.unwatched))
-    else:
-        _rewalk(found, range(len(found.nodes)))
-    walk = MaterialWalk()
-    walk.call_ids = found.call_ids
+    suspects = found.unwatched if found.unchanged() else range(len(found.nodes))
+    # Those a watch cannot vouch for, each walked again numbering the tool-call ids before it as the chain does.
+    again = [
+        (index, found.known[index - 1] if index else 0) for index in suspects if not _same(found.nodes[index].watch)
+    ]
     start = len(found.nodes)
-    for index, (material, added) in enumerate(walk.each(messages, start, len(messages), at=_AT), start):
-        found.append(_Node(messages[index], material, encode_normalised(material), added))
-    found.rehash(start)
+    walked_again, walked, material = walk_request(messages, again, start, rest, numbered=found.call_ids)
+    stale = len(found.states)
+    for (index, _), (fresh, added) in zip(again, walked_again, strict=True):
+        node = found.nodes[index]
+        text = encode_normalised(fresh)
+        if added != node.added:
+            # Every later tool-call id may be numbered otherwise: the messages from here on are walked as new (rare).
+            found.truncate(index)
+            _, walked, material = walk_request(messages, (), index, rest, numbered=found.call_ids)
+            start = index
+            break
+        if text != node.text:
+            stale = min(stale, index)
+        found.replace(index, _Node(node.message, fresh, text, added))
+    known = found.known[-1] if found.known else 0
+    for index, (fresh, added) in enumerate(walked, start):
+        found.append(_Node(messages[index], fresh, encode_normalised(fresh), added))
+        known += len(added)
+    if len(found.call_ids) > known:
+        # The rest numbered ids of its own after the messages': they are this request's, not the conversation's.
+        found.call_ids = dict(islice(found.call_ids.items(), known))
+    head, tail = split_material(material)
+    if head != found.head:
+        found.head = head
+        stale = 0
+    found.rehash(min(stale, start))
+    state = found.states[-1].copy()
+    state.update(tail.encode())
+    material["messages"] = found.materials.copy()
+    return state.hexdigest(), material
 
 
 def _shared(held: list[ModelMessage], messages: Sequence[ModelMessage]) -> int:
     """How many leading messages are the very objects held, found by halving (each half checked at C speed)."""
     low, high = 0, min(len(held), len(messages))
-    if all(map(is_, held[:high], messages[:high])):
+    # (`map` stops at the shorter list: the first `high` of each, compared without copying them.)
+    if all(map(is_, held, messages)):
         return high
     # The first `low` are the same; the first `high` are not.
     while high - low > 1:
@@ -337,34 +351,10 @@ def _shared(held: list[ModelMessage], messages: Sequence[ModelMessage]) -> int:
     return low
 
 
-def _rewalk(found: _Chain, suspects: Iterable[int]) -> None:
-    """Walk the suspect messages that changed again; keep what follows while its tool-call numbering stands."""
-    rehash = len(found.nodes)
-    for index in suspects:
-        node = found.nodes[index]
-        if _same(node.watch):
-            continue
-        walk = MaterialWalk()
-        walk.call_ids = dict(islice(found.call_ids.items(), found.known[index - 1] if index else 0))
-        ((material, added),) = walk.each(found.messages, index, index + 1, at=_AT)
-        fresh = _Node(node.message, material, encode_normalised(material), added)
-        if fresh.text != node.text:
-            rehash = min(rehash, index)
-        if fresh.added != node.added:
-            # Every later tool-call id may be numbered otherwise: the rest is walked as new.
-            found.truncate(index)
-            found.call_ids = walk.call_ids
-            found.append(fresh)
-            break
-        found.replace(index, fresh)
-    found.rehash(min(rehash, len(found.states)))
-
-
 def split_material(rest: dict[str, Any]) -> tuple[str, str]:
     """The canonical text of a request's material before its messages, and after them (`rest` holds the others)."""
     before = {name: rest[name] for name in rest if name < "messages"}
+    if not before:
+        return "{" + _MESSAGES, "]," + encode_normalised(rest)[1:]
     after = {name: rest[name] for name in rest if name > "messages"}
-    head = (encode_normalised(before)[:-1] + "," if before else "{") + _MESSAGES
-    # Never empty: the model, its settings, tools and output are always keyed.
-    tail = "]," + encode_normalised(after)[1:]
-    return head, tail
+    return encode_normalised(before)[:-1] + "," + _MESSAGES, "]," + encode_normalised(after)[1:]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from functools import cache
 from itertools import islice
@@ -34,7 +34,9 @@ __all__ = [
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
     "MaterialWalk",
+    "RequestRest",
     "layout_reads",
+    "walk_request",
 ]
 
 VOLATILE_FIELDS: Final = frozenset(
@@ -67,8 +69,21 @@ CLASS_VOLATILE_FIELDS: Final[Mapping[str, frozenset[str]]] = {
 """Further fields dropped per class (matched by class name along the MRO): bookkeeping that is not sent to the model,
 and the resolved prompt-cache setting."""
 
+_MESSAGES: Final = "$.messages"
+_OUTPUT_FIELDS: Final = {
+    "output_mode": "mode",
+    "output_object": "object",
+    "output_tools": "tools",
+    "prompted_output_template": "prompted_template",
+    "allow_text_output": "allow_text",
+    "allow_image_output": "allow_image",
+}
 _TAG_FIELDS = frozenset({"part_kind", "kind"})
 _NO_DEFAULT: Final = object()
+
+
+RequestRest = tuple[object, str, Mapping[str, object]]
+"""The rest of a model request, walked after its messages: its parameters, the model id, its reduced settings."""
 
 
 class _How(Enum):
@@ -197,13 +212,14 @@ class MaterialWalk:
         """Each entry of `given` walked in turn: a refusal names the entry (`at.<name>`), even one nested too deeply."""
         return {name: self.value(item, at=f"{at}.{name}") for name, item in given.items()}
 
-    def each(self, values: Sequence[object], start: int, stop: int, *, at: str) -> list[tuple[Any, tuple[str, ...]]]:
-        """`values[start:stop]` walked in turn, each with the tool-call ids it numbered first (in order)."""
+    def each(self, values: Sequence[object], indices: Iterable[int], *, at: str) -> list[tuple[Any, tuple[str, ...]]]:
+        """`values[index]` walked for each index in turn, each with the tool-call ids it numbered first (in order)."""
         walked: list[tuple[Any, tuple[str, ...]]] = []
-        for index in range(start, stop):
-            before = len(self.call_ids)
+        call_ids = self.call_ids
+        for index in indices:
+            before = len(call_ids)
             material = self.value(values[index], at=f"{at}[{index}]")
-            walked.append((material, tuple(islice(self.call_ids, before, None))))
+            walked.append((material, tuple(islice(call_ids, before, None)) if len(call_ids) > before else ()))
         return walked
 
     def _value(self, value: Any) -> Any:
@@ -248,11 +264,12 @@ class MaterialWalk:
     def _mapping(self, mapping: Mapping[Any, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, item in mapping.items():
-            name = self._key(key)
+            # An ASCII string, the commonest key and value, inline: written as it is.
+            name = key if type(key) is str and key.isascii() else self._key(key)
             if name in out:
                 raise Refused("two object keys are equal once written as canonical JSON")
             try:
-                out[name] = self._value(item)
+                out[name] = item if type(item) is str and item.isascii() else self._value(item)
             except Refused as refused:
                 refused.path.append(f".{key}")
                 raise
@@ -361,6 +378,66 @@ class MaterialWalk:
             raise Refused(
                 f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
             ) from None
+
+
+def walk_request(
+    messages: Sequence[object],
+    again: Sequence[tuple[int, int]],
+    start: int,
+    rest: RequestRest,
+    *,
+    numbered: dict[str, int] | None = None,
+) -> tuple[list[tuple[Any, tuple[str, ...]]], list[tuple[Any, tuple[str, ...]]], dict[str, Any]]:
+    """A request walked as the default policy keys it, in one walk: the messages it names, then the rest, shaped.
+
+    Each `(index, known)` of `again` is a message walked anew with only the first `known` ids of `numbered` (the
+    tool-call ids numbered so far, added to in place) numbered; then `messages[start:]` (see `MaterialWalk.each`),
+    and last the rest, `(parameters, model id, settings)`, after every id the messages numbered: the
+    conversation's order numbers tool-call ids, and the rest's own follow.
+    """
+    numbered = {} if numbered is None else numbered
+    walk = MaterialWalk()
+    walked_again: list[tuple[Any, tuple[str, ...]]] = []
+    for index, known in again:
+        walk.call_ids = dict(islice(numbered.items(), known))
+        walked_again += walk.each(messages, (index,), at=_MESSAGES)
+    walk.call_ids = numbered
+    walked = walk.each(messages, range(start, len(messages)), at=_MESSAGES)
+    parameters, model_id, settings = rest
+    shaped = _shaped(walk.value(parameters, at="$.parameters"))
+    shaped["model"] = walk.value(model_id, at="$.model")
+    shaped["settings"] = walk.fields(settings, at="$.settings")
+    return walked_again, walked, shaped
+
+
+def _shaped(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The walked parameters of a request regrouped into tools, output and the rest, as the default policy keys them."""
+    parameters.pop("$type", None)
+    output: dict[str, Any] = {}
+    for name, short in _OUTPUT_FIELDS.items():
+        if name in parameters:
+            output[short] = parameters.pop(name)
+    if "tools" in output:
+        output["tools"] = _by_name(output["tools"])
+    material: dict[str, Any] = {"tools": _by_name(parameters.pop("function_tools", [])), "output": output}
+    for name, top in (("instruction_parts", "instructions"), ("native_tools", "native_tools")):
+        if name in parameters:
+            material[top] = parameters.pop(name)
+    if parameters:
+        material["parameters"] = parameters
+    return material
+
+
+def _by_name(definitions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Index tool definitions by name: the order they are listed in is not something the model is told."""
+    indexed: dict[str, Any] = {}
+    for definition in definitions:
+        name = str(definition.get("name"))
+        # pydantic-ai refuses duplicate names; should two slip through, neither may hide the other.
+        while name in indexed:
+            name += "#"
+        indexed[name] = definition
+    return indexed
 
 
 def _fields_holding_a_set(value: object) -> dict[str, Any] | None:

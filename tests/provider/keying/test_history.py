@@ -28,6 +28,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.errors import CanonicalError
@@ -49,25 +50,39 @@ def instructed(text: str) -> ModelRequestParameters:
     return ModelRequestParameters(function_tools=[TOOL], instruction_parts=[InstructionPart(content=text)])
 
 
-def pin_of(policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters) -> CallPin:
-    return call_pin(policy, messages, {"temperature": 0.5}, parameters, model_id="function:uk")
+SETTINGS: ModelSettings = {"temperature": 0.5}
 
 
-def from_scratch(messages: list[ModelMessage], parameters: ModelRequestParameters) -> tuple[str, dict[str, str]]:
+def pin_of(
+    policy: SemanticCallPolicy,
+    messages: list[ModelMessage],
+    parameters: ModelRequestParameters,
+    settings_: ModelSettings = SETTINGS,
+) -> CallPin:
+    return call_pin(policy, messages, settings_, parameters, model_id="function:uk")
+
+
+def from_scratch(
+    messages: list[ModelMessage], parameters: ModelRequestParameters, settings_: ModelSettings = SETTINGS
+) -> tuple[str, dict[str, str]]:
     """The key and fingerprint of the material as `SemanticCallPolicy.material` writes it, over a deep copy."""
     material = SemanticCallPolicy().material(
-        copy.deepcopy(messages), {"temperature": 0.5}, parameters, model_id="function:uk"
+        copy.deepcopy(messages), copy.deepcopy(settings_), parameters, model_id="function:uk"
     )
     return pin_key(MODEL_CALL, material), fingerprint_of(material)
 
 
 def assert_keyed_as_from_scratch(
-    policy: SemanticCallPolicy, messages: list[ModelMessage], parameters: ModelRequestParameters
+    policy: SemanticCallPolicy,
+    messages: list[ModelMessage],
+    parameters: ModelRequestParameters,
+    settings_: ModelSettings = SETTINGS,
 ) -> None:
-    expected = from_scratch(messages, parameters)
-    # Enough times that the conversation is kept, and the last is keyed through what was kept.
+    expected = from_scratch(messages, parameters, settings_)
+    # Enough times that the conversation is kept, and the last is keyed through what was kept; those before it
+    # are walked whole, without watches.
     for _ in range(SEEN_BEFORE_KEPT + 1):
-        pinned = pin_of(policy, messages, parameters)
+        pinned = pin_of(policy, messages, parameters, settings_)
         assert (pinned.key, dict(pinned.fingerprint)) == expected
 
 
@@ -221,6 +236,47 @@ def test_each_message_is_walked_once_while_the_conversation_grows_and_again_once
     counted.args["zone"] = "west"
     assert_keyed_as_from_scratch(policy, messages, PLAIN)
     assert counted.reads == SEEN_BEFORE_KEPT + 2
+
+
+def echoing(call_id: str) -> ModelSettings:
+    """Settings holding a tool call, whose id the rest of the request numbers after the messages' ids."""
+    return {"temperature": 0.5, "extra_body": {"echo": ToolCallPart("quota", {"zone": "east"}, tool_call_id=call_id)}}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_rest_numbering_tool_call_ids_of_its_own_is_keyed_as_from_scratch(data: st.DataObject) -> None:
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0")]
+    for step in range(data.draw(st.integers(min_value=1, max_value=6))):
+        action = data.draw(st.sampled_from(["grow", "grow", "mutate", "shrink", "fresh"]))
+        if action == "grow":
+            messages += turn(step, {"zone": "north", "n": 1})
+        elif action == "mutate":
+            mutate(messages, data)
+        elif action == "shrink" and len(messages) > 1:
+            messages = messages[: data.draw(st.integers(min_value=1, max_value=len(messages) - 1))]
+        elif action == "fresh":
+            # Another conversation (its first message another object): walked whole until it is kept in turn.
+            messages = copy.deepcopy(messages)
+        # An id the messages numbered takes their number; another follows theirs (and is no id of theirs after).
+        echoed = data.draw(st.sampled_from(["call_0", "call_1", "call_5", "elsewhere"]))
+        assert_keyed_as_from_scratch(policy, messages, PLAIN, echoing(echoed))
+
+
+def test_a_rest_numbering_tool_call_ids_of_its_own_still_walks_each_kept_message_once() -> None:
+    policy = SemanticCallPolicy()
+    counted = CountedCall("quota", {"zone": "north"}, tool_call_id="call_a")
+    messages: list[ModelMessage] = [request("question 0"), ModelResponse(parts=[counted])]
+    for index in range(4):
+        messages += turn(index, {"zone": "south"})
+        assert_keyed_as_from_scratch(policy, messages, PLAIN, echoing("elsewhere" if index % 2 else "call_a"))
+    # The messages are walked before the rest, which numbers its ids after theirs: what they numbered is kept.
+    assert counted.reads == SEEN_BEFORE_KEPT + 1
+    # The rest's own ids are not the conversation's: a later message with that id is numbered after the messages'.
+    messages += [ModelResponse(parts=[ToolCallPart("quota", {"zone": "east"}, tool_call_id="elsewhere")])]
+    assert_keyed_as_from_scratch(policy, messages, PLAIN, echoing("elsewhere"))
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
 
 
 def test_a_conversation_of_few_requests_is_keyed_from_scratch_and_keeps_nothing() -> None:
