@@ -16,9 +16,10 @@ from anagrapheus.timeline.recording import read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 
-# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses
-# (the timeline, below it, cannot import it).
-use_stamp(provenance_of_pins)
+# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses,
+# and a recording made or read without a named call policy is keyed by the provider's default (the timeline, below
+# it, cannot import either).
+use_stamp(provenance_of_pins, default_call_policy=SemanticCallPolicy)
 
 __all__ = [
     "AnagrapheusError",

@@ -199,7 +199,8 @@ class StoreUnavailable(StoreError):
     Raised by `PostgresEventStore` when a server stalls, a network partition hides it, a lock or statement
     outlives its timeout, the pool has no connection to lend in time, or a session lost (or a deadlock or
     serialization failure) outlived the store's own retry (see the how-to on PostgreSQL); and by
-    `SQLiteEventStore` when the database stays locked past its `busy_timeout`.
+    `SQLiteEventStore` when the database (or another thread's transaction on it) stays locked past its
+    `busy_timeout`, or the disk has no room for a write.
     """
 
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,47 +107,51 @@ def _child(variant: str, n: int) -> float:
     return perf_counter() - started
 
 
-def _in_child(variant: str) -> Callable[[int], float]:
-    def sample(n: int) -> float:
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", variant, "--n", str(n)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return float(done.stdout.strip().splitlines()[-1])
+def _in_children(variants: list[str], n: int) -> list[float]:
+    """Run the variants one after another in one fresh child, `n` times each; return each one's seconds."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *variants, "--n", str(n)], capture_output=True, text=True, check=True
+    )
+    return [float(line) for line in done.stdout.strip().splitlines()[-len(variants) :]]
 
-    return sample
+
+def _in_child(variant: str) -> Callable[[int], float]:
+    return lambda n: _in_children([variant], n)[0]
+
+
+def _quick(variants: list[str], n: int) -> list[Variant]:
+    """--quick: each variant timed once, all in one child (the hook, once on, stays on: `no hook` goes first)."""
+    seconds = dict(zip(variants, _in_children(variants, n), strict=True))
+    return [Variant(name, lambda _n, name=name: seconds[name]) for name in variants]
 
 
 def main() -> None:
     parser = options(__doc__.splitlines()[0], rounds=7)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(_child(args.child, args.n))
+        for variant in args.child:
+            print(_child(variant, args.n))
         return
     rounds = use_options(args)
-    opens, bodies = (50, 5) if args.quick else (5_000, 200)
+    opens, bodies = (5, 5) if args.quick else (5_000, 200)
     print(f"benchmarks/entropy_guard.py  {machine_line()}")
-    rows = compare(
-        Variant("no hook (guard off)", _in_child("no hook")),
-        [Variant(name, _in_child(name)) for name in ("hook, disarmed", "armed, declared read", "armed, tmp_path read")],
-        n=opens,
-        rounds=rounds,
-        warmup=0,
-    )
+    per_open = ["no hook", "hook, disarmed", "armed, declared read", "armed, tmp_path read"]
+    # --quick checks the script runs: all in one child, not six, and without the suite's imports.
+    if args.quick:
+        quick = _quick([*per_open, "script: unguarded", "script: guarded"], opens)
+        timed, pairs = quick[:4], {"script": quick[4:]}
+    else:
+        timed = [Variant(name, _in_child(name)) for name in per_open]
+        pairs = {
+            scope: [Variant(f"{scope}: {how}", _in_child(f"{scope}: {how}")) for how in ("unguarded", "guarded")]
+            for scope in ("script", "suite")
+        }
+    rows = compare(replace(timed[0], name="no hook (guard off)"), timed[1:], n=opens, rounds=rounds, warmup=0)
     print_table("one open(), read and close of a 1 KiB file", "no audit hook at all", rows)
-    # --quick checks the script runs: the suite's imports would take most of its time.
-    for scope in ("script",) if args.quick else ("script", "suite"):
-        rows = compare(
-            Variant(f"{scope}: unguarded", _in_child(f"{scope}: unguarded")),
-            [Variant(f"{scope}: guarded", _in_child(f"{scope}: guarded"))],
-            n=bodies,
-            rounds=rounds,
-            warmup=0,
-        )
+    for scope, pair in pairs.items():
+        rows = compare(pair[0], pair[1:], n=bodies, rounds=rounds, warmup=0)
         what = "this script only" if scope == "script" else "every module of tests/ imported"
         print_table(
             f"a test body of 10 reads, 10 clock reads, 10 draws; user modules: {what}", "the body unguarded", rows

@@ -96,3 +96,14 @@ def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -
             match=r"VOLATILE_FIELDS is deprecated.*use anagrapheus\.testing\.compare\.PER_RUN_FIELDS",
         ):
             assert module.VOLATILE_FIELDS is anagrapheus.testing.PER_RUN_FIELDS  # type: ignore[attr-defined]
+
+
+def test_the_default_call_policy_constant_warns_and_names_the_provider_policy() -> None:
+    import anagrapheus.timeline.provenance as provenance
+
+    assert "DEFAULT_CALL_POLICY" not in provenance.__all__
+    with pytest.warns(DeprecationWarning, match=r"provenance\.DEFAULT_CALL_POLICY is deprecated.*SemanticCallPolicy"):
+        from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
+    assert (anagrapheus.SemanticCallPolicy.name, anagrapheus.SemanticCallPolicy.version) == DEFAULT_CALL_POLICY
+    with pytest.raises(AttributeError, match="has no attribute 'NOTHING_HERE'"):
+        _ = provenance.NOTHING_HERE  # type: ignore[attr-defined]

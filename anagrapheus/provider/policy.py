@@ -13,7 +13,6 @@ from pydantic_ai.settings import ModelSettings
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.request import MODEL_CALL, RequestKeys, request_material
 from anagrapheus.timeline.canonical import JSONValue
-from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
 
@@ -88,9 +87,9 @@ class SemanticCallPolicy:
 
     __slots__ = ("_keys", "keep_values")
 
-    name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
+    name: ClassVar[str] = "semantic"
     """The policy's name in a recording's provenance."""
-    version: ClassVar[int] = DEFAULT_CALL_POLICY[1]
+    version: ClassVar[int] = 1
     """Bumped whenever what this policy keys changes, so recordings keyed by the old one are refused, not missed."""
 
     def __init__(self, *, keep_values: bool = False) -> None:

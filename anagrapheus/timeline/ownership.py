@@ -9,7 +9,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from anagrapheus.errors import StoreError, UsageError
+from anagrapheus.errors import StoreUnavailable, UsageError
 
 __all__ = ["Ownership"]
 
@@ -75,7 +75,8 @@ class Ownership:
                 )
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StoreError(
+                # Nothing was decided, and the holder will let go: the caller may try again, as after SQLite's own lock.
+                raise StoreUnavailable(
                     f"{self._where}: waited {self._timeout:g} s for another task or thread of this process to"
                     " finish its transaction (database is locked)"
                 )

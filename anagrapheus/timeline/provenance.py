@@ -2,7 +2,8 @@
 
 The timeline stamps what it knows itself (its version, Python's, the key scheme, the call policy); what the pins'
 results report and the agent framework's version come from a `ProvenanceStamp` of the provider layer, which the
-package root hands over (`use_stamp`): the timeline knows nothing of the framework's shapes.
+package root hands over (`use_stamp`) with the default call policy: the timeline knows nothing of the framework's
+shapes, nor which policy keys a model call when none is named.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
 
 __all__ = [
-    "DEFAULT_CALL_POLICY",
     "Provenance",
     "ProvenanceCheck",
     "ProvenanceStamp",
@@ -32,9 +33,6 @@ __all__ = [
     "stamp_provenance",
     "use_stamp",
 ]
-
-DEFAULT_CALL_POLICY = ("semantic", 1)
-"""The name and version of the default call policy (`SemanticCallPolicy`), assumed when none is given."""
 
 ProvenanceCheck = Literal["warn", "strict", "ignore"]
 """How loading treats provenance: refuse a foreign key scheme or policy and warn on versions (`warn`),
@@ -80,14 +78,21 @@ def call_policy_identity(policy: object | None) -> tuple[str, int]:
     """Return a call policy's (name, version): its class's own `name` and `version`, else its qualified class name.
 
     Only the policy's exact class is asked, so a subclass that changes what is keyed is never taken
-    for its parent unless it says so. None means the default policy.
+    for its parent unless it says so. None means the default policy, the one the package root handed over.
     """
     if policy is None:
-        return DEFAULT_CALL_POLICY
-    own = vars(type(policy))
+        if not _default_call_policy:
+            raise UsageError("no default call policy was handed to the timeline: import anagrapheus, whose root does")
+        return _identity(_default_call_policy[0])
+    return _identity(type(policy))
+
+
+def _identity(policy: type) -> tuple[str, int]:
+    """The (name, version) a policy class declares itself, or its qualified name and version 1."""
+    own = vars(policy)
     name, version = own.get("name"), own.get("version", 1)
     if not isinstance(name, str):
-        name = f"{type(policy).__module__}.{type(policy).__qualname__}"
+        name = f"{policy.__module__}.{policy.__qualname__}"
     if not isinstance(version, int) or isinstance(version, bool):
         version = 1
     return name, version
@@ -118,15 +123,23 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
     return own_provenance(call_policy=call_policy)
 
 
-# The one stamp of this process. The package root (`anagrapheus/__init__.py`, run before any timeline module is
-# used) hands over the provider layer's once, as it is imported; until then a recording would be stamped with what
-# the timeline knows. Module state only because the timeline cannot import the layer above it.
+# The one stamp of this process, and the class of the call policy that keys a model call when none is named. The
+# package root (`anagrapheus/__init__.py`, run before any timeline module is used) hands over the provider layer's
+# once, as it is imported; until then a recording would be stamped with what the timeline knows. Module state only
+# because the timeline cannot import the layer above it.
 _stamp: list[ProvenanceStamp] = [_own_stamp]
+_default_call_policy: list[type] = []
 
 
-def use_stamp(stamp: ProvenanceStamp) -> None:
-    """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's."""
+def use_stamp(stamp: ProvenanceStamp, *, default_call_policy: type | None = None) -> None:
+    """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's.
+
+    `default_call_policy`, when given, is the class of the policy assumed when none is named (the provider's
+    `SemanticCallPolicy`): its own `name` and `version` stamp and check recordings made without one.
+    """
     _stamp[0] = stamp
+    if default_call_policy is not None:
+        _default_call_policy[:] = [default_call_policy]
 
 
 def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
@@ -199,3 +212,14 @@ def check_provenance(
         if check == "strict":
             raise ProvenanceMismatch(message, path=path, field=field, recorded=was, current=now)
         warnings.warn(f"{path}: {message}", ProvenanceWarning, stacklevel=3)
+
+
+def __getattr__(name: str) -> object:
+    """Serve the deprecated `DEFAULT_CALL_POLICY`: the default policy's identity belongs to the provider layer now."""
+    if name == "DEFAULT_CALL_POLICY":
+        deprecated(
+            f"{__name__}.DEFAULT_CALL_POLICY",
+            "the default call policy is anagrapheus.SemanticCallPolicy; read its name and version",
+        )
+        return call_policy_identity(None)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

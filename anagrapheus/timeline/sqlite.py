@@ -152,8 +152,8 @@ class LeaseHolder:
 def _translated(where: object, action: str) -> Generator[None]:
     """The one choke point where sqlite3 errors become the library's own, naming the database.
 
-    Typed as the PostgreSQL store's are: a lock held past `busy_timeout` is `StoreUnavailable` (try again later),
-    a breached constraint `StoreIntegrityError`, anything else `StoreError`.
+    Typed as the PostgreSQL store's are: a lock held past `busy_timeout` or a full disk is `StoreUnavailable` (try
+    again later), a breached constraint `StoreIntegrityError`, anything else `StoreError`.
     """
     try:
         yield
@@ -164,7 +164,8 @@ def _translated(where: object, action: str) -> Generator[None]:
 def _raised(error: sqlite3.Error) -> type[StoreError]:
     """The error class for a sqlite3 error, by what the caller can do about it."""
     code = getattr(error, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+    # A full disk (or a page limit reached) rolls the write back, as PostgreSQL's class 53 does: room may come.
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL):
         return StoreUnavailable
     # A trigger's refusal (the log is append-only) is a plain StoreError, as PostgreSQL's RAISE is.
     if isinstance(error, sqlite3.IntegrityError) and code != sqlite3.SQLITE_CONSTRAINT_TRIGGER:
