@@ -16,7 +16,7 @@ from anagrapheus.errors import ProvenanceMismatch, RecordingError, UsageError
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy
 from anagrapheus.timeline import PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import EventTypeRegistry
-from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY, call_policy_identity
+from anagrapheus.timeline.provenance import call_policy_identity
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, stream_recording, write_recording
 from tests.conftest import Scripted
 from tests.timeline.sample_recording import HEADER, edited, logged_events, refused
@@ -92,7 +92,8 @@ def test_the_header_says_what_made_the_recording(recorded: Path) -> None:
 
 
 def test_the_default_policy_is_the_one_assumed_when_none_is_named() -> None:
-    assert call_policy_identity(SemanticCallPolicy()) == DEFAULT_CALL_POLICY == call_policy_identity(None)
+    default = (SemanticCallPolicy.name, SemanticCallPolicy.version)
+    assert call_policy_identity(SemanticCallPolicy()) == default == call_policy_identity(None)
     assert call_policy_identity(TersePolicy()) == ("terse", 3)
     # A subclass that does not name itself is never taken for its parent.
     assert call_policy_identity(UnnamedPolicy()) == (f"{__name__}.UnnamedPolicy", 1)
