@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -280,7 +278,9 @@ def test_two_tests_recording_to_one_file_are_refused(project: pytest.Pytester) -
     project.runpytest("sub/test_paris.py").assert_outcomes(passed=1)
 
 
-def test_two_xdist_workers_recording_to_one_file_are_refused(project: pytest.Pytester) -> None:
+def test_two_xdist_workers_recording_to_one_file_are_refused(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = '@pytest.mark.xdist_group("{group}")\n@pytest.mark.anagrapheus'
     for module, city in (("test_paris", "Paris"), ("test_lyon", "Lyon")):
         source = TEST_SHARED.format(path="shared.jsonl", name=city.lower(), city=city)
@@ -296,6 +296,10 @@ def test_two_xdist_workers_recording_to_one_file_are_refused(project: pytest.Pyt
             Path(f"worker-{item.name}").write_text(os.environ.get("PYTEST_XDIST_WORKER", ""))
         """
     )
+    # A temporary folder of its own: the claims folder it must leave behind is looked for there, where no other
+    # session (another xdist worker of this suite, say) makes one meanwhile.
+    private = project.mkdir("tmp")
+    monkeypatch.setenv("TMPDIR", str(private))
     result = project.runpytest_subprocess("-n", "2", "--dist=loadgroup", "--anagrapheus=record")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
@@ -305,7 +309,7 @@ def test_two_xdist_workers_recording_to_one_file_are_refused(project: pytest.Pyt
     header = json.loads((project.path / "shared.jsonl").read_text().splitlines()[0])
     kept = header["description"].rsplit(" of ", 1)[1]
     project.runpytest(kept).assert_outcomes(passed=1)
-    assert not list(Path(tempfile.gettempdir()).glob("anagrapheus-claims-*"))
+    assert not list(private.glob("anagrapheus-claims-*"))
 
 
 POLICIES = """
