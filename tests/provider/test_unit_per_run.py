@@ -35,7 +35,9 @@ class Harbour:
             harbour.calls.append("weather")
             return f"wind 4 in {city}"
 
-        @agent.tool_plain
+        # A barrier: the weather, asked beside it, has ended and is pinned before the gauge fails. Run in parallel,
+        # an interruption could beat the weather's pin under load, and the next run would draw the weather again.
+        @agent.tool_plain(sequential=True)
         def tide(city: str) -> str:
             """Read the tide in a city."""
             harbour.calls.append("tide")
