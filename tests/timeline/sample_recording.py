@@ -21,6 +21,22 @@ HEADER = RecordingHeader(
 )
 
 
+def promoted(seq: int, raw: Any, *, key: str, fingerprint: dict[str, str] | None = None) -> StoredEvent:
+    """A stored `pin_promoted` event of unit `u` answering `key` (a tool call) with `raw`, as a log holds it."""
+    payload = PinPromoted(unit_id="u", key=key, kind="tool_call", raw=raw, attempts=1, fingerprint=fingerprint)
+    return StoredEvent(
+        seq=seq,
+        event_id=f"00000000-0000-7000-8000-{seq:012d}",
+        namespace="anagrapheus",
+        type="pin_promoted",
+        schema_version=1,
+        causation_id=None,
+        correlation_id="u",
+        created_at="2026-01-01T00:00:00.000000Z",
+        payload=payload.model_dump_json(),
+    )
+
+
 # No process has this id: it is beyond every system's largest pid.
 DEAD_PID = 2**31 - 1
 

@@ -26,7 +26,6 @@ from anagrapheus.timeline import (
     EMAIL_RULE,
     EventTypeRegistry,
     PinLedger,
-    PinPromoted,
     ReplayPins,
     SecretPolicy,
     SecretRule,
@@ -34,7 +33,7 @@ from anagrapheus.timeline import (
     StoredEvent,
 )
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
-from tests.timeline.sample_recording import HEADER, logged_events
+from tests.timeline.sample_recording import HEADER, logged_events, promoted
 
 
 def test_a_recording_that_cannot_be_written_is_refused_naming_it_and_why(tmp_path: Path) -> None:
@@ -96,18 +95,7 @@ RULE_OF = {
 
 
 def pin(seq: int, raw: Any, *, key_char: str = "a") -> StoredEvent:
-    payload = PinPromoted(unit_id="u", key="p1:tool_call:" + key_char * 64, kind="tool_call", raw=raw, attempts=1)
-    return StoredEvent(
-        seq=seq,
-        event_id=f"00000000-0000-7000-8000-{seq:012d}",
-        namespace="anagrapheus",
-        type="pin_promoted",
-        schema_version=1,
-        causation_id=None,
-        correlation_id="u",
-        created_at="2026-01-01T00:00:00.000000Z",
-        payload=payload.model_dump_json(),
-    )
+    return promoted(seq, raw, key="p1:tool_call:" + key_char * 64)
 
 
 def clean_pin(seq: int) -> StoredEvent:

@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from anagrapheus import EventTypeRegistry, PinLedger, PinnedModel, SQLiteEventStore
 from anagrapheus.errors import SecretInRecording
 from anagrapheus.provider import SemanticCallPolicy
-from anagrapheus.timeline import PinPromoted, StoredEvent
+from anagrapheus.timeline import StoredEvent
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.recording import RecordingHeader, read_recording, write_recording
 from anagrapheus.timeline.secrets import (
@@ -29,6 +29,7 @@ from anagrapheus.timeline.secrets import (
     environment_rules,
     split_private_keys,
 )
+from tests.timeline.sample_recording import promoted
 
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K"
 
@@ -239,25 +240,7 @@ BENIGN = [
 
 
 def pin(seq: int, raw: Any, *, fingerprint: dict[str, str] | None = None) -> StoredEvent:
-    payload = PinPromoted(
-        unit_id="u",
-        key=f"p1:tool_call:{seq:064x}",
-        kind="tool_call",
-        raw=raw,
-        attempts=1,
-        fingerprint=fingerprint,
-    )
-    return StoredEvent(
-        seq=seq,
-        event_id=f"00000000-0000-7000-8000-{seq:012d}",
-        namespace="anagrapheus",
-        type="pin_promoted",
-        schema_version=1,
-        causation_id=None,
-        correlation_id="u",
-        created_at="2026-01-01T00:00:00.000000Z",
-        payload=payload.model_dump_json(),
-    )
+    return promoted(seq, raw, key=f"p1:tool_call:{seq:064x}", fingerprint=fingerprint)
 
 
 @pytest.mark.parametrize("shape", TEXT_SHAPES, ids=TEXT_SHAPES.keys())
