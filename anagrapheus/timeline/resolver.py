@@ -78,10 +78,18 @@ class Attachments:
 
     def get(self, attachment: Attachment[T], make: Callable[[], T]) -> T:
         """The value kept under `attachment`, made with `make` on the first ask (once, whichever thread asks)."""
-        with self._lock:
-            if attachment not in self._values:
-                self._values[attachment] = make()
-            return cast(T, self._values[attachment])
+        # Read without the lock first: it is asked on every model request, and a value, once made, never changes.
+        found = self._values.get(attachment, _UNMADE)
+        if found is _UNMADE:
+            with self._lock:
+                found = self._values.get(attachment, _UNMADE)
+                if found is _UNMADE:
+                    found = self._values[attachment] = make()
+        return cast(T, found)
+
+
+_UNMADE = object()
+"""What `Attachments` holds under an attachment not yet made (a made value may be None)."""
 
 
 @runtime_checkable
