@@ -145,7 +145,7 @@ class Pinning(AbstractCapability[Any]):
         if not self.record_inputs:
             return await self._scoped(handler)
         resolver = self._clocked(ctx)
-        inputs, token = self._inputs.begin(ctx)
+        inputs, token = self._inputs.begin(ctx, resolver)
         try:
             result = await self._scoped(handler)
         except Exception as e:

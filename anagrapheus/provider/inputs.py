@@ -65,8 +65,16 @@ class InputsRecorder:
     """The bound on one run's inputs in bytes; past it the message history, then the prompt, is left out."""
     _first: dict[str, tuple[str | None, JSONValue]] = field(default_factory=dict[str, tuple[str | None, JSONValue]])
 
-    def begin(self, ctx: RunContext[Any]) -> tuple[dict[str, JSONValue], object]:
-        """What the run was asked, read before it starts (the history is copied: the run appends to it)."""
+    def begin(self, ctx: RunContext[Any], resolver: PinResolver) -> tuple[dict[str, JSONValue], object]:
+        """What the run was asked, read before it starts (the history is copied: the run appends to it).
+
+        Nothing is read when `resolver` records nothing (a strict replay): `end` would drop it, and dumping a long
+        history on every replayed run cost more than keying its requests.
+        """
+        nested = _OUTER_RUN.get() is not None
+        token = _OUTER_RUN.set(ctx.run_id or "")
+        if _recording_unit(resolver) is None:
+            return {}, token
         inputs: dict[str, JSONValue] = {
             "format": INPUTS_FORMAT,
             "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
@@ -75,9 +83,9 @@ class InputsRecorder:
             "agent": getattr(ctx.agent, "name", None),
             "metadata": None if ctx.metadata is None else output_json(ctx.metadata),
             "deps": None if self.deps is None else output_json(self.deps(ctx.deps)),
-            "nested": _OUTER_RUN.get() is not None,
+            "nested": nested,
         }
-        return inputs, _OUTER_RUN.set(ctx.run_id or "")
+        return inputs, token
 
     def saw_request(self, run_id: str | None, request_context: ModelRequestContext) -> None:
         """Keep the instructions and model settings the run's first model request was sent with."""
@@ -103,10 +111,11 @@ class InputsRecorder:
         """Note the run's inputs and how it ended on its unit's ledger (nothing under strict replay)."""
         _OUTER_RUN.reset(token)  # pyright: ignore[reportArgumentType]
         instructions, settings = self._first.pop(run_id or "", (None, None))
-        ledger = draws_into(resolver)
-        unit = None if ledger is None else unit_of(ledger)
-        if ledger is None or unit is None or run_id is None:
+        recording = _recording_unit(resolver)
+        if recording is None or run_id is None or not inputs:
+            # `not inputs`: the run began when its resolver recorded nothing (begin read nothing to note).
             return
+        ledger, unit = recording
         inputs["instructions"] = instructions
         inputs["model_settings"] = settings
         if error is None:
@@ -129,6 +138,13 @@ class InputsRecorder:
             inputs[dropped] = None
             inputs[f"{dropped}_left_out"] = len(canonical_json(value).encode())
         return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)
+
+
+def _recording_unit(resolver: PinResolver) -> tuple[PinResolver, str] | None:
+    """The ledger `resolver`'s fresh draws land in, with its unit; None when it records nothing (a strict replay)."""
+    ledger = draws_into(resolver)
+    unit = None if ledger is None else unit_of(ledger)
+    return None if ledger is None or unit is None else (ledger, unit)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,28 @@ def test_the_off_switch_records_no_inputs_and_strict_replay_notes_none(tmp_path:
     _agent(Scripted("m").model, Pinning(replay)).run_sync("Where?", deps="ann")  # nothing to note it on: no error
 
 
+def test_strict_replay_reads_no_inputs(tmp_path: Path) -> None:
+    # Regression: a strict replay read every run's inputs (the deps snapshot, the whole history dumped to JSON)
+    # only to drop them; at a 200-message history that made a replayed run under Pinning 1.22x the bare run.
+    snapshots: list[str] = []
+
+    def snapshot(deps: str) -> str:
+        snapshots.append(deps)
+        return deps
+
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        recorded = _agent(Scripted("m").model, Pinning(ledger, record_deps=snapshot)).run_sync("Where?", deps="ann")
+        events = ledger.commit()
+    assert snapshots == ["ann"]
+
+    replay = ReplayPins.from_events(events, EventTypeRegistry())
+    offline = Scripted("m")
+    replayed = _agent(offline.model, Pinning(replay, record_deps=snapshot)).run_sync("Where?", deps="ann")
+    assert (replayed.output, offline.calls) == (recorded.output, 0)
+    assert snapshots == ["ann"]
+
+
 def test_a_record_mode_replay_notes_the_inputs_on_its_ledger(tmp_path: Path) -> None:
     with SQLiteEventStore(tmp_path / "log.db") as store:
         ledger = PinLedger(store, EventTypeRegistry(), unit_id="again")
