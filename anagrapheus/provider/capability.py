@@ -50,7 +50,7 @@ from anagrapheus.provider.tools import (
     needs_tags,
     tool_pin,
 )
-from anagrapheus.provider.unit_per_run import UnitPerRun
+from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
@@ -109,8 +109,9 @@ class Pinning(AbstractCapability[Any]):
         inputs_limit: int = INPUTS_LIMIT,
     ) -> None:
         self.resolver = resolver
-        # A resolver that picks its unit per run (provider's own `UnitPerRun`) is served around each run; asked once.
-        self._per_run = resolver if isinstance(resolver, UnitPerRun) else None
+        # A resolver that picks its unit per run (`UnitPerRun`, or one that says it is one) is served around each
+        # run; asked once.
+        self._per_run = run_server(resolver)
         self.record_inputs = record_inputs
         self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit)
         self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)

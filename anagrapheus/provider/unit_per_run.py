@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic_ai import RunContext
 
@@ -27,13 +27,40 @@ from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import TimelineStore
 
-__all__ = ["UnitPerRun", "dbos_workflow_id", "fails_for_good"]
+__all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "run_server"]
 
 R = TypeVar("R")
 
 # The run a `Pinning` is serving in this context: set around the run by `Pinning.wrap_run`, inherited by every
 # task and worker thread the run starts, so a draw anywhere in the run knows whose it is.
 _RUN: ContextVar[RunContext[Any] | None] = ContextVar("anagrapheus_run", default=None)
+
+
+class RunServer(Protocol):
+    """A resolver that picks its unit for each run: `Pinning` runs each run through `serve` (see `run_server`)."""
+
+    def ledger_for(self, ctx: RunContext[Any]) -> PinResolver:
+        """What answers the run `ctx`: the resolver whose unit its ids, times and inputs belong to."""
+        ...
+
+    async def serve(
+        self,
+        ctx: RunContext[Any],
+        run: Callable[[], Awaitable[R]],
+        *,
+        started: Callable[[PinLedger | ReplayPins, RunContext[Any]], object],
+    ) -> R:
+        """Run `run` as a run of `ctx`'s unit, calling `started` with what answers it before the run begins."""
+        ...
+
+
+def run_server(resolver: PinResolver) -> RunServer | None:
+    """The `RunServer` that `resolver` says it is (its `serves_each_run`), or None for a resolver of one unit.
+
+    Read by what the resolver says, not by its class, as the timeline's `draws_live` and `unit` are: a resolver
+    that wraps a `UnitPerRun` can say so too.
+    """
+    return cast("RunServer | None", getattr(resolver, "serves_each_run", None))
 
 
 @contextmanager
@@ -109,6 +136,11 @@ class UnitPerRun(DelegatingResolver):
         """Whether a run's error is final, so its unit is abandoned; otherwise the unit is left open."""
         self._units: dict[str, _Unit] = {}
         self._lock = threading.Lock()
+
+    @property
+    def serves_each_run(self) -> UnitPerRun:
+        """Itself: it picks a unit for each run, so `Pinning` serves each run through it (see `run_server`)."""
+        return self
 
     def ledger_for(self, ctx: RunContext[Any]) -> PinLedger | ReplayPins:
         """What answers `ctx`'s unit: the one in use if a run is in flight in it, else a new one."""

@@ -15,6 +15,7 @@ from anagrapheus.provider import UnitPerRun
 from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import PinPromoted, PinsAbandoned
+from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
 from tests.conftest import Scripted
 
 
@@ -58,6 +59,38 @@ def by_deps(ctx: RunContext[Any]) -> str:
 
 def unit_events(store: SQLiteEventStore, unit_id: str) -> list[Any]:
     return [e for e in store.read() if e.correlation_id == unit_id]
+
+
+class Audited(DelegatingResolver):
+    """A resolver of the application's own around a `UnitPerRun`: it counts the keys asked, and says what it wraps."""
+
+    def __init__(self, inner: UnitPerRun) -> None:
+        self.inner = inner
+        self.asked: list[str] = []
+
+    @property
+    def serves_each_run(self) -> UnitPerRun:
+        return self.inner
+
+    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        self.asked.append(kind)
+        return self.inner, key
+
+
+def test_a_resolver_that_says_it_serves_each_run_is_served_per_run(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Regression: Pinning recognised a per-run resolver by its class (isinstance UnitPerRun), so one wrapping it was
+    # taken for a resolver of one unit, and its first draw was refused outside any run's unit.
+    audited = Audited(UnitPerRun(store, types, unit_of=by_deps))
+    agent = Harbour().agent(Scripted("m").model, Pinning(audited))
+
+    agent.run_sync("Where?", deps="a")
+
+    assert "model_call" in audited.asked
+    assert store.open_units() == []
+    assert PinLedger(store, types, unit_id="unit-a").state == "committed"
+    assert "run_inputs" in [e.type for e in unit_events(store, "unit-a")]
 
 
 def test_each_run_pins_into_the_unit_it_names_and_commits_as_it_ends(
