@@ -15,6 +15,7 @@ from anagrapheus.cli.sources import Source, add_registry_options, event_types, o
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.testing.miss import read_miss
 from anagrapheus.timeline import JSONValue, PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline.failures import stored_kind
 from anagrapheus.timeline.ordered import read_ordered
 
 __all__ = ["COMMAND", "run", "units_of"]
@@ -67,11 +68,11 @@ def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
 
 
 def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, raw: str) -> PinView:
-    failed = kind.endswith("!failed")
+    kind, failed = stored_kind(kind)
     return PinView(
         unit=unit,
         position=position,
-        kind=kind.removesuffix("!failed"),
+        kind=kind,
         key=key,
         attempts=attempts,
         failed=failed,
