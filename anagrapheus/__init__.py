@@ -5,10 +5,12 @@ from anagrapheus.durable import OpenRun, aresume, open_runs, resume
 from anagrapheus.errors import AnagrapheusError, PinMiss
 from anagrapheus.identity import mint_entity_id
 from anagrapheus.provider.capability import Pinning
+from anagrapheus.provider.keying.keys import walked
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import SemanticCallPolicy
 from anagrapheus.provider.provenance import provenance_of_pins
 from anagrapheus.provider.tools import pinned_tool
+from anagrapheus.timeline.canonical import use_key_walk
 from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import use_stamp
@@ -17,9 +19,11 @@ from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 
 # The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses,
-# and a recording made or read without a named call policy is keyed by the provider's default (the timeline, below
-# it, cannot import either).
+# a recording made or read without a named call policy is keyed by the provider's default, and `pin_key` walks its
+# material with the provider's walk of key material, as every other key does (the timeline, below it, cannot
+# import any of them).
 use_stamp(provenance_of_pins, default_call_policy=SemanticCallPolicy)
+use_key_walk(walked)
 
 __all__ = [
     "AnagrapheusError",

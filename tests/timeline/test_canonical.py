@@ -275,3 +275,94 @@ def test_a_normalised_pin_key_writes_the_value_as_given_without_walking_it() -> 
     assert pin_key("k", canonical_value(value), normalised=True) == pin_key("k", value)
     # Trusted, not checked: that is the walk the option saves. A value that is not canonical keys as written.
     assert pin_key("k", {"a": 1.0}, normalised=True) != pin_key("k", {"a": 1})
+
+
+# What `canonical_value` accepts, spelled every way it accepts it: the walk `pin_key` reads material with must key
+# each exactly as before the package root handed it down.
+accepted_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 2, max_value=2**63 + 2)
+    | st.sampled_from([2**14_100, -(2**14_100), 2.0**53, -0.0, 1e300])
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | st.sampled_from(["e\u0301", "A\u030a", "\ufb01", Mode.FAST, Masked("swordfish")])
+)
+accepted_values = st.recursive(
+    accepted_leaves,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(st.text() | st.sampled_from(["e\u0301", "\u00e9"]), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@given(accepted_values)
+def test_pin_key_keys_what_canonical_value_accepts_as_its_canonical_json(value: Any) -> None:
+    try:
+        text = canonical_json(value)
+    except CanonicalError:
+        return  # two keys equal once NFC-normalised: refused by both (below)
+    assert pin_key("k", value) == f"p1:k:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def test_pin_key_refuses_keys_equal_once_normalised_as_canonical_json_does() -> None:
+    with pytest.raises(CanonicalError, match="equal once") as caught:
+        pin_key("k", {"x": {"café": 1, unicodedata.normalize("NFD", "café"): 2}})
+    assert caught.value.path == "$.x"
+
+
+def test_pin_key_keys_a_set_as_its_sorted_members() -> None:
+    # Once refused (`canonical_value` takes JSON values only) while a tool call with the same arguments keyed.
+    assert pin_key("t", {"tags": {"b", "a"}}) == pin_key("t", {"tags": ["a", "b"]})
+    assert pin_key("t", {"tags": frozenset({2, 10, 1})}) == pin_key("t", {"tags": [1, 10, 2]})  # by canonical JSON
+    with pytest.raises(CanonicalError):
+        canonical_json({"tags": {"a", "b"}})  # the log's JSON stays strict
+
+
+def test_pin_key_converts_enums_bytes_and_number_keys_deliberately() -> None:
+    class Colour(enum.Enum):
+        RED = "red"
+
+    digest = hashlib.sha256(b"\x00\xff").hexdigest()
+    assert pin_key("t", {"c": Colour.RED}) == pin_key("t", {"c": "red"})
+    assert pin_key("t", {"b": b"\x00\xff"}) == pin_key("t", {"b": {"$bytes_sha256": digest}})
+    assert pin_key("t", {"b": bytearray(b"\x00\xff")}) == pin_key("t", {"b": b"\x00\xff"})
+    assert pin_key("t", {1: "one", 2.5: "more"}) == pin_key("t", {"1": "one", "2.5": "more"})
+
+
+def test_pin_key_refuses_what_has_no_json_form_naming_its_path() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(CanonicalError, match="Opaque has no JSON form") as caught:
+        pin_key("t", {"args": {"x": [1, Opaque()]}})
+    assert caught.value.path == "$.args.x[1]"
+    assert "$.args.x[1]" in str(caught.value)
+    with pytest.raises(CanonicalError, match="not a JSON number") as number:
+        pin_key("t", {"args": {"x": math.nan}})
+    assert number.value.path == "$.args.x"
+
+
+def test_pin_key_walks_with_the_walk_handed_down_and_a_normalised_one_with_none() -> None:
+    from anagrapheus.provider.keying.keys import walked
+    from anagrapheus.timeline.canonical import use_key_walk
+
+    seen: list[object] = []
+
+    def walk(material: object) -> Any:
+        seen.append(material)
+        return {"walked": True}
+
+    try:
+        use_key_walk(walk)
+        assert pin_key("k", {"a": 1}) == pin_key("k", {"walked": True}, normalised=True)
+        assert seen == [{"a": 1}]
+        pin_key("k", {"b": 2}, normalised=True)
+        assert seen == [{"a": 1}]
+    finally:
+        use_key_walk(walked)
+    assert pin_key("k", {"a": 1}) != pin_key("k", {"walked": True})

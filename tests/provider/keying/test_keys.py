@@ -231,6 +231,25 @@ def test_a_set_keys_on_every_path_as_its_sorted_members() -> None:
     )
     assert custom_key(frozenset({2, 1})) == custom_key([1, 2])
     assert tool_pin("t", {"tags": {"b", "a"}}).key == tool_pin("t", {"tags": ["a", "b"]}).key
+    # pin_key too, since the package root hands it the walk: once it refused the set (issue #23).
+    assert pin_key("entity_id", {"tags": {"b", "a"}}) == entity_key({"tags": ["a", "b"]})
+
+
+def test_pin_key_writes_the_key_every_other_path_writes_of_the_same_material() -> None:
+    # What only the walk converts: a set, an enum member, bytes, a number key, a pydantic model, a dataclass.
+    material = {
+        "tags": {"b", "a"},
+        "colour": Colour.RED,
+        "rank": Rank.HIGH,
+        "blob": b"\x00\x01",
+        "by_number": {1: "one"},
+        "query": Query(city="Hull", tags={"y", "x"}),
+        "box": Box(label="crate", size=2.0),
+    }
+    assert pin_key("tool_call", material) == key_of("tool_call", walked(material))[0]
+    assert pin_key("entity_id", material) == entity_key(material)
+    # A tool call's material is its name and its arguments, each walked: pin_key of that is its key.
+    assert pin_key("tool_call", {"tool": "t", "args": material}) == tool_pin("t", material).key
 
 
 def test_a_str_subclass_keys_as_the_characters_it_holds_on_every_path() -> None:
@@ -246,12 +265,16 @@ def test_what_no_path_can_write_is_refused_alike_naming_where() -> None:
     class Opaque:
         pass
 
-    for keyed in (lambda v: entity_key({"x": v}), lambda v: custom_key({"x": v}), lambda v: tool_pin("t", {"x": v})):
+    # pin_key once refused it as "not a JSON type" (it took JSON values only); it is walked as every key is now.
+    for keyed in (
+        lambda v: entity_key({"x": v}),
+        lambda v: custom_key({"x": v}),
+        lambda v: tool_pin("t", {"x": v}),
+        lambda v: pin_key("k", {"x": v}),
+    ):
         with pytest.raises(CanonicalError, match="has no JSON form") as caught:
             keyed(Opaque())
         assert caught.value.path.endswith(".x")
-    with pytest.raises(CanonicalError, match="not a JSON type"):
-        pin_key("k", {"x": Opaque()})  # pin_key takes JSON values only: the walk converts the rest deliberately
 
 
 def test_a_tool_calls_arguments_are_walked_once(monkeypatch: pytest.MonkeyPatch) -> None:
