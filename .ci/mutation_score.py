@@ -96,14 +96,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "if version <= cls.schema_version:",
         "at the current version the upcast loop takes no step and returns the payload it was given",
     ),
-    "anagrapheus.timeline.provenance.x_call_policy_identity__mutmut_10": (
-        'name, version = own.get("name"), own.get("version", None)',
-        "a missing version falls to None, and a version that is not an int becomes 1 all the same",
-    ),
-    "anagrapheus.timeline.provenance.x_call_policy_identity__mutmut_12": (
-        'name, version = own.get("name"), own.get("version", )',
-        "the same: get() without a default returns None, which becomes 1",
-    ),
     "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
         "fingerprint = None",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
@@ -173,12 +165,12 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="JSON")}',
         "the same",
     ),
-    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_8": (
+    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_12": (
         "while raw := lines.readline(limit + 2):",
         "one byte more read: a line of limit + 1 bytes or more is refused as longer than the limit either way,"
         " with the same message and line",
     ),
-    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_44": (
+    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_48": (
         'text = raw[:-1].decode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
@@ -194,24 +186,16 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_11": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_40": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_12": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_41": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_13": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_42": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
-        "the same",
-    ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_19": (
-        "for finding in self._refuse.scan(line, text=None):",
-        "without text=, scan writes the line's canonical JSON itself: the same text, computed twice",
-    ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_21": (
-        "for finding in self._refuse.scan(line, ):",
         "the same",
     ),
     "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_finish__mutmut_11": (
@@ -497,15 +481,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "run = None if (run_id is None) and False else self.by_id.get(run_id)",
         "by_id is keyed by run ids, which are text: by_id.get(None) is None, as the short way gives",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_69": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_60": (
         "for slot, at in zip(slots, times, strict=None):",
         "the lengths were compared just before (a pin holding another count is refused): strict never fires",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_72": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_63": (
         "for slot, at in zip(slots, times, ):",
         "the same",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_73": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_64": (
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),
@@ -520,11 +504,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_39": (
         "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=False)]",
         "the same",
-    ),
-    "anagrapheus.provider.run_clock.x__forget__mutmut_3": (
-        "if found is not None or found[0] is reference:",
-        "the finalizer runs as its resolver dies, before another object can take its id: the entry under that id is"
-        " its own, so it is deleted either way",
     ),
     "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
         "for name, value in cast(None, details).items():",
@@ -556,11 +535,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "asyncio.shield retrieves its inner task's exception once its outer future is cancelled, as it is here; and a"
         " cancelled write task's exception() raises CancelledError, which the next line raises anyway",
     ),
-    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_4": (
+    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_13": (
         "self._gate.releases -= 1",
         "the count is only compared with an earlier reading of itself: each release changes it, down as well as up",
     ),
-    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_5": (
+    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_14": (
         "self._gate.releases += 2",
         "the same: each release still changes the count",
     ),
@@ -654,26 +633,9 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return value if -(2**63) < value < 2**64 else self._leaf(canonical_integer, value)",
         "the same (the bounds of the integers' short way)",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_12": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_22": (
         "return out if (len(out) < 2) and False else {name: out[name] for name in sorted(out)}",
         "a mapping of fewer than two entries sorted is itself: the test only spares the sort",
-    ),
-    "anagrapheus.provider.keying.request.x__rest__mutmut_10": (
-        'rest.pop("$type", )',
-        "ModelRequestParameters has neither kind nor part_kind, so its material always holds $type: no default is read",
-    ),
-    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1__init____mutmut_5": (
-        "self.head = None",
-        "digest sets the head of the chain it is given, and rehashes, whenever it differs from the request's: a new"
-        " chain's head is replaced before any hash reads it",
-    ),
-    "anagrapheus.provider.keying.history.x\u01c1KeyedHistory\u01c1digest__mutmut_3": (
-        "found = self._chain(messages, None)",
-        "the same",
-    ),
-    "anagrapheus.provider.keying.history.x\u01c1KeyedHistory\u01c1_chain__mutmut_15": (
-        "found = _Chain(None)",
-        "the same",
     ),
     "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1truncate__mutmut_5": (
         "known = self.known[keep - 1] if (keep) or True else 0",
@@ -684,10 +646,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "known = self.known[keep - 1] if keep else 1",
         "the same",
     ),
-    "anagrapheus.provider.keying.history.x__extend__mutmut_6": (
-        "if shared <= len(found.nodes):",
-        "truncating to every node it holds leaves a chain as it is (call_ids copied whole)",
-    ),
     "anagrapheus.provider.keying.history.x__shared__mutmut_2": (
         "low, high = 1, min(len(held), len(messages))",
         "a chain is found by its first message, the very object: the first is always shared",
@@ -696,15 +654,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'before = {name: rest[name] for name in rest if name <= "messages"}',
         "rest is the material without its messages: no name in it equals 'messages'",
     ),
-    "anagrapheus.provider.keying.history.x_split_material__mutmut_6": (
+    "anagrapheus.provider.keying.history.x_split_material__mutmut_13": (
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
     ),
-    "anagrapheus.timeline.postgres.x__owner__mutmut_2": (
-        'task = ""',
-        "outside an event loop each caller in a thread gets one constant's id, as with None: threads tell them apart",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend__mutmut_15": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend__mutmut_18": (
         'sql.SQL("update {h} set last_seq = last_seq + %s returning last_seq").format(h=self._head),',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
@@ -712,11 +666,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'insert = sql.SQL("insert into {e} ({c}) values (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend_stored__mutmut_14": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend_stored__mutmut_17": (
         'sql.SQL("update {h} set last_seq = %s where last_seq = %s returning last_seq").format(h=self._head),',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁlast_seq__mutmut_9": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁlast_seq__mutmut_12": (
         'row = conn.execute(sql.SQL("select last_seq from {h}").format(h=self._head)).fetchone()',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
@@ -728,83 +682,71 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'c=sql.SQL(_EVENT_COLUMNS), e=self._events, w=sql.SQL(" and ").join(where)',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_try_lease__mutmut_16": (
-        'row = conn.execute("select pg_try_advisory_lock(hashtextextended(%s, 0))", (self._lease_name(unit_id),))',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_4": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_1": (
         "self._leases.held.discard(None)",
         "a settled unit left among the held leases: its lock is gone and the unit closed, so a draw is refused anyway",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_10": (
-        '"select pg_advisory_unlock(hashtextextended(%s, 0))", (self._lease_name(unit_id),)',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_get__mutmut_16": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_get__mutmut_19": (
         'sql.SQL("select {c} from {p} where unit_id = %s and key = %s").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_lock_unit__mutmut_7": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_lock_unit__mutmut_10": (
         'conn.execute("select pg_advisory_xact_lock(hashtextextended(%s, 1))", (self._lease_name(unit_id),))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_outcome__mutmut_12": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_outcome__mutmut_15": (
         'sql.SQL("select outcome from {u} where unit_id = %s").format(u=self._closed), (unit_id,)',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_32": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_29": (
         '"insert into {p} as s ({c}) select %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_35": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_32": (
         '" from {p} where unit_id = %s"',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_38": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_35": (
         '" on conflict (unit_id, key) do update set attempts = s.attempts + 1 returning {c}"',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_reuse__mutmut_16": (
-        '"update {p} set attempts = attempts + 1 where unit_id = %s and key = %s returning {c}"',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_scratch_list__mutmut_16": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_scratch_list__mutmut_19": (
         'sql.SQL("select {c} from {p} where unit_id = %s order by draw_no" + lock).format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁopen_units__mutmut_9": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁopen_units__mutmut_12": (
         'sql.SQL("select unit_id, count(*) from {p} group by unit_id order by min(put_order)").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_27": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_26": (
         'stored = self.append(events(self._scratch_list(conn, unit_id, lock=" for update")))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_38": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_40": (
         'conn.execute(sql.SQL("delete from {p} where unit_id = %s").format(p=self._scratch), (unit_id,))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_47": (
+    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_49": (
         'sql.SQL("insert into {u} (unit_id, outcome) values (%s, %s)").format(u=self._closed),',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_13": (
+    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_17": (
         'conn.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))',  # noqa: E501
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_19": (
+    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_23": (
         'conn.execute(sql.SQL("create schema if not exists {s}").format(s=sql.Identifier(place.schema)))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_26": (
+    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_30": (
         'sql.SQL("create table if not exists {m} (name text primary key, applied_at text not null)").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_35": (
+    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_39": (
         'applied = {str(row[0]) for row in conn.execute(sql.SQL("select name from {m}").format(m=migrations))}',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_54": (
+    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_58": (
         'sql.SQL("insert into {m} (name, applied_at) values (%s, %s)").format(m=migrations),',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
