@@ -646,6 +646,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "known = self.known[keep - 1] if keep else 1",
         "the same",
     ),
+    "anagrapheus.provider.keying.keys.x_key_of__mutmut_4": (
+        "return pin_key(kind, material, normalised=None), DeferredFingerprint(material, values=values)",
+        "the material is what the walk returned: walked again it writes the same text, so `normalised` only skips"
+        " the walk",
+    ),
+    "anagrapheus.provider.keying.keys.x_key_of__mutmut_7": (
+        "return pin_key(kind, material, ), DeferredFingerprint(material, values=values)",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.keys.x_key_of__mutmut_8": (
+        "return pin_key(kind, material, normalised=False), DeferredFingerprint(material, values=values)",
+        "the same",
+    ),
     "anagrapheus.provider.keying.history.x__shared__mutmut_2": (
         "low, high = 1, min(len(held), len(messages))",
         "a chain is found by its first message, the very object: the first is always shared",
