@@ -646,6 +646,34 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "known = self.known[keep - 1] if keep else 1",
         "the same",
     ),
+    "anagrapheus.provider.keying.material.x__shaped__mutmut_3": (
+        'parameters.pop("$type", )',
+        "ModelRequestParameters has neither kind nor part_kind, so its material always holds $type: no default is read",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_3": (
+        "name = key if (type(key) is str and key.isascii()) and False else self._key(key)",
+        "an ASCII str key taken the long way comes back as itself: the short way is speed only",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_6": (
+        "name = key if type(None) is str and key.isascii() else self._key(key)",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_15": (
+        "out[name] = item if (type(item) is str and item.isascii()) and False else self._value(item)",
+        "an ASCII str value taken the long way comes back as itself: the short way is speed only",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_mapping__mutmut_18": (
+        "out[name] = item if type(None) is str and item.isascii() else self._value(item)",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1each__mutmut_11": (
+        "walked.append((material, tuple(islice(call_ids, before, None)) if (len(call_ids) > before) or True else ()))",
+        "with no id numbered since `before`, the slice is empty: the test only spares making it",
+    ),
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1each__mutmut_18": (
+        "walked.append((material, tuple(islice(call_ids, before, None)) if len(call_ids) >= before else ()))",
+        "the same",
+    ),
     "anagrapheus.provider.keying.keys.x_key_of__mutmut_4": (
         "return pin_key(kind, material, normalised=None), DeferredFingerprint(material, values=values)",
         "the material is what the walk returned: walked again it writes the same text, so `normalised` only skips"

@@ -568,6 +568,20 @@ def test_a_tool_call_id_changed_in_place_renumbers_the_calls_after_it() -> None:
     check(policy, messages)
 
 
+def test_two_messages_changed_in_place_before_one_request_are_both_keyed_anew() -> None:
+    # Each message a watch cannot vouch for is walked again; with two in one request, both walks must reach the key.
+    policy = SemanticCallPolicy()
+    messages: list[ModelMessage] = [request("question 0")]
+    for index in range(3):
+        messages += turn(index, {"n": index})
+    assert_keyed_as_from_scratch(policy, messages, PLAIN)
+    first, second = messages[2].parts[0], messages[6].parts[0]
+    assert isinstance(first, ToolReturnPart) and isinstance(second, ToolReturnPart)
+    first.content = {"tonnes": 7, "zones": ["south"]}
+    second.content = {"tonnes": 8, "zones": []}
+    check(policy, messages)
+
+
 def test_a_call_renamed_right_after_another_numbers_from_the_ids_before_it() -> None:
     # Walked again alone, the renamed call starts from the ids its predecessors numbered: here, exactly one.
     policy = SemanticCallPolicy()

@@ -189,3 +189,13 @@ def test_a_walk_refuses_a_value_naming_its_place_from_the_root() -> None:
     with pytest.raises(CanonicalError) as refused:
         MaterialWalk().value({"zones": ["north", object()]})
     assert refused.value.path == "$.zones[1]"
+
+
+def test_a_walk_of_its_own_numbers_tool_call_ids_by_first_appearance() -> None:
+    # A value walked on its own (a key of the user's, an entity id) numbers its calls' ids from one, as a request's
+    # walk does: ids renamed consistently key alike, and a call that shares its id with another stays linked to it.
+    walked = MaterialWalk().value([ToolCallPart("quota", {}, tool_call_id="x"), ToolReturnPart("quota", 1, "x")])
+    again = MaterialWalk().value([ToolCallPart("quota", {}, tool_call_id="y"), ToolReturnPart("quota", 1, "y")])
+    other = MaterialWalk().value([ToolCallPart("quota", {}, tool_call_id="y"), ToolReturnPart("quota", 1, "z")])
+    assert walked == again != other
+    assert [part["tool_call_id"] for part in walked] == [1, 1]
