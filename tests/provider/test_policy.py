@@ -671,7 +671,7 @@ REFUSALS: dict[str, tuple[Callable[[], object], str, str]] = {
     # what: (the value of extra_body's "reasoning", the reason given, where)
     "no JSON form": (
         object,
-        "object has no JSON form (write a CallPolicy that converts it deliberately)",
+        "object has no JSON form (convert it deliberately first: for a model call, in a CallPolicy)",
         ".reasoning",
     ),
     "nan": (lambda: float("nan"), "nan is not a JSON number", ".reasoning"),

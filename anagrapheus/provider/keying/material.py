@@ -376,7 +376,8 @@ class MaterialWalk:
             return pydantic_core.to_jsonable_python(value, bytes_mode="base64")
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError):
             raise Refused(
-                f"{type(value).__qualname__} has no JSON form (write a CallPolicy that converts it deliberately)"
+                f"{type(value).__qualname__} has no JSON form"
+                " (convert it deliberately first: for a model call, in a CallPolicy)"
             ) from None
 
 
