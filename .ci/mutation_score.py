@@ -687,6 +687,51 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return pin_key(kind, material, normalised=False), DeferredFingerprint(material, values=values)",
         "the same",
     ),
+    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1__init____mutmut_5": (
+        "self.head = None  # never a request's head (see `split_material`): a new chain is hashed from its first node",
+        "any head no request has does: the first request's head differs from it, so the chain is hashed from its"
+        " first node",
+    ),
+    "anagrapheus.provider.keying.history.x\u01c1_Chain\u01c1__init____mutmut_6": (
+        'self.head = "XXXX"  # never a request\'s head (see `split_material`): a new chain is hashed from its'
+        " first node",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_6": (
+        "if shared <= len(found.nodes):",
+        "truncating a chain to every node it holds leaves it as it is",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_14": (
+        "(index, found.known[index - 1] if (index) or True else 0) for index in suspects if not"
+        " _same(found.nodes[index].watch)",
+        "a first message walked again with the wrong ids known numbers other ids than it did: its added ids differ,"
+        " and the request is walked again from it with the chain's own, so the key is the same (only work is lost)",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_17": (
+        "(index, found.known[index - 1] if index else 1) for index in suspects if not _same(found.nodes[index].watch)",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_35": (
+        "for (index, _), (fresh, added) in zip(again, walked_again, strict=None):",
+        "walk_request walks each message of `again` once, in order: the two are always of one length",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_38": (
+        "for (index, _), (fresh, added) in zip(again, walked_again, ):",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_39": (
+        "for (index, _), (fresh, added) in zip(again, walked_again, strict=False):",
+        "the same",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_71": (
+        "found.replace(index, _Node(node.message, fresh, text, None))",
+        "a replaced node's ids are only compared with a later walk's, and never equal None: the message is then"
+        " walked again from there, to the same key (only work is lost)",
+    ),
+    "anagrapheus.provider.keying.history.x__extended__mutmut_98": (
+        "if len(found.call_ids) >= known:",
+        "with exactly `known` ids numbered, keeping the first `known` keeps them all: the same ids, in a new dict",
+    ),
     "anagrapheus.provider.keying.history.x__shared__mutmut_2": (
         "low, high = 1, min(len(held), len(messages))",
         "a chain is found by its first message, the very object: the first is always shared",
