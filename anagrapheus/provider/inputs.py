@@ -71,10 +71,8 @@ class InputsRecorder:
         Nothing is read when `resolver` records nothing (a strict replay): `end` would drop it, and dumping a long
         history on every replayed run cost more than keying its requests.
         """
-        nested = _OUTER_RUN.get() is not None
-        token = _OUTER_RUN.set(ctx.run_id or "")
         if _recording_unit(resolver) is None:
-            return {}, token
+            return {}, _OUTER_RUN.set(ctx.run_id or "")
         inputs: dict[str, JSONValue] = {
             "format": INPUTS_FORMAT,
             "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
@@ -83,9 +81,10 @@ class InputsRecorder:
             "agent": getattr(ctx.agent, "name", None),
             "metadata": None if ctx.metadata is None else output_json(ctx.metadata),
             "deps": None if self.deps is None else output_json(self.deps(ctx.deps)),
-            "nested": nested,
+            "nested": _OUTER_RUN.get() is not None,
         }
-        return inputs, token
+        # Set once everything is read: a snapshot that raises leaves the context as it found it.
+        return inputs, _OUTER_RUN.set(ctx.run_id or "")
 
     def saw_request(self, run_id: str | None, request_context: ModelRequestContext) -> None:
         """Keep the instructions and model settings the run's first model request was sent with."""
