@@ -224,7 +224,7 @@ def main(modules: list[str]) -> int:
         return 1
     prefixes = [m.removesuffix(".py").replace("/", ".") + "." for m in modules]
     equivalent = [name for name in EQUIVALENT if name.startswith(tuple(prefixes))]
-    stale = [name for name in equivalent if _mutated_line(cli, name) != EQUIVALENT[name][0]]
+    stale = _stale(cli, equivalent)
     if stale:
         print(f"equivalent mutants no longer holding their line (update EQUIVALENT in .ci/mutation_score.py): {stale}")
         return 1
@@ -247,11 +247,16 @@ def check_equivalent(modules: list[str]) -> int:
         create_mutants(max_children=os.cpu_count() or 1)
     prefixes = tuple(m.removesuffix(".py").replace("/", ".") + "." for m in modules)
     named = [name for name in EQUIVALENT if name.startswith(prefixes)]
-    stale = [name for name in named if _mutated_line(cli, name) != EQUIVALENT[name][0]]
+    stale = _stale(cli, named)
     for name in stale:
         print(f"  no longer holds its line: {name}")
     print(f"{len(named) - len(stale)} of {len(named)} equivalent mutants of {len(modules)} module(s) hold their lines")
     return 1 if stale else 0
+
+
+def _stale(cli: Any, names: list[str]) -> list[str]:
+    """The names of `EQUIVALENT` among `names` whose mutant no longer writes the line recorded for it."""
+    return [name for name in names if _mutated_line(cli, name) != EQUIVALENT[name][0]]
 
 
 def _output(cli: Any, arguments: list[str]) -> str:
