@@ -43,6 +43,7 @@ from anagrapheus.provider.outputs import (
 )
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
+from anagrapheus.provider.timing import time_from_pins, untimed
 from anagrapheus.provider.tools import (
     CallWatch,
     answer_tool_call,
@@ -226,7 +227,13 @@ class Pinning(AbstractCapability[Any]):
             else:
                 wrapper = (
                     model,
-                    PinnedModel(model, self.resolver, policy=self.policy, dedupe_repeats=self.dedupe_repeats is True),
+                    PinnedModel(
+                        model,
+                        self.resolver,
+                        policy=self.policy,
+                        dedupe_repeats=self.dedupe_repeats is True,
+                        clocked=self.clock is not None,
+                    ),
                 )
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
@@ -234,14 +241,18 @@ class Pinning(AbstractCapability[Any]):
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """Give a `FallbackModel`'s failed attempts the times the recorded run measured, so replay is byte-equal."""
+        """Time the response from the pinned times (see `timing`), and give a `FallbackModel`'s failed attempts the
+        times the recorded run measured, so replay is byte-equal."""
+        # A live stream's response is timed by pydantic-ai from the wall clock, past any pin: under a clock it is
+        # timed from the pinned times here, as its pin (which holds no timing) is on replay.
+        time_from_pins(response, request_context.messages, always=self.clock is not None)
         attempts = response.failed_attempts
         if not attempts:
             return response
         # The attempts are timed by the fallback around the pinned members, from the wall clock: pin the times,
         # keyed on what the attempts were and the response that answered (itself a pin).
         material = {
-            "response": response_raw(replace(response, failed_attempts=None)),
+            "response": response_raw(untimed(replace(response, failed_attempts=None))),
             "attempts": [[a.model_name, a.provider_name, a.outcome, a.error] for a in attempts],
         }
 

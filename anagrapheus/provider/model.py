@@ -22,12 +22,14 @@ from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import InexactReplay, PartialPin, UsageError
+from anagrapheus.provider.additions import without_new_defaults
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
+from anagrapheus.provider.timing import time_from_pins, untime
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -99,9 +101,15 @@ def response_raw(response: ModelResponse) -> JSONValue:
     # the figure the recorded run saw: a replay reports the same cost whatever the price table says
     # by then, and skips the table lookup.
     fill_response_cost(response)
-    raw: dict[str, Any] = _responses.dump_python(response, mode="json")
+    raw: dict[str, Any] = without_new_defaults(
+        response, _responses.dump_python(response, mode="json"), load=_responses.validate_python, dump=_dump_response
+    )
     _strip_urls(raw)
     return raw
+
+
+def _dump_response(response: object) -> Any:
+    return _responses.dump_python(cast(ModelResponse, response), mode="json")
 
 
 def response_answer(response: ModelResponse) -> JSONValue:
@@ -148,6 +156,12 @@ def _captured(stream: StreamedResponse) -> JSONValue:
     return response_answer(stream.get())
 
 
+def _captured_untimed(stream: StreamedResponse) -> JSONValue:
+    response = stream.get()
+    untime(response)
+    return response_answer(response)
+
+
 @dataclass(init=False)
 class PinnedModel(WrapperModel):
     """Wraps any pydantic-ai model so that each request is pinned through a resolver.
@@ -166,6 +180,10 @@ class PinnedModel(WrapperModel):
     """Decides what goes into a request's key material."""
     dedupe_repeats: bool
     """Answer a request asked again in one run from the first asking's pin, as before the repeat rule."""
+    clocked: bool
+    """Whether the run's times are pinned from a clock (`Pinning(clock=...)`): a response's `request_timestamp` and
+    `duration` are then derived from the pinned times (`anagrapheus.provider.timing`), never pinned from the wall
+    clock; otherwise the ones pydantic-ai measured are pinned."""
 
     def __init__(
         self,
@@ -174,10 +192,12 @@ class PinnedModel(WrapperModel):
         *,
         policy: CallPolicy | None = None,
         dedupe_repeats: bool = False,
+        clocked: bool = False,
     ) -> None:
         super().__init__(wrapped)
         self.resolver = resolver
         self.dedupe_repeats = dedupe_repeats
+        self.clocked = clocked
         self.policy = policy if policy is not None else SemanticCallPolicy()
         # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
@@ -240,7 +260,7 @@ class PinnedModel(WrapperModel):
             nonlocal drawn
             drawn = True
             # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
-            return response_answer(await self.wrapped.request(messages, model_settings, model_request_parameters))
+            return self._answer(await self.wrapped.request(messages, model_settings, model_request_parameters))
 
         asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
         try:
@@ -257,6 +277,7 @@ class PinnedModel(WrapperModel):
                 self._refuse_inexact_fallback()
             raise
         asking.arrived()
+        time_from_pins(response, messages, always=self.clocked)
         if not drawn:
             if response.state in PARTIAL_STATES:
                 # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
@@ -291,7 +312,7 @@ class PinnedModel(WrapperModel):
                     self._draws.key(asking.key, kind=MODEL_CALL),
                     kind=MODEL_CALL,
                     effect=open_stream,
-                    capture=_captured,
+                    capture=_captured_untimed if self.clocked else _captured,
                     interpret=response_from_raw,
                     fingerprint=call.fingerprint,
                     failure=FAILURES,
@@ -307,6 +328,7 @@ class PinnedModel(WrapperModel):
                     if pinned is None:  # pragma: no cover - a resolver yields one or the other
                         raise UsageError("the resolver yielded neither a live stream nor a pinned response")
                     self._mark_answered(pinned)
+                    time_from_pins(pinned, messages, always=self.clocked)
                     replayed = PinnedStreamedResponse(
                         pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
                     )
@@ -356,9 +378,9 @@ class PinnedModel(WrapperModel):
         )
 
         async def draw() -> JSONValue:
-            return response_answer(await self.wrapped.compact_messages(request_context, instructions=instructions))
+            return self._answer(await self.wrapped.compact_messages(request_context, instructions=instructions))
 
-        return await self._draws.resolve(
+        compacted = await self._draws.resolve(
             self.resolver,
             pin_key(COMPACTION, {"call": call.key, "instructions": instructions}),
             kind=COMPACTION,
@@ -367,6 +389,14 @@ class PinnedModel(WrapperModel):
             # Named apart from the request's own `instructions` fields, which the agent's instructions fill.
             fingerprint={**call.fingerprint, **fingerprint_of({"compaction_instructions": instructions})},
         )
+        time_from_pins(compacted, request_context.messages, always=self.clocked)
+        return compacted
+
+    def _answer(self, response: ModelResponse) -> JSONValue:
+        """The pin of a drawn response: without the wall-clock timing where the run's times come from a clock."""
+        if self.clocked:
+            untime(response)
+        return response_answer(response)
 
     # A suspended response answered from a pin names a server-side job of the recorded run, not of this one.
 

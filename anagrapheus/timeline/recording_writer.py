@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -69,6 +70,42 @@ class _LineWriter:
         return text
 
 
+# What a provenance says of the software that wrote a recording, not of what it holds.
+_VERSIONS = ("anagrapheus", "pydantic_ai", "python")
+
+
+def _same_but_versions(target: Path, lines: list[str]) -> bool:
+    """Whether `target` already holds these lines, but for the versions its header's provenance names.
+
+    A re-recording whose events come out byte for byte the same (a newer pydantic-ai that asks and answers the
+    same) leaves the file as it is, with the provenance of the run that first wrote it.
+    """
+    try:
+        if not target.is_file() or target.stat().st_size > 2 * sum(len(line) + 1 for line in lines) + 4096:
+            return False
+        held = target.read_bytes().decode()
+    except (OSError, UnicodeDecodeError):
+        return False
+    old = held.split("\n")
+    if old[-1:] != [""] or old[1:-1] != lines[1:]:
+        return False
+    try:
+        was, now = json.loads(old[0]), json.loads(lines[0])
+    except ValueError:
+        return False
+    if not (isinstance(was, dict) and isinstance(now, dict)):
+        return False
+    was_provenance, now_provenance = (
+        cast(dict[str, Any], was).get("provenance"),
+        cast(dict[str, Any], now).get("provenance"),
+    )
+    if not (isinstance(was_provenance, dict) and isinstance(now_provenance, dict)):
+        return was == now
+    for name in _VERSIONS:
+        cast(dict[str, Any], now_provenance)[name] = cast(dict[str, Any], was_provenance).get(name)
+    return was == now
+
+
 def write_recording(
     path: str | os.PathLike[str],
     events: Iterable[StoredEvent],
@@ -90,7 +127,8 @@ def write_recording(
     key scheme, `call_policy`'s name and version, the models seen in the pins). A credential-shaped
     string anywhere is refused with `SecretInRecording`, unless `redact=` replaces it with a placeholder
     first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
-    (owner-only by default).
+    (owner-only by default). A file that already holds the same lines, but for the software versions its
+    provenance names, is left as it is: a newer pydantic-ai that records the same run changes nothing.
     """
     target = Path(path)
     chosen = as_header(header)
@@ -116,6 +154,8 @@ def write_recording(
         stamped = stamp_provenance if stamp is None else stamp
         chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
+    if _same_but_versions(target, lines):
+        return target
     data = "".join(line + "\n" for line in lines).encode()
     try:
         replace_durably(target, data, mode=mode)

@@ -21,6 +21,7 @@ import pydantic_core
 from pydantic_ai.messages import BaseToolCallPart, CachePoint
 
 from anagrapheus.errors import CanonicalError
+from anagrapheus.provider.keying.known_fields import KNOWN_FIELDS
 from anagrapheus.timeline.canonical import (
     Refused,
     canonical_float,
@@ -34,6 +35,7 @@ __all__ = [
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
     "MaterialWalk",
+    "known_fields",
     "RequestRest",
     "layout_reads",
     "walk_request",
@@ -50,6 +52,8 @@ VOLATILE_FIELDS: Final = frozenset(
         "provider_url",
         "signature",
         "history_digest",
+        # pydantic-ai 2.78: which tool calls and returns a UI event stream shows, never sent to the model.
+        "ui_visibility",
     }
 )
 """Fields of any pydantic-ai dataclass that differ between two runs of one call or are never sent to the model."""
@@ -59,9 +63,22 @@ PROVIDER_PART_FIELDS: Final = frozenset({"id", "provider_name"})
 
 CLASS_VOLATILE_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     "ModelResponse": frozenset(
-        {"usage", "model_name", "model_id", "finish_reason", "canonical_system", "workspace_ref", "failed_attempts"}
+        {
+            "usage",
+            "model_name",
+            "model_id",
+            "finish_reason",
+            "canonical_system",
+            "workspace_ref",
+            "failed_attempts",
+            # pydantic-ai 2.78: when the request was sent and how long the model took, from the wall clock.
+            "request_timestamp",
+            "duration",
+        }
     ),
-    "ToolDefinition": frozenset({"sequential", "timeout", "toolset_id", "capability_id"}),
+    "ToolDefinition": frozenset({"sequential", "timeout", "toolset_id", "capability_id", "durable"}),
+    # pydantic-ai 2.78: a fresh uuid7 per part, as its timestamp is a fresh time.
+    "CapabilityPart": frozenset({"record_id"}),
     "ModelRequestParameters": frozenset(
         {"_telemetry_mcp_url_ids", "_telemetry_mcp_url_toolset_ids", "_telemetry_mcp_url_tool_names", "cache"}
     ),
@@ -111,7 +128,7 @@ class _Field(NamedTuple):
 
 class _Layout(NamedTuple):
     tag: str | None
-    """The class name, for a class without a `kind`/`part_kind` field to tell it apart."""
+    """The class name, for a class the key scheme knows no `kind`/`part_kind` field of, to tell it apart."""
     fields: tuple[_Field, ...]
 
 
@@ -133,12 +150,32 @@ def _default_of(field: dataclasses.Field[Any]) -> object:
 
 
 @cache
+def known_fields(cls: type[Any]) -> frozenset[str] | None:
+    """The fields the key scheme knows of a pydantic-ai dataclass (its nearest known class's); None for a new class.
+
+    The table is frozen with the scheme (`KNOWN_FIELDS`): whatever a later pydantic-ai adds is unknown to it.
+    """
+    for base in cls.__mro__:
+        fields = KNOWN_FIELDS.get(base.__name__)
+        if fields is not None and _from_pydantic_ai(base):
+            return frozenset(fields.split())
+    return None
+
+
+@cache
 def _layout(cls: type[Any]) -> _Layout | None:
-    """The tag and kept fields of a pydantic-ai dataclass; None for any other type. Read once per class."""
+    """The tag and kept fields of a pydantic-ai dataclass; None for any other type. Read once per class.
+
+    A field the key scheme knows is keyed as the scheme keys it; one it does not know (a later pydantic-ai's) only
+    when it holds a value other than its default, so an upstream field added with a default moves no key. A tag
+    field (`kind`, `part_kind`) is kept whatever it holds only where the scheme knows it; a class it knows no tag
+    field of is told apart by its name (`$type`), as before the field existed.
+    """
     if not (dataclasses.is_dataclass(cls) and _from_pydantic_ai(cls)):
         return None
     declared = dataclasses.fields(cls)
     names = {f.name for f in declared}
+    known = known_fields(cls) or frozenset[str]()
     drop = set(VOLATILE_FIELDS)
     if "provider_details" in names:
         drop |= PROVIDER_PART_FIELDS
@@ -149,7 +186,7 @@ def _layout(cls: type[Any]) -> _Layout | None:
         name = field.name
         if name in drop:
             continue
-        if name in _TAG_FIELDS:
+        if name in _TAG_FIELDS and name in known:
             fields.append(_Field(name, name, _NO_DEFAULT, _How.PLAIN))
             continue
         out, attr, how = name, name, _How.PLAIN
@@ -167,7 +204,7 @@ def _layout(cls: type[Any]) -> _Layout | None:
     if cls.__name__ == "CompactionPart":
         # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
         fields.append(_Field("encrypted_content", "provider_details", None, _How.ENCRYPTED))
-    tag = None if names & _TAG_FIELDS else cls.__name__
+    tag = None if known & _TAG_FIELDS else cls.__name__
     return _Layout(tag, tuple(sorted(fields, key=lambda field: field.name)))
 
 

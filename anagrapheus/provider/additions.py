@@ -1,0 +1,103 @@
+"""What a later pydantic-ai adds to its dataclasses, left out of what a pin stores while it holds its default.
+
+A pinned response, a run's history or a tool list is stored as pydantic dumps it, and a later pydantic-ai that adds
+a field with a default dumps that field too (`"ui_visibility": null`). Left in, every re-recording under the new
+release would rewrite every line for nothing. So a field the key scheme does not know (`known_fields`) is dropped
+from the dump while it holds its default: loading fills the default back in, so nothing is lost, and the same run
+stores the same bytes under either release. A field set to anything else is kept, as the key keeps it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from functools import cache
+from typing import Any, cast
+
+from anagrapheus.provider.keying.material import known_fields
+
+__all__ = ["without_new_defaults"]
+
+_NO_DEFAULT = object()
+
+
+def _default_of(field: dataclasses.Field[Any]) -> object:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        try:
+            return field.default_factory()
+        except Exception:
+            return _NO_DEFAULT
+    return _NO_DEFAULT
+
+
+@cache
+def _new_with_defaults(cls: type[Any]) -> tuple[tuple[str, object], ...] | None:
+    """The fields of a pydantic-ai dataclass the key scheme does not know, with their defaults; None for a new class.
+
+    A class the scheme does not know at all is left whole: no recording made under the scheme's release holds it.
+    """
+    known = known_fields(cls)
+    if known is None:
+        return None
+    return tuple(
+        (field.name, default)
+        for field in dataclasses.fields(cls)
+        if field.name not in known and (default := _default_of(field)) is not _NO_DEFAULT
+    )
+
+
+def _at_default(value: object, default: object) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
+
+
+def _prune(value: object, dumped: Any, drop: bool) -> bool:
+    """Whether `dumped`, the JSON dump of `value`, holds new fields at their default; dropped from it if `drop`."""
+    pruned = False
+    if isinstance(dumped, list) and isinstance(value, list | tuple):
+        items = cast(list[object], value)
+        if len(items) == len(cast(list[Any], dumped)):
+            for item, dumped_item in zip(items, cast(list[Any], dumped), strict=True):
+                pruned |= _prune(item, dumped_item, drop)
+    elif isinstance(dumped, dict):
+        fields = cast(dict[str, Any], dumped)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            new = _new_with_defaults(type(value))
+            if new is None:
+                return False
+            for name, default in new:
+                if name in fields and _at_default(getattr(value, name, _NO_DEFAULT), default):
+                    if not drop:
+                        return True
+                    del fields[name]
+                    pruned = True
+            for field in dataclasses.fields(value):
+                if field.name in fields:
+                    pruned |= _prune(getattr(value, field.name), fields[field.name], drop)
+        elif isinstance(value, dict):
+            for name, item in cast(dict[object, object], value).items():
+                if isinstance(name, str) and name in fields:
+                    pruned |= _prune(item, fields[name], drop)
+    return pruned
+
+
+def without_new_defaults(
+    value: object, dumped: Any, *, load: Callable[[Any], object], dump: Callable[[object], Any]
+) -> Any:
+    """`dumped` (the JSON dump of `value`) without the fields a later pydantic-ai added that hold their default.
+
+    Kept as dumped unless the pruned form loads (`load`) and dumps (`dump`) back to `dumped` exactly: a field whose
+    absence would load otherwise (a discriminator, say) is never dropped. Under the release the key scheme was
+    frozen at nothing is new, so nothing is checked.
+    """
+    if not _prune(value, dumped, False):
+        return dumped
+    pruned = copy.deepcopy(dumped)
+    _prune(value, pruned, True)
+    try:
+        same = dump(load(pruned)) == dumped
+    except Exception:
+        same = False
+    return pruned if same else dumped
