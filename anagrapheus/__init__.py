@@ -8,7 +8,7 @@ from anagrapheus.provider.capability import Pinning
 from anagrapheus.provider.keying.keys import walked
 from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import SemanticCallPolicy
-from anagrapheus.provider.provenance import provenance_of_pins
+from anagrapheus.provider.provenance import VERIFIED_PYDANTIC_AI, provenance_of_pins
 from anagrapheus.provider.tools import pinned_tool
 from anagrapheus.timeline.canonical import use_key_walk
 from anagrapheus.timeline.events import EventTypeRegistry
@@ -22,7 +22,7 @@ from anagrapheus.timeline.sqlite import SQLiteEventStore
 # a recording made or read without a named call policy is keyed by the provider's default, and `pin_key` walks its
 # material with the provider's walk of key material, as every other key does (the timeline, below it, cannot
 # import any of them).
-use_stamp(provenance_of_pins, default_call_policy=SemanticCallPolicy)
+use_stamp(provenance_of_pins, default_call_policy=SemanticCallPolicy, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI})
 use_key_walk(walked)
 
 __all__ = [

@@ -88,7 +88,10 @@ def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -
     import anagrapheus.testing
     import anagrapheus.testing.compare
 
-    assert frozenset({"timestamp", "run_id", "conversation_id"}) == anagrapheus.testing.PER_RUN_FIELDS
+    assert (
+        frozenset({"timestamp", "run_id", "conversation_id", "request_timestamp", "duration"})
+        == anagrapheus.testing.PER_RUN_FIELDS
+    )
     assert "VOLATILE_FIELDS" not in anagrapheus.testing.__all__
     for module in (anagrapheus.testing, anagrapheus.testing.compare):
         with pytest.warns(

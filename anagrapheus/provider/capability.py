@@ -43,7 +43,7 @@ from anagrapheus.provider.outputs import (
 )
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.timing import time_from_pins, untimed
+from anagrapheus.provider.timing import untimed
 from anagrapheus.provider.tools import (
     CallWatch,
     answer_tool_call,
@@ -232,7 +232,7 @@ class Pinning(AbstractCapability[Any]):
                         self.resolver,
                         policy=self.policy,
                         dedupe_repeats=self.dedupe_repeats is True,
-                        clocked=self.clock is not None,
+                        pin_timing=self.clock is None,
                     ),
                 )
             self._wrappers[id(model)] = wrapper
@@ -241,11 +241,7 @@ class Pinning(AbstractCapability[Any]):
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """Time the response from the pinned times (see `timing`), and give a `FallbackModel`'s failed attempts the
-        times the recorded run measured, so replay is byte-equal."""
-        # A live stream's response is timed by pydantic-ai from the wall clock, past any pin: under a clock it is
-        # timed from the pinned times here, as its pin (which holds no timing) is on replay.
-        time_from_pins(response, request_context.messages, always=self.clock is not None)
+        """Give a `FallbackModel`'s failed attempts the times the recorded run measured, so replay is byte-equal."""
         attempts = response.failed_attempts
         if not attempts:
             return response

@@ -156,12 +156,6 @@ def _captured(stream: StreamedResponse) -> JSONValue:
     return response_answer(stream.get())
 
 
-def _captured_untimed(stream: StreamedResponse) -> JSONValue:
-    response = stream.get()
-    untime(response)
-    return response_answer(response)
-
-
 @dataclass(init=False)
 class PinnedModel(WrapperModel):
     """Wraps any pydantic-ai model so that each request is pinned through a resolver.
@@ -180,10 +174,11 @@ class PinnedModel(WrapperModel):
     """Decides what goes into a request's key material."""
     dedupe_repeats: bool
     """Answer a request asked again in one run from the first asking's pin, as before the repeat rule."""
-    clocked: bool
-    """Whether the run's times are pinned from a clock (`Pinning(clock=...)`): a response's `request_timestamp` and
-    `duration` are then derived from the pinned times (`anagrapheus.provider.timing`), never pinned from the wall
-    clock; otherwise the ones pydantic-ai measured are pinned."""
+    pin_timing: bool
+    """Whether a response's wall-clock timing (pydantic-ai 2.78's `request_timestamp`, `duration`) is pinned with it.
+    False (what `Pinning(clock=...)` sets) leaves it out of a plain request's pin, so recording again writes the same
+    bytes, and derives it from the pinned times instead, live and on replay (`anagrapheus.provider.timing`); a
+    stream's is pinned either way."""
 
     def __init__(
         self,
@@ -192,12 +187,12 @@ class PinnedModel(WrapperModel):
         *,
         policy: CallPolicy | None = None,
         dedupe_repeats: bool = False,
-        clocked: bool = False,
+        pin_timing: bool = True,
     ) -> None:
         super().__init__(wrapped)
         self.resolver = resolver
         self.dedupe_repeats = dedupe_repeats
-        self.clocked = clocked
+        self.pin_timing = pin_timing
         self.policy = policy if policy is not None else SemanticCallPolicy()
         # Responses answered from a pin rather than drawn: their server-side jobs are not this run's to poll or cancel.
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
@@ -277,7 +272,7 @@ class PinnedModel(WrapperModel):
                 self._refuse_inexact_fallback()
             raise
         asking.arrived()
-        time_from_pins(response, messages, always=self.clocked)
+        time_from_pins(response, messages, always=not self.pin_timing)
         if not drawn:
             if response.state in PARTIAL_STATES:
                 # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
@@ -312,7 +307,9 @@ class PinnedModel(WrapperModel):
                     self._draws.key(asking.key, kind=MODEL_CALL),
                     kind=MODEL_CALL,
                     effect=open_stream,
-                    capture=_captured_untimed if self.clocked else _captured,
+                    # A stream is pinned as timed: its response is built anew from the live stream (with the
+                    # timing pydantic-ai measured) whenever the run reads it, past the reach of any pin.
+                    capture=_captured,
                     interpret=response_from_raw,
                     fingerprint=call.fingerprint,
                     failure=FAILURES,
@@ -328,7 +325,7 @@ class PinnedModel(WrapperModel):
                     if pinned is None:  # pragma: no cover - a resolver yields one or the other
                         raise UsageError("the resolver yielded neither a live stream nor a pinned response")
                     self._mark_answered(pinned)
-                    time_from_pins(pinned, messages, always=self.clocked)
+                    time_from_pins(pinned, messages)
                     replayed = PinnedStreamedResponse(
                         pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
                     )
@@ -389,12 +386,12 @@ class PinnedModel(WrapperModel):
             # Named apart from the request's own `instructions` fields, which the agent's instructions fill.
             fingerprint={**call.fingerprint, **fingerprint_of({"compaction_instructions": instructions})},
         )
-        time_from_pins(compacted, request_context.messages, always=self.clocked)
+        time_from_pins(compacted, request_context.messages, always=not self.pin_timing)
         return compacted
 
     def _answer(self, response: ModelResponse) -> JSONValue:
-        """The pin of a drawn response: without the wall-clock timing where the run's times come from a clock."""
-        if self.clocked:
+        """The pin of a drawn response: without its wall-clock timing unless `pin_timing`."""
+        if not self.pin_timing:
             untime(response)
         return response_answer(response)
 

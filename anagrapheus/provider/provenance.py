@@ -12,10 +12,23 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.provenance import Provenance, installed_version, own_provenance
 
-__all__ = ["PYDANTIC_AI_DISTRIBUTION", "current_provenance", "pinned_responses", "provenance_of_pins"]
+__all__ = [
+    "PYDANTIC_AI_DISTRIBUTION",
+    "VERIFIED_PYDANTIC_AI",
+    "current_provenance",
+    "pinned_responses",
+    "provenance_of_pins",
+]
 
 PYDANTIC_AI_DISTRIBUTION = "pydantic-ai-slim"
 """The distribution whose version a recording's `pydantic_ai` field holds."""
+
+VERIFIED_PYDANTIC_AI: tuple[str, str] = ("2.68.0", "2.78.0")
+"""The pydantic-ai releases, first and last, that CI replays every committed recording under (`.ci/constraints/`).
+
+A recording made under one release of this range replays under any other: the key scheme keys what a release adds
+only off its default (docs/explanation/pinning-and-replay.md). Loading one across the range warns of nothing.
+"""
 
 
 def pinned_responses(results: Iterable[JSONValue]) -> Iterable[Mapping[str, JSONValue]]:

@@ -1,11 +1,12 @@
 """A response's request time and duration (pydantic-ai 2.78's `request_timestamp`, `duration`), from pinned times.
 
 pydantic-ai times each request from the wall clock where the model that answers it sends it. Where a run's times
-are pinned from a clock (`Pinning(clock=...)`), or a pin holds no timing (it was recorded before pydantic-ai had
-these fields, or under such a clock), both are derived from times the run already pins: the request was sent at
-the pinned `timestamp` of the request it answers, and took until the response's own `timestamp` (never less than
-zero). The same pins give the same values live and on replay; the wall clock is never read. A response pinned
-without a clock keeps the values pydantic-ai measured, and replays with them.
+are pinned from a clock (`Pinning(clock=...)`), a plain request's response is not pinned with that timing: both
+are derived from times the run already pins, live and on replay alike. So is a pin that holds no timing (recorded
+before pydantic-ai had these fields, or under such a clock). The request was sent at the pinned `timestamp` of the
+request it answers, and took until the response's own `timestamp` (never less than zero); the wall clock is never
+read. A response pinned without a clock, and a streamed one (whose response pydantic-ai builds anew from the live
+stream each time it is read), keeps the timing pydantic-ai measured, and replays with it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ from anagrapheus.deprecation import moved_names
 
 __all__ = ["PAIRED_FIELDS", "PER_RUN_FIELDS", "assert_same_run", "comparable", "first_difference"]
 
-PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
+PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id", "request_timestamp", "duration"})
 """The fields `assert_same_run` drops: wall-clock instants and the ids a run is given, not drawn.
+
+(`request_timestamp` and `duration` are pydantic-ai 2.78's timing of each response, from the wall clock.)
 
 (Formerly `VOLATILE_FIELDS`, a name the key's material uses for another set.)"""
 

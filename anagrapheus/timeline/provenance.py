@@ -32,6 +32,7 @@ __all__ = [
     "own_provenance",
     "stamp_provenance",
     "use_stamp",
+    "within_verified",
 ]
 
 ProvenanceCheck = Literal["warn", "strict", "ignore"]
@@ -129,17 +130,46 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
 # because the timeline cannot import the layer above it.
 _stamp: list[ProvenanceStamp] = [_own_stamp]
 _default_call_policy: list[type] = []
+_verified: dict[str, tuple[str, str]] = {}
 
 
-def use_stamp(stamp: ProvenanceStamp, *, default_call_policy: type | None = None) -> None:
+def use_stamp(
+    stamp: ProvenanceStamp,
+    *,
+    default_call_policy: type | None = None,
+    verified: Mapping[str, tuple[str, str]] | None = None,
+) -> None:
     """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's.
 
     `default_call_policy`, when given, is the class of the policy assumed when none is named (the provider's
-    `SemanticCallPolicy`): its own `name` and `version` stamp and check recordings made without one.
+    `SemanticCallPolicy`): its own `name` and `version` stamp and check recordings made without one. `verified`
+    names, per provenance field, the first and last version across which recordings are known to replay: a
+    recording made under one of them and loaded under another is not warned about.
     """
     _stamp[0] = stamp
     if default_call_policy is not None:
         _default_call_policy[:] = [default_call_policy]
+    if verified is not None:
+        _verified.clear()
+        _verified.update(verified)
+
+
+def _release(version: object) -> tuple[int, ...] | None:
+    """`2.78.0` as (2, 78, 0); None for a version that is not plain numbers (a pre-release, say)."""
+    if not isinstance(version, str):
+        return None
+    parts = version.split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
+
+
+def within_verified(field: str, *versions: object) -> bool:
+    """Whether every one of `versions` of `field` lies within the range known to replay each other's recordings."""
+    span = _verified.get(field)
+    if span is None:
+        return False
+    first, last = _release(span[0]), _release(span[1])
+    releases = [_release(version) for version in versions]
+    return first is not None and last is not None and all(r is not None and first <= r <= last for r in releases)
 
 
 def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
@@ -203,7 +233,8 @@ def check_provenance(
     for field in ("anagrapheus", "pydantic_ai"):
         # The field's name is the library's, as a reader spells it.
         was, now, label = getattr(recorded, field), getattr(current, field), field.replace("_", "-")
-        if was == now:
+        if was == now or (check == "warn" and within_verified(field, was, now)):
+            # Within the verified range keys and pins agree across releases: nothing to warn of (strict refuses).
             continue
         message = (
             f"recorded with {label} {was}, loaded with {label} {now}; a call the new version asks"

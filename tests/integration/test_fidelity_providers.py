@@ -291,7 +291,8 @@ def trial(
 def without_stamps(value: Any) -> Any:
     """`value` without the instants and ids a run is given: timestamps, run and conversation ids (order kept)."""
     if isinstance(value, dict):
-        dropped = {"timestamp", "run_id", "conversation_id"}
+        # (pydantic-ai 2.78 times each response from the wall clock too: `request_timestamp`, `duration`.)
+        dropped = {"timestamp", "run_id", "conversation_id", "request_timestamp", "duration"}
         return {k: without_stamps(v) for k, v in value.items() if k not in dropped}  # pyright: ignore[reportUnknownVariableType]
     if isinstance(value, list):
         return [without_stamps(v) for v in value]  # pyright: ignore[reportUnknownVariableType]

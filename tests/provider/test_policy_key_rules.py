@@ -21,6 +21,11 @@ import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import InstructionPart, ModelMessage, ModelResponse, TextPart, ToolKind
 from pydantic_ai.models import Model, ModelRequestParameters
+
+try:
+    from pydantic_ai.models import DeferredCapabilityEntry  # pydantic-ai 2.78
+except ImportError:  # the floor, 2.68
+    DeferredCapabilityEntry = None
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.native_tools import WebSearchTool
@@ -91,9 +96,16 @@ GENERIC_SETTINGS: dict[str, tuple[object, object, str]] = {
     "extra_headers": ({"X-Trace": "a"}, {"X-Trace": "b"}, "transport headers, read by no model"),
     "cache": (True, False, "where the provider may reuse prompt work, not what it draws"),
     "service_tier": ("default", "priority", "capacity and price, not the weights or sampling"),
+    # pydantic-ai 2.78:
+    "thinking_summary": (True, False, MOVES),
 }
 
 PROVIDER_SETTINGS_THAT_KEEP_THE_KEY: dict[str, str] = {
+    # pydantic-ai 2.78:
+    "groq_service_tier": "capacity and price",
+    "google_interactions_service_tier": "capacity and price",
+    "anthropic_inference_geo": "where inference runs, and its price",
+    "openai_safety_identifier": "names the end user",
     "openai_transport": "delivery: HTTP or websocket",
     "openai_background": "delivery: the response is polled for instead of waited on",
     "openai_continuous_usage_stats": "delivery: usage chunks in a stream",
@@ -157,11 +169,31 @@ def request_model_settings() -> set[str]:
 
 PROVIDER_SETTINGS = sorted(request_model_settings() - GENERIC_SETTINGS.keys())
 
+# What pydantic-ai 2.78 added: listed above, and judged only where the installed release has it (the floor has not).
+SINCE_2_78 = frozenset(
+    {
+        "thinking_summary",
+        "groq_service_tier",
+        "google_interactions_service_tier",
+        "anthropic_inference_geo",
+        "openai_safety_identifier",
+        "deferred_capabilities",
+        "durable",
+        "ui_visibility",
+    }
+)
+
+
+def installed(listed: dict[str, Any], declared: set[str]) -> dict[str, Any]:
+    """The entries of `listed` the installed pydantic-ai declares (`declared`), and every older one."""
+    return {name: entry for name, entry in listed.items() if name not in SINCE_2_78 or name in declared}
+
 
 def test_every_generic_setting_is_listed_by_hand() -> None:
-    assert set(GENERIC_SETTINGS) == set(ModelSettings.__annotations__)
+    declared = set(ModelSettings.__annotations__)
+    assert set(installed(GENERIC_SETTINGS, declared)) == declared
     assert len(PROVIDER_SETTINGS) > 100
-    assert set(PROVIDER_SETTINGS_THAT_KEEP_THE_KEY) <= set(PROVIDER_SETTINGS)
+    assert set(installed(PROVIDER_SETTINGS_THAT_KEEP_THE_KEY, set(PROVIDER_SETTINGS))) <= set(PROVIDER_SETTINGS)
 
 
 def run_with(settings: dict[str, Any]) -> Callable[[Model], None]:
@@ -171,7 +203,7 @@ def run_with(settings: dict[str, Any]) -> Callable[[Model], None]:
     return run
 
 
-@pytest.mark.parametrize("name", GENERIC_SETTINGS)
+@pytest.mark.parametrize("name", installed(GENERIC_SETTINGS, set(ModelSettings.__annotations__)))
 def test_a_generic_setting_moves_the_key_exactly_when_it_shapes_the_answer(
     store: SQLiteEventStore, types: EventTypeRegistry, name: str
 ) -> None:
@@ -257,10 +289,13 @@ PARAMETERS: dict[str, tuple[object, object, str]] = {
     "_telemetry_mcp_url_tool_names": (None, {"quota"}, "masks URLs in telemetry; never sent to the model"),
     "cache": (None, True, "where the provider may reuse prompt work, not what it draws"),
 }
+if DeferredCapabilityEntry is not None:  # pydantic-ai 2.78: the catalog of capabilities the model may load
+    PARAMETERS["deferred_capabilities"] = ([], [DeferredCapabilityEntry(id="refunds", description="Refunds.")], MOVES)
+REQUEST_PARAMETERS = {field.name for field in dataclasses.fields(ModelRequestParameters)}
 
 
 def test_every_request_parameter_is_listed_by_hand() -> None:
-    assert set(PARAMETERS) == {field.name for field in dataclasses.fields(ModelRequestParameters)}
+    assert set(installed(PARAMETERS, REQUEST_PARAMETERS)) == REQUEST_PARAMETERS
 
 
 def run_changing(change: dict[str, Any]) -> Callable[[Model], None]:
@@ -270,7 +305,7 @@ def run_changing(change: dict[str, Any]) -> Callable[[Model], None]:
     return run
 
 
-@pytest.mark.parametrize("name", PARAMETERS)
+@pytest.mark.parametrize("name", installed(PARAMETERS, REQUEST_PARAMETERS))
 def test_a_request_parameter_moves_the_key_exactly_when_it_shapes_the_answer(
     store: SQLiteEventStore, types: EventTypeRegistry, name: str
 ) -> None:
@@ -305,11 +340,15 @@ TOOL_FIELDS: dict[str, tuple[object, object, str]] = {
         "refunds",
         "reaches the model only through the request's tool_visibility, which moves the key itself",
     ),
+    # pydantic-ai 2.78:
+    "durable": (None, True, "whether a durable engine runs the tool as a step, after the model asked"),
+    "ui_visibility": (None, "hidden", "what a UI event stream shows of the tool's calls; never sent to the model"),
 }
+TOOL_DEFINITION_FIELDS = {field.name for field in dataclasses.fields(ToolDefinition)}
 
 
 def test_every_tool_definition_field_is_listed_by_hand() -> None:
-    assert set(TOOL_FIELDS) == {field.name for field in dataclasses.fields(ToolDefinition)}
+    assert set(installed(TOOL_FIELDS, TOOL_DEFINITION_FIELDS)) == TOOL_DEFINITION_FIELDS
 
 
 def run_with_tool(change: dict[str, Any]) -> Callable[[Model], None]:
@@ -322,7 +361,7 @@ def run_with_tool(change: dict[str, Any]) -> Callable[[Model], None]:
     return run
 
 
-@pytest.mark.parametrize("name", TOOL_FIELDS)
+@pytest.mark.parametrize("name", installed(TOOL_FIELDS, TOOL_DEFINITION_FIELDS))
 def test_a_tool_definition_field_moves_the_key_exactly_when_it_shapes_the_answer(
     store: SQLiteEventStore, types: EventTypeRegistry, name: str
 ) -> None:

@@ -18,7 +18,7 @@ from itertools import islice
 from typing import Any, Final, NamedTuple, cast
 
 import pydantic_core
-from pydantic_ai.messages import BaseToolCallPart, CachePoint
+from pydantic_ai.messages import BaseToolCallPart, BaseToolReturnPart, CachePoint
 
 from anagrapheus.errors import CanonicalError
 from anagrapheus.provider.keying.known_fields import KNOWN_FIELDS
@@ -35,8 +35,8 @@ __all__ = [
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
     "MaterialWalk",
-    "known_fields",
     "RequestRest",
+    "known_fields",
     "layout_reads",
     "walk_request",
 ]
@@ -96,6 +96,8 @@ _OUTPUT_FIELDS: Final = {
     "allow_image_output": "allow_image",
 }
 _TAG_FIELDS = frozenset({"part_kind", "kind"})
+OUTPUT_TOOL_PART_KIND: Final = "output"
+"""The `tool_kind` pydantic-ai 2.78 writes on an output tool's call and return parts (2.68 wrote none)."""
 _NO_DEFAULT: Final = object()
 
 
@@ -111,6 +113,7 @@ class _How(Enum):
     ARGS = "args"  # `args_as_dict()`: streamed args are a JSON string, others a dict
     PROPERTY = "property"  # a private field keyed by its public property
     ENCRYPTED = "encrypted"  # a compaction's content, kept in provider_details
+    TOOL_KIND = "tool_kind"  # a tool part's kind: pydantic-ai 2.78's "output" keys as unset, as 2.68 left it
 
 
 _PLAIN: Final = _How.PLAIN
@@ -200,6 +203,8 @@ def _layout(cls: type[Any]) -> _Layout | None:
             how = _How.CALL_ID
         elif name == "args" and issubclass(cls, BaseToolCallPart):
             how = _How.ARGS
+        elif name == "tool_kind" and issubclass(cls, BaseToolCallPart | BaseToolReturnPart):
+            how = _How.TOOL_KIND
         fields.append(_Field(out, attr, _NO_DEFAULT if how is _How.PROPERTY else _default_of(field), how))
     if cls.__name__ == "CompactionPart":
         # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
@@ -367,6 +372,12 @@ class MaterialWalk:
             raw = obj.args
             if not (raw is default or (type(raw) is type(default) and raw == default)):
                 out[name] = self._value(obj.args_as_dict())
+        elif how is _How.TOOL_KIND:
+            raw = obj.tool_kind
+            # pydantic-ai 2.78 marks an output tool's call and return parts "output"; 2.68 left them unset, and the
+            # request's output tools already name the tool (no 2.68 part could carry "output": it was no kind then).
+            if not (raw is default or raw == OUTPUT_TOOL_PART_KIND):
+                out[name] = self._value(raw)
         elif how is _How.PROPERTY:
             try:
                 out[name] = self._value(getattr(obj, attr))

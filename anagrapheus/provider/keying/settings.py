@@ -26,6 +26,7 @@ _DRAW = "changes how the model draws"
 _TOLD = "changes what the model is told or may do"
 _RETURNED = "changes what the pinned response contains"
 _CONTENT = "names content the model reads (a server-side cache, container or earlier response)"
+_WHERE = "where the provider runs inference (and its price), not what is drawn"
 
 DROPPED_SETTINGS: Final[Mapping[str, str]] = {
     "timeout": _DELIVERY,
@@ -42,6 +43,9 @@ DROPPED_SETTINGS: Final[Mapping[str, str]] = {
     "anthropic_service_tier": _TIER,
     "bedrock_service_tier": _TIER,
     "google_cloud_service_tier": _TIER,
+    "google_interactions_service_tier": _TIER,
+    "groq_service_tier": _TIER,
+    "anthropic_inference_geo": _WHERE,
     "cache": _CACHE,
     "anthropic_cache": _CACHE,
     "anthropic_cache_instructions": _CACHE,
@@ -62,6 +66,7 @@ DROPPED_SETTINGS: Final[Mapping[str, str]] = {
     "mistral_prompt_cache_key": _CACHE,
     "openai_user": _SESSION,
     "xai_user": _SESSION,
+    "openai_safety_identifier": _SESSION + " (a hashed end-user id)",
     "bedrock_request_metadata": _LOCAL,
     "google_labels": _LOCAL,
 }
@@ -173,6 +178,20 @@ KEPT_SETTINGS: Final[Mapping[str, str]] = {
     "xai_max_turns": _TOLD,
     "xai_agent_count": _DRAW,
     "zai_clear_thinking": _TOLD,
+    # Added by pydantic-ai 2.78.
+    "thinking_summary": _RETURNED + " (readable thinking, or signatures only)",
+    "anthropic_thinking_display": _RETURNED + " (readable thinking, or signatures only)",
+    "anthropic_previous_message_id": _CONTENT + " (a message thread the request continues)",
+    "bedrock_thinking_display": _RETURNED + " (readable thinking, or signatures only)",
+    "google_interactions_generation_config": _DRAW,
+    "google_interactions_native_tools": _TOLD,
+    "google_interactions_response_format": _RETURNED,
+    "google_interactions_safety_settings": _RETURNED,
+    "google_interactions_thinking_level": _DRAW,
+    "google_interactions_thinking_summaries": _RETURNED,
+    "huggingface_logprobs": _RETURNED,
+    "huggingface_top_logprobs": _RETURNED,
+    "openai_include_web_search_results": _RETURNED + " (and sent back on later requests)",
 }
 """Settings decided to stay in the key, with the reason (any setting in neither table is kept too)."""
 
