@@ -13,13 +13,16 @@ import copy
 import dataclasses
 from collections.abc import Callable
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
+
+from pydantic import TypeAdapter
 
 from anagrapheus.provider.keying.material import known_fields
 
-__all__ = ["without_new_defaults"]
+__all__ = ["known_dump", "without_new_defaults"]
 
 _NO_DEFAULT = object()
+T = TypeVar("T")
 
 
 def _default_of(field: dataclasses.Field[Any]) -> object:
@@ -101,3 +104,13 @@ def without_new_defaults(
     except Exception:
         same = False
     return pruned if same else dumped
+
+
+def known_dump(adapter: TypeAdapter[T], value: T) -> Any:
+    """`value` dumped by `adapter` to JSON values, without the later release's fields at their default."""
+    return without_new_defaults(
+        value,
+        adapter.dump_python(value, mode="json"),
+        load=adapter.validate_python,
+        dump=lambda loaded: adapter.dump_python(cast(T, loaded), mode="json"),
+    )

@@ -13,6 +13,7 @@ from pydantic_ai.tools import AgentDepsT, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
 from anagrapheus.errors import PinResultError
+from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -73,7 +74,7 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
         async def listed() -> JSONValue:
             tools = await self.wrapped.get_tools(ctx)
             # As ordered text: a schema reaches the model in its own key order, its descriptions as they were written.
-            return ordered(_definitions.dump_python([tool.tool_def for tool in tools.values()], mode="json"))
+            return ordered(known_dump(_definitions, [tool.tool_def for tool in tools.values()]))
 
         definitions = await self.resolver.aresolve(
             pin_key(TOOLSET_TOOLS, {"toolset": self.name}),
@@ -91,8 +92,8 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
             found = await self.wrapped.get_instructions(ctx)
             # A text is a Sequence too: only several instructions are pinned as a list, never a text's characters.
             if isinstance(found, str) or not isinstance(found, Sequence):
-                return ordered(_instructions.dump_python(found, mode="json"))
-            return ordered(_instructions.dump_python(list(found), mode="json"))
+                return ordered(known_dump(_instructions, found))
+            return ordered(known_dump(_instructions, list(found)))
 
         return await self.resolver.aresolve(
             pin_key(TOOLSET_INSTRUCTIONS, {"toolset": self.name}),

@@ -14,6 +14,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CorruptEvent
+from anagrapheus.provider.additions import known_dump
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
@@ -76,7 +77,8 @@ class InputsRecorder:
         inputs: dict[str, JSONValue] = {
             "format": INPUTS_FORMAT,
             "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
-            "history": cast(JSONValue, ModelMessagesTypeAdapter.dump_python(list(ctx.messages), mode="json")),
+            # Without the fields a later pydantic-ai added while unset, so a re-recording writes the same bytes.
+            "history": cast(JSONValue, known_dump(ModelMessagesTypeAdapter, list(ctx.messages))),
             "output_type": _type_name(getattr(ctx.agent, "output_type", None)),
             "agent": getattr(ctx.agent, "name", None),
             "metadata": None if ctx.metadata is None else output_json(ctx.metadata),

@@ -22,7 +22,7 @@ from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import InexactReplay, PartialPin, UsageError
-from anagrapheus.provider.additions import without_new_defaults
+from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.occurrence import ask
@@ -101,15 +101,9 @@ def response_raw(response: ModelResponse) -> JSONValue:
     # the figure the recorded run saw: a replay reports the same cost whatever the price table says
     # by then, and skips the table lookup.
     fill_response_cost(response)
-    raw: dict[str, Any] = without_new_defaults(
-        response, _responses.dump_python(response, mode="json"), load=_responses.validate_python, dump=_dump_response
-    )
+    raw: dict[str, Any] = known_dump(_responses, response)
     _strip_urls(raw)
     return raw
-
-
-def _dump_response(response: object) -> Any:
-    return _responses.dump_python(cast(ModelResponse, response), mode="json")
 
 
 def response_answer(response: ModelResponse) -> JSONValue:

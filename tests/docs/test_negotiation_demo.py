@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -127,6 +128,17 @@ def test_rerecording_with_the_scripted_models_reproduces_the_committed_file_byte
     asyncio.run(record_negotiation(path, seed=DEFAULT_SEED))
 
     assert_records_the_committed_file(path)
+
+
+def test_recording_again_over_the_committed_file_leaves_it_byte_for_byte(tmp_path: Path) -> None:
+    # Under another pydantic-ai than the one that made it too (issue #33): the run records the same events, so the
+    # file keeps its bytes and the provenance of the run that first wrote it.
+    path = tmp_path / "negotiation.jsonl"
+    shutil.copyfile(RECORDING, path)
+
+    asyncio.run(record_negotiation(path, seed=DEFAULT_SEED))
+
+    assert path.read_bytes() == RECORDING.read_bytes()
 
 
 def test_a_new_recording_replays_its_own_run(tmp_path: Path) -> None:

@@ -393,3 +393,46 @@ def test_redacting_a_private_key_removes_its_body_too(tmp_path: Path) -> None:
 
     assert read_recording(path).events[0].payload_json()["raw"] == {"key": "[redacted:pem-private-key:1]"}
     assert "MIIE" not in path.read_text(encoding="utf-8")
+
+
+# Recording again over a file that holds the same run (issue #33): a newer pydantic-ai changes nothing.
+
+
+def provenance(**versions: object) -> dict[str, Any]:
+    return {
+        "anagrapheus": "0.1.0",
+        "pydantic_ai": "2.68.0",
+        "python": "3.11.7",
+        "key_scheme": "p1",
+        "call_policy": "semantic",
+        "call_policy_version": 1,
+    } | versions
+
+
+def header(**versions: object) -> RecordingHeader:
+    return HEADER.model_copy(update={"provenance": provenance(**versions)})
+
+
+def test_recording_the_same_events_again_under_other_versions_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    events = logged_events(tmp_path / "log.db")
+    path = tmp_path / "run.jsonl"
+    write_recording(path, events, header=header())
+    first = path.read_bytes()
+    write_recording(path, events, header=header(pydantic_ai="2.78.0", python="3.12.1", anagrapheus="0.2.0"))
+    assert path.read_bytes() == first
+    assert json.loads(first.splitlines()[0])["provenance"]["pydantic_ai"] == "2.68.0"
+
+
+def test_recording_again_rewrites_the_file_when_an_event_or_anything_else_in_the_header_changed(
+    tmp_path: Path,
+) -> None:
+    events = logged_events(tmp_path / "log.db")
+    path = tmp_path / "run.jsonl"
+    write_recording(path, events, header=header())
+    write_recording(path, events[:-1], header=header(pydantic_ai="2.78.0"))
+    assert json.loads(path.read_bytes().splitlines()[0])["provenance"]["pydantic_ai"] == "2.78.0"
+    write_recording(path, events[:-1], header=header(pydantic_ai="2.78.0", key_scheme="p2"))
+    assert json.loads(path.read_bytes().splitlines()[0])["provenance"]["key_scheme"] == "p2"
+    changed = HEADER.model_copy(update={"description": "Another run.", "provenance": provenance(pydantic_ai="2.78.0")})
+    write_recording(path, events[:-1], header=changed)
+    assert json.loads(path.read_bytes().splitlines()[0])["description"] == "Another run."

@@ -1,0 +1,42 @@
+"""The pydantic-ai range is stated once and agreed on: pyproject's floor, CI's constraints, the code and the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from anagrapheus.provider.provenance import VERIFIED_PYDANTIC_AI
+from anagrapheus.timeline.provenance import within_verified
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pinned(name: str) -> str:
+    text = (ROOT / ".ci" / "constraints" / name).read_text(encoding="utf-8")
+    (version,) = re.findall(r"^pydantic-ai-slim==(\S+)$", text, flags=re.MULTILINE)
+    return version
+
+
+def test_the_constraints_are_the_verified_range() -> None:
+    assert (pinned("floor.txt"), pinned("newest.txt")) == VERIFIED_PYDANTIC_AI
+
+
+def test_the_floor_is_pyprojects() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    floors = set(re.findall(r'"pydantic-ai-slim(?:\[\w+\])?>=([\d.]+),<3"', pyproject))
+    assert floors == {VERIFIED_PYDANTIC_AI[0].removesuffix(".0")}
+
+
+def test_the_readme_states_the_supported_range() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"pydantic-ai-slim {VERIFIED_PYDANTIC_AI[0]} to {VERIFIED_PYDANTIC_AI[1]}" in readme
+
+
+def test_versions_within_the_range_are_verified_and_others_not() -> None:
+    assert within_verified("pydantic_ai", "2.68.0", "2.78.0")
+    assert within_verified("pydantic_ai", "2.70.0")
+    assert not within_verified("pydantic_ai", "2.68.0", "2.79.0")
+    assert not within_verified("pydantic_ai", "2.67.0")
+    assert not within_verified("pydantic_ai", "2.78.0rc1")
+    assert not within_verified("pydantic_ai", None)
+    assert not within_verified("anagrapheus", "0.1.0")
