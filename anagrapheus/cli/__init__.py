@@ -1,4 +1,4 @@
-"""The `anagrapheus` command: inspect, compare, check, export, rerun, upcast, copy, unlock, view logs; digest entropy.
+"""The `anagrapheus` command: inspect, compare, check, export, rerun, rekey, upcast, copy, unlock, view logs; entropy.
 
 Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
 violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from anagrapheus.cli import check, copy, diff, entropy, export, regress, rerun, show, unlock, upcast, view
+from anagrapheus.cli import check, copy, diff, entropy, export, regress, rekey, rerun, show, unlock, upcast, view
 from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
 from anagrapheus.errors import UnresolvedName
 
@@ -17,7 +17,7 @@ __all__ = ["Exit", "main", "parser"]
 
 # Each command module declares its subcommand; a new command is one more module here.
 COMMANDS = tuple(
-    module.COMMAND for module in (show, diff, check, export, upcast, regress, rerun, copy, unlock, view, entropy)
+    module.COMMAND for module in (show, diff, check, export, upcast, regress, rerun, rekey, copy, unlock, view, entropy)
 )
 
 

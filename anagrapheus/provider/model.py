@@ -21,16 +21,17 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
-from anagrapheus.errors import InexactReplay, PartialPin, UsageError
+from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, UsageError
 from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
+from anagrapheus.provider.keying.material import new_fields_set
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.provider.timing import time_from_pins, untime
-from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
 from anagrapheus.timeline.resolver import PinResolver, draws_live
@@ -56,6 +57,24 @@ T = TypeVar("T")
 
 _responses: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
+
+
+def explained(miss: PinMiss, messages: Sequence[ModelMessage], parameters: ModelRequestParameters) -> PinMiss:
+    """`miss`, noting the fields of the request the key scheme does not know that were set (a newer release's)."""
+    fields = new_fields_set(messages, at="messages") + new_fields_set(parameters, at="parameters")
+    if not fields:
+        return miss
+    shown = ", ".join(fields[:_SHOWN_NEW_FIELDS]) + (
+        f" and {len(fields) - _SHOWN_NEW_FIELDS} more" if len(fields) > _SHOWN_NEW_FIELDS else ""
+    )
+    note = (
+        f"fields key scheme {KEY_SCHEME} does not know hold values in this request (set by a newer pydantic-ai"
+        f" or by your code; each moves the key): {shown}"
+    )
+    return PinMiss(miss.divergence.noted(note))
+
+
+_SHOWN_NEW_FIELDS = 8
 
 
 def endpoint_url(url: str) -> str | None:
@@ -261,6 +280,9 @@ class PinnedModel(WrapperModel):
                 interpret=response_from_raw,
                 fingerprint=call.fingerprint,
             )
+        except PinMiss as miss:
+            self._refuse_inexact_fallback()
+            raise explained(miss, messages, model_request_parameters) from None
         except Exception:
             if not drawn:
                 self._refuse_inexact_fallback()
@@ -332,6 +354,8 @@ class PinnedModel(WrapperModel):
             self._draws.note(asking.key, e)
             if not live:
                 self._refuse_inexact_fallback()
+            if isinstance(e, PinMiss):
+                raise explained(e, messages, model_request_parameters) from None
             raise
         asking.arrived()
 

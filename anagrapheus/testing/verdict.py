@@ -146,6 +146,7 @@ class Verdict:
             else:
                 moved = ", ".join(divergence.moved) or "nothing the fingerprint can see"
                 lines.append(f"  what moved against the nearest recorded call: {moved}")
+            lines.extend(f"  {note}" for note in divergence.notes)
         for result in self.invariants:
             if result.status == "violated":
                 lines.append(f"  [FAIL] {result.name}: turn {result.turn}: {result.why}")

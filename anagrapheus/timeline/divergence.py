@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["ELLIPSIS", "VALUE_PREFIX", "Divergence", "MovedValue", "diverged_at", "moved_fields"]
 
@@ -81,19 +81,27 @@ class Divergence:
     """The recorded key compared against, when fingerprints allowed a comparison."""
     values: tuple[MovedValue, ...] = ()
     """The recorded and current value of each moved field, where the call policy keeps values (opt-in)."""
+    notes: tuple[str, ...] = ()
+    """What else explains the miss: the versions that recorded and replay it, fields a newer release set."""
 
     def describe(self) -> str:
-        """Say in one sentence where the run diverged and what moved."""
+        """Say in one sentence where the run diverged and what moved, then any note that explains it."""
         text = f"no pin for {self.kind} {self.key} (after {self.after_hits} hit(s))"
         if self.nearest_key is None:
-            return text + "; the recording has no comparable call of this kind"
+            return "\n  ".join([text + "; the recording has no comparable call of this kind", *self.notes])
         if not self.moved:
-            return text + f"; the nearest recorded call {self.nearest_key} has the same fingerprint"
+            text += f"; the nearest recorded call {self.nearest_key} has the same fingerprint"
+            return "\n  ".join([text, *self.notes])
         text += f"; against the nearest recorded call, what moved: {', '.join(self.moved)}"
         shown = [value.describe() for value in self.values[:_SHOWN_FIELDS]]
         if len(self.values) > _SHOWN_FIELDS:
             shown.append(f"and {len(self.values) - _SHOWN_FIELDS} more moved field(s) with values")
-        return "\n  ".join([text, *shown])
+        return "\n  ".join([text, *shown, *self.notes])
+
+    def noted(self, *notes: str) -> Divergence:
+        """This divergence with `notes` added (each said once)."""
+        added = tuple(note for note in notes if note not in self.notes)
+        return self if not added else replace(self, notes=self.notes + added)
 
 
 def moved_fields(asked: Mapping[str, str], recorded: Mapping[str, str]) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "own_provenance",
     "stamp_provenance",
     "use_stamp",
+    "versions_note",
     "within_verified",
 ]
 
@@ -243,6 +244,24 @@ def check_provenance(
         if check == "strict":
             raise ProvenanceMismatch(message, path=path, field=field, recorded=was, current=now)
         warnings.warn(f"{path}: {message}", ProvenanceWarning, stacklevel=3)
+
+
+def versions_note(recorded: Provenance | None) -> str | None:
+    """Name the versions a recording was made with and is replayed under, where they differ; None where they agree."""
+    if recorded is None:
+        return None
+    current = stamp_provenance(())
+    differ = [
+        f"{field.replace('_', '-')} {getattr(recorded, field)}, replayed under {getattr(current, field)}"
+        for field in ("pydantic_ai", "anagrapheus")
+        if getattr(recorded, field) != getattr(current, field)
+    ]
+    if not differ:
+        return None
+    return (
+        f"recorded with {'; '.join(differ)}: if the release changed what a call means, re-key the recording"
+        " offline with `anagrapheus rekey` (docs/explanation/upstream-releases.md)"
+    )
 
 
 def __getattr__(name: str) -> object:

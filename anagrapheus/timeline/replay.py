@@ -23,7 +23,7 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.provenance import ProvenanceCheck
+from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, versions_note
 from anagrapheus.timeline.recording_pins import stream_pins
 from anagrapheus.timeline.resolver import Attachments, FailureCodec, PinResolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
@@ -70,6 +70,8 @@ class ReplayPins:
         self._divergence: Divergence | None = None
         self._fingerprints: dict[str, Mapping[str, str]] = {}
         self._units: tuple[str, ...] | None = None
+        self.recorded_with: Provenance | None = None
+        """The provenance of the recording the pins came from (`from_recording`): a miss names its versions."""
         self.attachments = Attachments()
         """What the layers above keep for this replay while it lives: the provider numbers its runs here."""
 
@@ -175,10 +177,12 @@ class ReplayPins:
 
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
         """
-        _, pins = stream_pins(
+        header, pins = stream_pins(
             path, given_or_builtins(registry), upcasts=upcasts, call_policy=call_policy, provenance=provenance
         )
-        return cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
+        replay = cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
+        replay.recorded_with = header.provenance
+        return replay
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -321,7 +325,9 @@ class ReplayPins:
         return self._into.unit_id if self._into is not None else None
 
     def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
-        return diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=self._recorded(kind))
+        divergence = diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=self._recorded(kind))
+        note = versions_note(self.recorded_with)
+        return divergence if note is None else divergence.noted(note)
 
     def _recorded(self, kind: str) -> Iterator[tuple[str, str, Mapping[str, str] | None]]:
         """The recorded calls of `kind` with their fingerprints, parsed on first use and kept for the next miss."""

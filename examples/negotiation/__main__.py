@@ -68,6 +68,8 @@ def _print_replay(report: ReplayReport) -> None:
         if divergence.nearest_key is not None:
             moved = ", ".join(_glossed(field) for field in divergence.moved) or "nothing the fingerprint can see"
             print(f"  what moved against the nearest recorded call: {moved}")
+        for note in divergence.notes:
+            print(f"  {note}")
         print("  Strict replay stopped before reaching the model. To record the changed run, use --record.")
     calls = ", ".join(f"{model_id} {count}" for model_id, count in report.model_calls.items())
     print(f"Pins answered from the recording: {report.hits}")

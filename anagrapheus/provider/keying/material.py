@@ -38,6 +38,7 @@ __all__ = [
     "RequestRest",
     "known_fields",
     "layout_reads",
+    "new_fields_set",
     "walk_request",
 ]
 
@@ -231,6 +232,44 @@ def layout_reads(cls: type[Any]) -> tuple[str, ...] | None:
         else:
             reads[field.attr] = None
     return tuple(reads)
+
+
+def new_fields_set(value: object, *, at: str = "$") -> list[str]:
+    """Where `value` holds a keyed field the key scheme does not know, set off its default (or a class it never saw).
+
+    Each such field moves a key that a recording made before it existed holds: a miss names them. Only names and
+    paths are given, never values (a miss is printed in logs).
+    """
+    found: list[str] = []
+    _new_fields(value, at, found, 0)
+    return found
+
+
+def _new_fields(value: object, at: str, found: list[str], depth: int) -> None:
+    if depth > 64:
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(cast(Sequence[object], value)):
+            _new_fields(item, f"{at}[{index}]", found, depth + 1)
+        return
+    if isinstance(value, dict):
+        for name, item in cast(dict[object, object], value).items():
+            _new_fields(item, f"{at}.{name}", found, depth + 1)
+        return
+    layout = _layout(type(value))
+    if layout is None:
+        return
+    known = known_fields(type(value))
+    if known is None:
+        found.append(f"{at} (a {type(value).__name__}, a class the key scheme does not know)")
+        known = frozenset[str]()
+    for field in layout.fields:
+        item = getattr(value, field.attr, None)
+        if field.name not in known and field.attr not in known and known:
+            default = field.default
+            if not (item is default or (type(item) is type(default) and item == default)):
+                found.append(f"{at}.{field.name} ({type(value).__name__}.{field.name})")
+        _new_fields(item, f"{at}.{field.name}", found, depth + 1)
 
 
 class MaterialWalk:
