@@ -32,7 +32,11 @@ def _path(obj: Any) -> str:
 
 
 def _resolve(path: str) -> object:
+    """The class or function a recording names, from an allowed package only: nothing else is ever imported."""
     module, _, qualname = path.partition(":")
+    if module.split(".")[0] not in _REBUILDABLE_PACKAGES:
+        # Checked before the import: importing a module runs it, and a recording is data, never code (issue #35).
+        raise LookupError(f"{module} is not a package failures are rebuilt from")
     found: object = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)

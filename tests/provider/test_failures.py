@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -135,3 +136,21 @@ def test_a_recipe_from_a_module_whose_name_only_starts_like_an_allowed_package_i
     replayed = FAILURES.rebuild(record)
     assert isinstance(replayed, PinnedFailure)
     assert called == []
+
+
+@pytest.mark.parametrize("where", ["call", "status_class"])
+def test_a_recording_naming_a_module_outside_the_allowed_packages_never_imports_it(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Importing a module runs it: a recording that names one (a pull request's fixture) must not run its code.
+    (tmp_path / "planted_by_a_recording.py").write_text("import sys\nsys.planted_ran = True\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "planted_by_a_recording", raising=False)
+    planted = "planted_by_a_recording:Boom"
+    rebuild: dict[str, Any] = {"call": planted, "args": ["boom"], "state": None}
+    if where == "status_class":  # the class a categorized HTTP error is rebuilt with, named as its first argument
+        rebuild = {"call": "pydantic_ai.exceptions:_categorized_http_error", "args": [planted, 503], "state": None}
+    replayed = FAILURES.rebuild({"type": planted, "message": "boom", "rebuild": rebuild})
+    assert isinstance(replayed, PinnedFailure)
+    assert "planted_by_a_recording" not in sys.modules
+    assert not getattr(sys, "planted_ran", False)
