@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> Outcome:
         raise BadInput("name a recording or a database to view (or a --miss file that names its recording)", path=".")
     if args.against is not None and miss is not None:
         raise BadInput("--against and --miss show two different divergences: give one of them", path=path)
+    output = Path(args.output or f"{path}.html")
+    for given in (path, args.against, args.miss):
+        # A page written over the log or recording it shows would destroy it (issue #35): refused before reading.
+        if given is not None and output.exists() and output.resolve() == Path(given).resolve():
+            raise BadInput("view never writes over its own input: name another -o FILE", path=str(output))
     source = open_source(path, units=args.unit)
     units = units_of(source, args)
     header: dict[str, Any] | None = source.header.model_dump(mode="json") if source.header is not None else None
@@ -133,7 +138,6 @@ def run(args: argparse.Namespace) -> Outcome:
         changes=changes,
         labels=(path, args.against or ""),
     )
-    output = Path(args.output or f"{path}.html")
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as e:

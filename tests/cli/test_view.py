@@ -302,3 +302,14 @@ def test_a_miss_with_added_removed_and_half_kept_fields() -> None:
     assert "rerecord" not in page
     no_values = render_page(title="t", header=None, units=[], miss=Divergence(key="k", kind="tool_call", after_hits=0))
     assert "No values were kept" in no_values
+
+
+@pytest.mark.parametrize("which", ["path", "against"])
+def test_view_never_writes_over_its_own_input(which: str, tmp_path: Path) -> None:
+    recording = tmp_path / "negotiation.jsonl"
+    recording.write_bytes(NEGOTIATION.read_bytes())
+    if which == "path":
+        assert view(str(recording), "-o", str(recording)) == 2
+    else:
+        assert view(str(NEGOTIATION), "--against", str(recording), "-o", str(recording)) == 2
+    assert recording.read_bytes() == NEGOTIATION.read_bytes()
