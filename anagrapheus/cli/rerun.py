@@ -12,6 +12,7 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import load_function, load_typed, open_source
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing.rerun import rerun_events
+from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["COMMAND", "run"]
 
@@ -37,6 +38,9 @@ def run(args: argparse.Namespace) -> Outcome:
         deps = load_function(args.deps, what="a function of the recorded run")
     source = open_source(args.source, units=[args.unit] if args.unit else ())
     try:
+        if source.header is not None:
+            # As `check` and replay refuse them: pins keyed under another scheme or call policy answer nothing here.
+            check_provenance(source.header.provenance, path=args.source, rerecord=source.header.rerecord)
         outcomes = rerun_events(
             source.events,
             agent,  # pyright: ignore[reportUnknownArgumentType]

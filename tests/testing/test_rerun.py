@@ -198,3 +198,23 @@ def test_an_exported_recording_reruns_from_python_and_a_corrupt_one_is_bad_input
         ledger.note_event(EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={"format": 99})))
         ledger.commit()
     assert main(["rerun", str(corrupt), "--agent", "tests.rerun_agents:support"]) == 2
+
+
+def test_the_command_refuses_a_recording_keyed_under_another_scheme_as_check_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.timeline import RecordingHeader
+    from anagrapheus.timeline.recording import write_recording
+
+    path = tmp_path / "support.jsonl"
+    with SQLiteEventStore(record(tmp_path / "support.db")) as store:
+        header = RecordingHeader(description="Support.", recorded_with="A scripted model.", rerecord="pytest")
+        write_recording(path, store.read(namespace="anagrapheus"), header=header)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    head = json.loads(lines[0])
+    head["provenance"]["key_scheme"] = "p9"
+    path.write_text("\n".join([json.dumps(head), *lines[1:]]), encoding="utf-8")
+
+    assert main(["check", str(path)]) == 2
+    assert main(["rerun", str(path), "--agent", "tests.rerun_agents:support"]) == 2
+    assert "pin-key scheme 'p9'" in capsys.readouterr().err
