@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import keyword
 import re
 import shlex
+from collections import Counter
 from pathlib import Path
 
 from pydantic_ai import Agent
@@ -45,6 +48,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model", action="append", default=[], metavar="ROLE=ID", help="the model id behind a role (header)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="with --as-test, write over a test module or recording that exists"
     )
 
 
@@ -99,13 +105,9 @@ def run(args: argparse.Namespace) -> Outcome:
     return Outcome(Exit.OK, text, {"output": str(written), "units": list(args.unit), "pins": len(pins), "runs": runs})
 
 
-_TEST_MODULE = '''"""{description}
-
-Written by `{command}`.
-The pytest plugin replays each recording strictly: a call it lacks fails the test naming what moved, and an
-output other than the recorded one fails it too. Record it again with --anagrapheus=record (the recording keeps
-its runs' inputs), or run the export again.
-"""
+# Every text that comes from the log or the command line (a unit id, a description, a path) enters the generated
+# module as a literal written by `repr`, never pasted into code: a unit id is data, whatever it holds (issue #35).
+_TEST_MODULE = """{docstring}
 
 from __future__ import annotations
 
@@ -116,17 +118,36 @@ from anagrapheus.testing import RecordingSession
 from anagrapheus.testing.rerun import ask_recorded_runs
 
 AGENT = _source.{attribute}
-"""The agent asked again: `{agent}`."""
+{agent_doc}
 {deps_line}
-'''
+"""
 
-_TEST_FUNCTION = '''
+_MODULE_DOC = """{description}
+
+Written by `{command}`.
+The pytest plugin replays each recording strictly: a call it lacks fails the test naming what moved, and an
+output other than the recorded one fails it too. Record it again with --anagrapheus=record (the recording keeps
+its runs' inputs), or run the export again.
+"""
+
+_TEST_FUNCTION = """
 
 @pytest.mark.anagrapheus(path="{{test_dir}}/recordings/{{module}}/{{name}}.jsonl")
 def {name}(anagrapheus: RecordingSession) -> None:
-    """Unit {unit}: its {runs} recorded run(s), asked again of the agent with the world pinned."""
+    {docstring}
     assert ask_recorded_runs(anagrapheus.path, AGENT{deps_argument}) == {runs}
-'''
+"""
+
+
+def _test_names(units: list[str]) -> dict[str, str]:
+    """Each unit's test function name: its id's identifier characters, with a digest where two would collide."""
+    names = {unit: "test_" + (re.sub(r"[^A-Za-z0-9_]", "_", unit).strip("_") or "unit") for unit in units}
+    taken = Counter(names.values())
+    for unit, name in names.items():
+        if taken[name] > 1 or not name.isidentifier() or keyword.iskeyword(name):
+            # `chat-1`, `chat_1` and `chat.1` would be one test and one recording: each keeps its own.
+            names[unit] = f"{name}_{hashlib.sha256(unit.encode()).hexdigest()[:8]}"
+    return names
 
 
 def _spec(spec: str) -> tuple[str, str]:
@@ -154,15 +175,19 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
     command += f" --agent {args.agent} --as-test {shlex.quote(args.as_test)}"
     if args.deps is not None:
         command += f" --deps {args.deps}"
+    description = args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test."
     text = _TEST_MODULE.format(
-        description=args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test.",
-        command=command,
+        docstring=repr(_MODULE_DOC.format(description=description, command=command)),
         module=module,
         attribute=attribute,
-        agent=args.agent,
-        deps_line="" if deps_module is None else f"from {deps_module} import {deps_attribute} as DEPS\n",
+        agent_doc=repr(f"The agent asked again: `{args.agent}`."),
+        # A module import and an attribute path: `ATTR` may be dotted (`recorded_deps.__name__`), as `--agent` may.
+        deps_line=""
+        if deps_module is None
+        else f"import {deps_module} as _deps_source\n\nDEPS = _deps_source.{deps_attribute}\n",
     )
-    written: list[str] = []
+    names = _test_names(list(args.unit))
+    planned: list[tuple[str, list[StoredEvent], int, Path]] = []
     for unit in args.unit:
         events = [event for event in kept if unit_of(event) == unit]
         runs = len(recorded_runs(events))
@@ -171,9 +196,24 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
                 f"unit {unit} holds no recorded run inputs: record it under Pinning(record_inputs=True)",
                 path=args.source,
             )
-        # Only the characters the plugin keeps in a file name: the recording is then named as the test.
-        name = "test_" + re.sub(r"[^A-Za-z0-9_]", "_", unit).strip("_")
-        recording = target.parent / "recordings" / target.stem / f"{name}.jsonl"
+        recording = target.parent / "recordings" / target.stem / f"{names[unit]}.jsonl"
+        planned.append((unit, events, runs, recording))
+        text += _TEST_FUNCTION.format(
+            name=names[unit],
+            docstring=repr(f"Unit {unit}: its {runs} recorded run(s), asked again of the agent with the world pinned."),
+            runs=runs,
+            deps_argument="" if deps_module is None else ", deps=DEPS",
+        )
+    try:
+        compile(text, str(target), "exec")
+    except (SyntaxError, ValueError) as e:  # pragma: no cover - every text above is a literal or a checked name
+        raise BadInput(f"the generated test does not compile ({e})", path=args.as_test) from e
+    # Nothing is written over an existing file unless asked: `--as-test tests/conftest.py` must not replace it.
+    for existing in [target, *(recording for *_, recording in planned)]:
+        if existing.is_file() and not args.force:
+            raise BadInput("exists; pass --force to write over it", path=str(existing))
+    written: list[str] = []
+    for unit, events, _, recording in planned:
         header = RecordingHeader(
             description=f"Unit {unit} of the log {log_name}: its pins and its runs' inputs.",
             recorded_with=f"Exported from the event log {log_name}: the pins are what the application drew.",
@@ -183,9 +223,6 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         )
         _write(recording, events, header, redact=args.redact, source=args.source)
         written.append(str(recording))
-        text += _TEST_FUNCTION.format(
-            name=name, unit=unit, runs=runs, deps_argument="" if deps_module is None else ", deps=DEPS"
-        )
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")

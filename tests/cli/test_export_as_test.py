@@ -169,3 +169,54 @@ def test_as_test_reports_what_it_cannot_write(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "test_dir.py").mkdir()
     assert main([*argv, "--unit", "support-7", "--as-test", str(tmp_path / "test_dir.py")]) == 2
     assert "cannot write the test" in capsys.readouterr().err
+
+
+# Hostile unit ids (issue #35): a unit id is data, pasted into no code, and no two units share a test.
+
+HOSTILE_UNITS = [
+    'x"""; import pathlib; pathlib.Path("PWNED").write_text("ran") #',
+    "C:\\Users\\ann",
+    "\\N{42}",
+    '"""',
+    "chat-1",
+    "chat_1",
+    "chat.1",
+]
+
+
+def test_hostile_unit_ids_give_a_module_that_compiles_runs_nothing_and_keeps_every_unit(tmp_path: Path) -> None:
+    from tests.testing.test_rerun import record
+
+    database = tmp_path / "prod.db"
+    for unit in HOSTILE_UNITS:
+        record(database, unit=unit)
+    project = tmp_path / "project"
+    test = project / "test_hostile.py"
+    argv = ["export", str(database), "--agent", "tests.rerun_agents:support", "--as-test", str(test)]
+    argv += [f"--unit={unit}" for unit in HOSTILE_UNITS]
+
+    assert main(argv) == 0
+
+    compile(test.read_text(encoding="utf-8"), str(test), "exec")
+    recordings = sorted((project / "recordings" / "test_hostile").glob("*.jsonl"))
+    assert len(recordings) == len(HOSTILE_UNITS)
+    ran = _pytest(test)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"{len(HOSTILE_UNITS)} passed" in ran.stdout
+    assert not (project / "PWNED").exists() and not (ROOT / "PWNED").exists()
+
+
+def test_as_test_never_writes_over_an_existing_file_without_force(tmp_path: Path) -> None:
+    from tests.testing.test_rerun import record
+
+    database = record(tmp_path / "prod.db")
+    conftest = tmp_path / "conftest.py"
+    conftest.write_text("# the user's own fixtures\n", encoding="utf-8")
+    argv = ["export", str(database), "--unit", "support-7", "--agent", "tests.rerun_agents:support"]
+
+    assert main([*argv, "--as-test", str(conftest)]) == 2
+    assert conftest.read_text(encoding="utf-8") == "# the user's own fixtures\n"
+    assert not (tmp_path / "recordings").exists()  # refused before anything was written
+    assert main([*argv, "--as-test", str(tmp_path / "test_once.py")]) == 0
+    assert main([*argv, "--as-test", str(tmp_path / "test_once.py")]) == 2
+    assert main([*argv, "--as-test", str(tmp_path / "test_once.py"), "--force"]) == 0
