@@ -7,7 +7,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserContent
 from pydantic_ai.models import ModelRequestContext
@@ -200,11 +200,20 @@ def _run_of(event: RunInputs, *, seq: int) -> RecordedRun:
     instructions = inputs.get("instructions")
     output_type = inputs.get("output_type")
     error = inputs.get("error")
+    # A tampered or foreign recording fails typed, naming the event, never with pydantic's bare error (issue #35).
+    try:
+        asked = None if prompt is None else _PROMPT.validate_python(prompt)
+    except ValidationError as e:
+        raise _unreadable(event, "prompt", e, seq=seq) from None
+    try:
+        continued = ModelMessagesTypeAdapter.validate_python(history) if history else None
+    except ValidationError as e:
+        raise _unreadable(event, "history", e, seq=seq) from None
     return RecordedRun(
         unit_id=event.unit_id,
         run_id=event.run_id,
-        prompt=None if prompt is None else _PROMPT.validate_python(prompt),
-        message_history=ModelMessagesTypeAdapter.validate_python(history) if history else None,
+        prompt=asked,
+        message_history=continued,
         model_settings=cast(dict[str, Any], settings) if isinstance(settings, dict) else None,
         instructions=instructions if isinstance(instructions, str) else None,
         output_type=output_type if isinstance(output_type, str) else None,
@@ -214,6 +223,15 @@ def _run_of(event: RunInputs, *, seq: int) -> RecordedRun:
         error=error if isinstance(error, str) else None,
         nested=inputs.get("nested") is True,
         left_out=tuple(name for name in ("history", "prompt") if f"{name}_left_out" in inputs),
+    )
+
+
+def _unreadable(event: RunInputs, what: str, error: ValidationError, *, seq: int) -> CorruptEvent:
+    """The error of a run's recorded `what` that pydantic-ai cannot read."""
+    return CorruptEvent(
+        f"run_inputs of run {event.run_id}: its {what} is not what pydantic-ai reads"
+        f" ({error.error_count()} error(s), the first: {error.errors()[0]['msg']})",
+        seq=seq,
     )
 
 

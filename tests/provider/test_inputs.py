@@ -233,3 +233,45 @@ def test_the_output_type_is_named_as_the_agent_gives_it(tmp_path: Path) -> None:
                 agent.run_sync("Count.")
         runs = recorded_runs(ledger.commit())
     assert [run.output_type for run in runs] == ["int | str", "ToolOutput"]
+
+
+# Tampered run inputs (issue #35): every reader of them fails typed, never with pydantic's bare ValidationError.
+
+
+@pytest.mark.parametrize("tamper", ["history", "prompt"])
+def test_tampered_run_inputs_fail_typed_in_every_reader(
+    tamper: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.cli import main
+    from anagrapheus.errors import AnagrapheusError, CorruptEvent
+    from anagrapheus.provider.inputs import recorded_runs
+    from anagrapheus.testing.rerun import ask_recorded_runs, read_events
+    from anagrapheus.timeline import RecordingHeader
+    from anagrapheus.timeline.recording import write_recording
+    from tests import rerun_agents
+    from tests.testing.test_rerun import record
+
+    path = tmp_path / "support.jsonl"
+    with SQLiteEventStore(record(tmp_path / "support.db")) as store:
+        header = RecordingHeader(description="Support.", recorded_with="A scripted model.", rerecord="pytest")
+        write_recording(path, store.read(namespace="anagrapheus"), header=header)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines):
+        if '"type":"run_inputs"' in line and ('"history":[{' in line or tamper == "prompt"):
+            stored = json.loads(line)
+            payload = json.loads(stored["payload"]) if isinstance(stored["payload"], str) else stored["payload"]
+            if tamper == "history":
+                payload["inputs"]["history"][0]["kind"] = "bogus"
+            else:
+                payload["inputs"]["prompt"] = [{"kind": "bogus-content"}]
+            stored["payload"] = json.dumps(payload) if isinstance(stored["payload"], str) else payload
+            lines[number] = json.dumps(stored)
+            break
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+    with pytest.raises(CorruptEvent, match=f"its {tamper} is not what pydantic-ai reads"):
+        recorded_runs(read_events(path))
+    with pytest.raises(AnagrapheusError):
+        ask_recorded_runs(path, rerun_agents.support)
+    assert main(["rerun", str(path), "--agent", "tests.rerun_agents:support"]) == 2
+    assert f"its {tamper} is not what pydantic-ai reads" in capsys.readouterr().err
