@@ -63,11 +63,19 @@ def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
             units.setdefault(event.unit_id, UnitView(event.unit_id)).diverged.append(said)
     for pin in sorted(source.scratch, key=lambda p: (p.unit_id, p.draw_no)):
         unit = units.setdefault(pin.unit_id, UnitView(pin.unit_id, state="open"))
-        unit.pins.append(_scratch_pin(pin.unit_id, len(unit.pins) + 1, pin.kind, pin.key, pin.attempts, pin.raw_text))
+        try:
+            raw = read_ordered(json.loads(pin.raw_text))
+        except ValueError:
+            # A damaged database (or one another tool wrote): said, typed, with exit 2, never a traceback (issue #35).
+            raise BadInput(
+                f"the scratch pin {pin.key} of open unit {pin.unit_id} is not JSON: the database is damaged",
+                path=str(source.path),
+            ) from None
+        unit.pins.append(_scratch_pin(pin.unit_id, len(unit.pins) + 1, pin.kind, pin.key, pin.attempts, raw))
     return list(units.values())
 
 
-def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, raw: str) -> PinView:
+def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, raw: JSONValue) -> PinView:
     kind, failed = stored_kind(kind)
     return PinView(
         unit=unit,
@@ -76,7 +84,7 @@ def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, r
         key=key,
         attempts=attempts,
         failed=failed,
-        raw=read_ordered(json.loads(raw)),
+        raw=raw,
         fingerprint=None,
         at="scratch",
     )

@@ -313,3 +313,23 @@ def test_view_never_writes_over_its_own_input(which: str, tmp_path: Path) -> Non
     else:
         assert view(str(NEGOTIATION), "--against", str(recording), "-o", str(recording)) == 2
     assert recording.read_bytes() == NEGOTIATION.read_bytes()
+
+
+def test_a_scratch_pin_that_is_not_json_is_refused_typed_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+
+    db = tmp_path / "crashed.db"
+    with SQLiteEventStore(db) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="turn-3")
+        ledger.resolve("p1:tool_call:abc", kind="tool_call", effect=lambda: {"sunny": True}, interpret=lambda raw: raw)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE pin_scratch SET raw = '{not json'")
+
+    assert view(str(db), "-o", str(tmp_path / "page.html")) == 2
+    said = capsys.readouterr().err
+    assert "scratch pin p1:tool_call:abc of open unit turn-3 is not JSON" in said
+    assert "Traceback" not in said
