@@ -608,9 +608,14 @@ def write(root: Path, name: str, text: str) -> Path:
         ("[clock]\nfrozen_at = 2026-01-01\n", "clock.frozen_at", "not a date without a time"),
         ("[clock]\nfrozen_at = 'soon'\n", "clock.frozen_at", "is not an ISO 8601 instant"),
         ("[clock]\nfrozen_at = 5\n", "clock.frozen_at", "not 5"),
-        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nstep = -1\n", "clock.step", "must be 0 or more"),
+        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nstep = -1\n", "clock.step", "must be from 0 to 86400 seconds"),
+        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nstep = 1e9\n", "clock.step", "must be from 0 to 86400 seconds"),
         ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nstep = 'fast'\n", "clock.step", "must be a number"),
-        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nmonotonic_step = 0\n", "clock.monotonic_step", "greater than 0"),
+        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nmonotonic_step = 0\n", "clock.monotonic_step", "from 1e-06"),
+        # A guarded one-second deadline loop would spin for ever (issue #35).
+        ("[clock]\nfrozen_at = 2026-01-01T00:00:00Z\nmonotonic_step = 1e-12\n", "clock.monotonic_step", "from 1e-06"),
+        ("[entropy]\nseed = -1\n", "entropy.seed", "from 0 to 2**64 - 1"),
+        ("[entropy]\nseed = 18446744073709551616\n", "entropy.seed", "from 0 to 2**64 - 1"),
         ("[entropy]\nseed = true\n", "entropy.seed", "must be an integer"),
         ("[entropy]\nhypothesis = 'yes'\n", "entropy.hypothesis", "true or false"),
         ("[io]\ndeclared_reads = 'a.json'\n", "io.declared_reads", "list of paths"),
@@ -623,6 +628,15 @@ def test_the_manifest_refuses_what_it_does_not_know_naming_the_key(
         load_manifest(write(tmp_path, "nondeterminism.toml", text))
     assert raised.value.key == key
     assert str(raised.value).startswith(f"nondeterminism.toml: {key}: ")
+
+
+def test_a_manifest_that_is_not_utf8_is_refused_typed(tmp_path: Path) -> None:
+    from anagrapheus.cli import main
+
+    (tmp_path / "nondeterminism.toml").write_bytes(b"[entropy]\nseed = 1 # caf\xe9\n")
+    with pytest.raises(ManifestError, match="is not UTF-8 text"):
+        load_manifest(tmp_path)
+    assert main(["entropy", "digest", "--root", str(tmp_path)]) == 2
 
 
 def test_the_manifest_is_read_from_one_place(tmp_path: Path) -> None:

@@ -115,12 +115,21 @@ def test_seed(base: int, nodeid: str) -> int:
 test_seed.__test__ = False  # type: ignore[attr-defined]
 
 
-def _number(value: object, *, key: str, path: str, positive: bool) -> float:
+MIN_MONOTONIC_STEP = 1e-6
+"""The least `monotonic_step`: below it a guarded one-second deadline loop spins a million times (issue #35)."""
+MAX_STEP = 86_400.0
+"""The most seconds either clock advances per read: a day."""
+MAX_SEED = 2**64 - 1
+"""The largest `entropy.seed` (a seed is 0 to 2**64 - 1)."""
+MAX_DECLARED_READS = 10_000
+"""The most entries `io.declared_reads` may list."""
+
+
+def _number(value: object, *, key: str, path: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ManifestError(f"must be a number of seconds, not {value!r}", path=path, key=key)
-    if value < 0 or (positive and value == 0):
-        bound = "greater than 0" if positive else "0 or more"
-        raise ManifestError(f"must be {bound}, not {value!r}", path=path, key=key)
+    if not low <= value <= high:
+        raise ManifestError(f"must be from {low:g} to {high:g} seconds, not {value!r}", path=path, key=key)
     return float(value)
 
 
@@ -171,20 +180,25 @@ def parse_manifest(table: dict[str, Any], *, path: str, root: Path) -> EntropyMa
             raise ManifestError("is required in [clock]", path=path, key="clock.frozen_at")
         clock = ClockDeclaration(
             frozen_at=_instant(clock_table["frozen_at"], path=path),
-            step=_number(clock_table.get("step", 0.0), key="clock.step", path=path, positive=False),
+            step=_number(clock_table.get("step", 0.0), key="clock.step", path=path, low=0.0, high=MAX_STEP),
             monotonic_step=_number(
                 clock_table.get("monotonic_step", DEFAULT_MONOTONIC_STEP),
                 key="clock.monotonic_step",
                 path=path,
-                positive=True,
+                low=MIN_MONOTONIC_STEP,
+                high=MAX_STEP,
             ),
         )
     seed: object = entropy.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ManifestError(f"must be an integer, not {seed!r}", path=path, key="entropy.seed")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ManifestError(f"must be from 0 to 2**64 - 1, not {seed!r}", path=path, key="entropy.seed")
     reads: object = io.get("declared_reads", [])
     if not isinstance(reads, list) or not all(isinstance(item, str) for item in cast("list[object]", reads)):
         raise ManifestError("must be a list of paths or globs", path=path, key="io.declared_reads")
+    if len(cast("list[str]", reads)) > MAX_DECLARED_READS:
+        raise ManifestError(f"lists more than {MAX_DECLARED_READS} paths", path=path, key="io.declared_reads")
     return EntropyManifest(
         source=path,
         root=root,
@@ -204,6 +218,9 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(file)
     except tomllib.TOMLDecodeError as e:
         raise ManifestError(str(e), path=str(path)) from None
+    except UnicodeDecodeError as e:
+        # A manifest that is not UTF-8 is refused typed, as a malformed one is: never a traceback (issue #35).
+        raise ManifestError(f"is not UTF-8 text (byte {e.start})", path=str(path)) from None
 
 
 def load_manifest(root: Path) -> EntropyManifest:
