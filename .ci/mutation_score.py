@@ -493,15 +493,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_35": (
+    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_36": (
         "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=None)]",
         "the lengths were compared just before (another count returns the response untouched): strict never fires",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_38": (
+    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_39": (
         "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, )]",
         "the same",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_39": (
+    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_40": (
         "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=False)]",
         "the same",
     ),

@@ -479,3 +479,30 @@ def test_a_moved_value_is_shown_in_a_bounded_window_around_the_first_difference(
             end += 1
         for side in (recorded, current):
             assert f"[{side[start : len(side) - end][:120]}" in shown
+
+
+def test_notes_follow_what_moved_once_each_in_every_shape_of_the_sentence() -> None:
+    from anagrapheus.timeline.divergence import Divergence, MovedValue
+
+    note, other = "recorded with pydantic-ai 2.60.0, replayed under 2.78.0", "a field the scheme does not know"
+    lone = Divergence(key="p1:model_call:k", kind="model_call", after_hits=2)
+    assert lone.noted(note).noted(note).notes == (note,)
+    assert lone.noted(note).describe() == (
+        "no pin for model_call p1:model_call:k (after 2 hit(s)); the recording has no comparable call of this kind"
+        f"\n  {note}"
+    )
+    same = Divergence(key="k", kind="tool_call", after_hits=0, nearest_key="n")
+    assert same.noted(note, other).describe().split("\n  ")[1:] == [note, other]
+    assert "has the same fingerprint" in same.noted(note).describe().split("\n")[0]
+    moved = Divergence(
+        key="k",
+        kind="model_call",
+        after_hits=1,
+        moved=("messages[0]",),
+        nearest_key="n",
+        values=(MovedValue("messages[0]", "ab", "ac"),),
+    ).noted(note)
+    lines = moved.describe().split("\n  ")
+    assert lines[0].endswith("what moved: messages[0]") and lines[-1] == note
+    assert lines[1].startswith("messages[0]:")
+    assert moved.noted() is moved
