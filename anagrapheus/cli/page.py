@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -38,7 +40,7 @@ class PinView:
     @property
     def anchor(self) -> str:
         """The element id of this pin on the page."""
-        return f"pin-{_slug(self.unit)}-{self.position}"
+        return f"pin-{unit_slug(self.unit)}-{self.position}"
 
 
 @dataclass(slots=True)
@@ -70,6 +72,21 @@ class Change:
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_IDS = SecretPolicy().redactor()
+
+
+def unit_slug(unit_id: str) -> str:
+    """A unit's part of an element id: the id itself when plain and secret-free, else a digest of it.
+
+    An id is written into element ids and links, which no redaction reaches: one holding a credential, or a
+    character a slug would fold (`chat.1` against `chat_1`), is named by `h.` and its digest (issue #35).
+    """
+    if _PLAIN_ID.fullmatch(unit_id) and _IDS.redact_text(unit_id) == unit_id:
+        return unit_id
+    return "h." + hashlib.sha256(unit_id.encode()).hexdigest()[:16]
 
 
 def _short(key: str) -> str:
@@ -386,13 +403,13 @@ def render_page(
     w.add('<nav><h2>Units</h2><ul class="units">')
     for unit in units:
         w.add(
-            f'<li><a href="#unit-{_slug(unit.unit_id)}">{w.text(unit.unit_id)}</a>'
+            f'<li><a href="#unit-{unit_slug(unit.unit_id)}">{w.text(unit.unit_id)}</a>'
             f' <span class="badge {unit.state}">{unit.state}</span> {len(unit.pins)} pin(s)</li>'
         )
     w.add("</ul></nav>")
     for unit in units:
         w.add(
-            f'<section class="unit" id="unit-{_slug(unit.unit_id)}"><h2>unit {w.text(unit.unit_id)}'
+            f'<section class="unit" id="unit-{unit_slug(unit.unit_id)}"><h2>unit {w.text(unit.unit_id)}'
             f' <span class="badge {unit.state}">{unit.state}</span></h2>'
         )
         if unit.reason:

@@ -333,3 +333,23 @@ def test_a_scratch_pin_that_is_not_json_is_refused_typed_not_a_traceback(
     said = capsys.readouterr().err
     assert "scratch pin p1:tool_call:abc of open unit turn-3 is not JSON" in said
     assert "Traceback" not in said
+
+
+def test_a_unit_id_holding_a_key_reaches_no_element_id_link_or_text_of_the_page(tmp_path: Path) -> None:
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+
+    key = "sk-ant-api03-" + "b" * 90
+    db = tmp_path / "leaky.db"
+    with SQLiteEventStore(db) as store:
+        for unit in (f"chat-{key}", "chat.1", "chat_1"):
+            ledger = PinLedger(store, EventTypeRegistry(), unit_id=unit)
+            ledger.resolve("p1:tool_call:abc", kind="tool_call", effect=lambda: "sunny", interpret=lambda raw: raw)
+            ledger.commit()
+    out = tmp_path / "page.html"
+
+    assert view(str(db), "-o", str(out)) == 0
+
+    page = page_of(out)
+    assert key not in page and "b" * 40 not in page
+    # Units whose ids a slug would fold together keep element ids of their own.
+    assert 'id="unit-chat_1"' in page and page.count('class="unit" id="unit-h.') == 2

@@ -423,3 +423,12 @@ def test_a_rule_whose_secret_group_may_be_absent_redacts_the_whole_match() -> No
     redactor = SecretPolicy([rule], environ={}).redactor()
 
     assert redactor.redact_text("PIN 1234! and PIN!") == "PIN [redacted:pin:1]! and [redacted:pin:2]"
+
+
+def test_a_key_joined_to_an_id_by_a_dash_or_underscore_is_still_a_key() -> None:
+    # A unit id such as `chat-sk-ant-...` (issue #35); a word that only ends in "sk" (`task-...`) is none.
+    redactor = SecretPolicy().redactor()
+    anthropic, openai = "sk-ant-api03-" + "b" * 90, "sk-proj-" + "c" * 40
+    assert redactor.redact_text(f"chat-{anthropic}") == "chat-[redacted:anthropic-key:1]"
+    assert redactor.redact_text(f"x_{openai}") == "x_[redacted:openai-key:1]"
+    assert redactor.redact_text("task-" + "d" * 30) == "task-" + "d" * 30
