@@ -268,6 +268,23 @@ DEFAULT_RULES: tuple[SecretRule, ...] = (
     SecretRule("huggingface-token", r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}"),
     SecretRule("groq-key", r"gsk_(?<![A-Za-z0-9_]gsk_)[A-Za-z0-9]{20,}"),
     SecretRule("xai-key", r"xai-(?<![A-Za-z0-9_\-]xai-)[A-Za-z0-9]{20,}"),
+    # An Azure OpenAI key as its SDK's errors and logs print it: `api-key <32 hex>`, with a space (issue #35).
+    SecretRule(
+        "azure-api-key",
+        r"(?:api|API|Api)[-_ ](?:key|KEY|Key)[ \t]+(?P<secret>[0-9a-fA-F]{32})(?![0-9A-Za-z])",
+        hint=(
+            "api-key",
+            "api_key",
+            "api key",
+            "API-KEY",
+            "API_KEY",
+            "API KEY",
+            "API-Key",
+            "API key",
+            "Api-Key",
+            "Api key",
+        ),
+    ),
     # A token worth the name has a digit somewhere; "bearer of unwelcome tidings" has none.
     SecretRule(
         "bearer-auth",

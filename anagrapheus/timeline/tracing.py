@@ -8,6 +8,7 @@ out of traces, as pydantic-ai keeps a durable engine's replayed work out.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -17,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
 
 from anagrapheus.timeline.scoped import scoped
+from anagrapheus.timeline.secrets import SecretPolicy
 
 __all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "short_key", "traced_to", "unit_span"]
 
@@ -111,19 +113,18 @@ def _pin_span(tracer: trace.Tracer, kind: str, key: str, unit_id: str | None, *,
     """The span of one resolve, ended as it closes unless it was an answer to leave out of traces."""
     attributes: dict[str, str] = {"anagrapheus.pin.kind": kind, "anagrapheus.pin.key": short_key(key)}
     if unit_id is not None:
-        attributes["anagrapheus.unit.id"] = unit_id
+        attributes["anagrapheus.unit.id"] = _redacted(unit_id)
     span = tracer.start_span(f"pin {kind}", attributes=attributes)
     pinned = PinSpan(span)
     try:
         if current:
-            with use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
+            # Exceptions are recorded below, redacted: OpenTelemetry's own recording writes the message as it is.
+            with use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 yield pinned
         else:
             yield pinned
     except BaseException as e:
-        if not current:
-            span.record_exception(e)
-            span.set_status(StatusCode.ERROR, f"{type(e).__name__}: {e}")
+        _record_redacted(span, e)
         # A draw that raised (its effect, a stream cut short, a write) failed; a reused pinned failure stays reused.
         if pinned.outcome in (None, "drawn"):
             pinned.set("failed")
@@ -141,5 +142,33 @@ def unit_span(action: Literal["commit", "abandon"], unit_id: str) -> Generator[S
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(f"pins {action}", attributes={"anagrapheus.unit.id": unit_id}) as span:
-        yield span
+    with tracer.start_as_current_span(
+        f"pins {action}",
+        attributes={"anagrapheus.unit.id": _redacted(unit_id)},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as e:
+            _record_redacted(span, e)
+            raise
+
+
+# Spans leave the process for a collector: no credential rides on one, in an attribute or an exception (issue #35).
+_REDACTOR = SecretPolicy().redactor()
+
+
+def _redacted(text: str) -> str:
+    return _REDACTOR.redact_text(text)
+
+
+def _record_redacted(span: Span, error: BaseException) -> None:
+    """Record `error` on `span`, its message and stack trace passed through the secret redactor."""
+    said = _redacted(f"{type(error).__name__}: {error}")
+    stack = _redacted("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    span.record_exception(
+        error,
+        attributes={"exception.message": _redacted(str(error)), "exception.stacktrace": stack},
+    )
+    span.set_status(StatusCode.ERROR, said)

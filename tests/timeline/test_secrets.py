@@ -432,3 +432,15 @@ def test_a_key_joined_to_an_id_by_a_dash_or_underscore_is_still_a_key() -> None:
     assert redactor.redact_text(f"chat-{anthropic}") == "chat-[redacted:anthropic-key:1]"
     assert redactor.redact_text(f"x_{openai}") == "x_[redacted:openai-key:1]"
     assert redactor.redact_text("task-" + "d" * 30) == "task-" + "d" * 30
+
+
+def test_an_azure_key_printed_after_a_space_is_found() -> None:
+    # `api-key <32 hex>` in a pinned error text was written by `export` (issue #35).
+    key = "0123456789abcdef0123456789abcdef"
+    redactor = SecretPolicy().redactor()
+    assert (
+        redactor.redact_text(f"401: api-key {key} is invalid") == "401: api-key [redacted:azure-api-key:1] is invalid"
+    )
+    assert key not in redactor.redact_text(f"API key {key}")
+    assert redactor.redact_text("the api-key header is required") == "the api-key header is required"
+    assert [finding.rule for finding in SecretPolicy().scan({"error": f"api_key {key}"})] == ["azure-api-key"]

@@ -222,3 +222,37 @@ def test_an_answer_under_answers_untraced_is_left_unended(spans: InMemorySpanExp
         with pin_span("t", "p1:t:2", "u") as drawn:
             drawn.set("drawn")
     assert [dict(s.attributes or {})["anagrapheus.pin.key"] for s in spans.get_finished_spans()] == ["p1:t:2"]
+
+
+# Spans leave the process (issue #35): a unit id or an exception holding a credential is redacted on them.
+
+KEY = "sk-ant-api03-" + "e" * 90
+URL = "https://fleet:hunter2-pass@ports.example/v1?api_key=abcdef0123456789abcdef01"
+
+
+def everything_on(span: ReadableSpan) -> str:
+    texts = [str(value) for value in (span.attributes or {}).values()]
+    for event in span.events:
+        texts += [str(value) for value in (event.attributes or {}).values()]
+    return " ".join([*texts, str(span.status.description)])
+
+
+@pytest.mark.parametrize("current", [True, False])
+def test_a_pin_span_carries_no_credential_from_the_unit_id_or_the_exception(
+    current: bool, spans: InMemorySpanExporter
+) -> None:
+    with pytest.raises(ValueError), pin_span("tool_call", "p1:tool_call:abc", f"chat-{KEY}", current=current):
+        raise ValueError(f"could not reach {URL}")
+    span = named(spans, "pin tool_call")
+    said = everything_on(span)
+    assert KEY not in said and "hunter2-pass" not in said and "abcdef0123456789abcdef01" not in said
+    assert "[redacted:anthropic-key:1]" in said and "could not reach" in said
+    assert span.status.status_code is StatusCode.ERROR
+    assert [event.name for event in span.events] == ["exception"]
+
+
+def test_a_unit_span_carries_no_credential(spans: InMemorySpanExporter) -> None:
+    with pytest.raises(RuntimeError), unit_span("commit", f"chat-{KEY}"):
+        raise RuntimeError(f"disk full writing {URL}")
+    said = everything_on(named(spans, "pins commit"))
+    assert KEY not in said and "hunter2-pass" not in said
