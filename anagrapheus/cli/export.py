@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import json
 import keyword
 import re
 import shlex
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from pydantic_ai import Agent
 
@@ -17,7 +21,9 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_POSITIONS
 from anagrapheus.timeline import PinPromoted, RecordingHeader, SecretPolicy, StoredEvent, write_recording
+from anagrapheus.timeline.canonical import canonical_json, pin_key
 from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["COMMAND", "run"]
@@ -139,9 +145,17 @@ def {name}(anagrapheus: RecordingSession) -> None:
 """
 
 
-def _test_names(units: list[str]) -> dict[str, str]:
-    """Each unit's test function name: its id's identifier characters, with a digest where two would collide."""
-    names = {unit: "test_" + (re.sub(r"[^A-Za-z0-9_]", "_", unit).strip("_") or "unit") for unit in units}
+def _test_names(units: list[str], shown: Callable[[str], str]) -> dict[str, str]:
+    """Each unit's test function name: its id's identifier characters, with a digest where two would collide.
+
+    A unit id `shown` redacts (it holds a credential) is named by its digest alone: the name is a file name too.
+    """
+    names = {
+        unit: "test_" + (re.sub(r"[^A-Za-z0-9_]", "_", unit).strip("_") or "unit")
+        if shown(unit) == unit
+        else f"test_unit_{hashlib.sha256(unit.encode()).hexdigest()[:16]}"
+        for unit in units
+    }
     taken = Counter(names.values())
     for unit, name in names.items():
         if taken[name] > 1 or not name.isidentifier() or keyword.iskeyword(name):
@@ -176,8 +190,14 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
     if args.deps is not None:
         command += f" --deps {args.deps}"
     description = args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test."
+    # Under --redact the generated module and its file names are redacted as the recordings are (issue #35).
+    redactor = SecretPolicy().redactor() if args.redact else None
+
+    def shown(text: str) -> str:
+        return text if redactor is None else redactor.redact_text(text)
+
     text = _TEST_MODULE.format(
-        docstring=repr(_MODULE_DOC.format(description=description, command=command)),
+        docstring=repr(shown(_MODULE_DOC.format(description=description, command=command))),
         module=module,
         attribute=attribute,
         agent_doc=repr(f"The agent asked again: `{args.agent}`."),
@@ -186,10 +206,14 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         if deps_module is None
         else f"import {deps_module} as _deps_source\n\nDEPS = _deps_source.{deps_attribute}\n",
     )
-    names = _test_names(list(args.unit))
+    names = _test_names(list(args.unit), shown)
     planned: list[tuple[str, list[StoredEvent], int, Path]] = []
     for unit in args.unit:
         events = [event for event in kept if unit_of(event) == unit]
+        if shown(unit) != unit:
+            # The id itself is a secret: the unit is written under an alias that holds none, so a replay of the
+            # redacted file finds its own unit (its run ids and times are keyed on it) instead of a placeholder.
+            events = aliased(events, unit, f"unit-{hashlib.sha256(unit.encode()).hexdigest()[:16]}")
         runs = len(recorded_runs(events))
         if not runs:
             raise BadInput(
@@ -200,7 +224,9 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         planned.append((unit, events, runs, recording))
         text += _TEST_FUNCTION.format(
             name=names[unit],
-            docstring=repr(f"Unit {unit}: its {runs} recorded run(s), asked again of the agent with the world pinned."),
+            docstring=repr(
+                shown(f"Unit {unit}: its {runs} recorded run(s), asked again of the agent with the world pinned.")
+            ),
             runs=runs,
             deps_argument="" if deps_module is None else ", deps=DEPS",
         )
@@ -230,6 +256,53 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         raise BadInput(f"cannot write the test ({e.strerror or e})", path=args.as_test) from e
     report = f"wrote {target} and {len(written)} recording(s): {', '.join(written)}"
     return Outcome(Exit.OK, report, {"test": str(target), "recordings": written, "units": list(args.unit)})
+
+
+def aliased(events: list[StoredEvent], unit: str, alias: str) -> list[StoredEvent]:
+    """`events` of `unit` as those of `alias`: their ids, and the keys of the pins keyed on the unit's positions."""
+    runs = sum(1 for event in events if event.type == PinPromoted.event_type and _payload(event).get("kind") == RUN_ID)
+    stamps = sum(1 for event in events if _payload(event).get("kind") == RUN_CLOCK)
+    renamed: list[StoredEvent] = []
+    for event in events:
+        payload = _payload(event)
+        if payload.get("unit_id") == unit:
+            payload["unit_id"] = alias
+        if event.type == PinPromoted.event_type and payload.get("kind") in RUN_POSITIONS:
+            payload["key"] = _position_key(payload, unit, alias, runs=runs, stamps=stamps)
+        renamed.append(
+            dataclasses.replace(
+                event,
+                correlation_id=alias if event.correlation_id == unit else event.correlation_id,
+                payload=canonical_json(payload),
+            )
+        )
+    return renamed
+
+
+def _payload(event: StoredEvent) -> dict[str, Any]:
+    payload: object = json.loads(event.payload)
+    return cast(dict[str, Any], payload) if isinstance(payload, dict) else {}
+
+
+def _position_key(payload: dict[str, Any], unit: str, alias: str, *, runs: int, stamps: int) -> str:
+    """The key of a pin keyed on a position in `unit` (a run's id or clock), keyed on the same position in `alias`.
+
+    The position is not stored, only its digest: it is found among the positions the unit's pins can hold.
+    """
+    key, kind = str(payload.get("key")), payload.get("kind")
+    raw: object = payload.get("raw")
+    candidates: list[dict[str, Any]]
+    if kind == RUN_ID:
+        candidates = [{"run": run} for run in range(runs + 1)]
+    else:
+        slots = len(json.loads(raw)) if isinstance(raw, str) else len(cast(list[Any], raw or []))
+        candidates = [
+            {"run": run, "stamp": stamp, "slots": slots} for run in range(runs + 1) for stamp in range(stamps + 1)
+        ]
+    for position in candidates:
+        if pin_key(str(kind), {"unit": unit, **position}) == key:
+            return pin_key(str(kind), {"unit": alias, **position})
+    raise BadInput(f"a {kind} pin of unit {alias} is keyed on no position it can hold", path=alias)
 
 
 def _write(path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: bool, source: str) -> None:

@@ -220,3 +220,24 @@ def test_as_test_never_writes_over_an_existing_file_without_force(tmp_path: Path
     assert main([*argv, "--as-test", str(tmp_path / "test_once.py")]) == 0
     assert main([*argv, "--as-test", str(tmp_path / "test_once.py")]) == 2
     assert main([*argv, "--as-test", str(tmp_path / "test_once.py"), "--force"]) == 0
+
+
+def test_a_unit_id_holding_a_key_exported_with_redact_leaves_no_key_and_its_test_passes(tmp_path: Path) -> None:
+    from tests.testing.test_rerun import record
+
+    key = "sk-ant-api03-" + "f" * 90
+    unit = f"support-{key}"
+    database = record(tmp_path / "prod.db", unit=unit)
+    project = tmp_path / "project"
+    test = project / "test_leaky_unit.py"
+    argv = ["export", str(database), "--unit", unit, "--agent", "tests.rerun_agents:support", "--as-test", str(test)]
+
+    assert main(argv) == 2  # refused: the unit id is a secret
+    assert main([*argv, "--redact"]) == 0
+
+    written = [test, *(project / "recordings").rglob("*")]
+    assert all(key not in str(path) and "f" * 40 not in str(path) for path in written)
+    assert all(key not in path.read_text(encoding="utf-8") for path in written if path.is_file())
+    ran = _pytest(test)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
