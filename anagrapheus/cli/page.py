@@ -93,6 +93,30 @@ def _short(key: str) -> str:
     return key if len(key) <= _KEY_SHOWN + 12 else key[: key.rfind(":") + 1 + _KEY_SHOWN // 2] + "\u2026"
 
 
+INDENTED_LEVELS = 8
+"""How many levels of a shown value are laid out one item a line; deeper ones are written compact on one line.
+
+Indenting every level made a page grow with the square of a value's nesting (a 0.8 MB recording gave an 80 MB
+page, issue #35); past this depth the page grows with the value's size only.
+"""
+
+
+def _indented(value: object, depth: int = 0) -> str:
+    """`value` as `json.dumps(value, indent=2)` writes it, down to `INDENTED_LEVELS` levels; compact below."""
+    if depth >= INDENTED_LEVELS or not isinstance(value, dict | list) or not value:
+        return json.dumps(value, ensure_ascii=False)
+    pad, close = "  " * (depth + 1), "  " * depth
+    if isinstance(value, dict):
+        fields = cast("dict[str, object]", value)
+        items = [
+            f"{pad}{json.dumps(name, ensure_ascii=False)}: {_indented(item, depth + 1)}"
+            for name, item in fields.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + close + "}"
+    items = [f"{pad}{_indented(item, depth + 1)}" for item in cast("list[object]", value)]
+    return "[\n" + ",\n".join(items) + "\n" + close + "]"
+
+
 class _Writer:
     """Builds the page's HTML, every shown text escaped and passed through the secret redactor."""
 
@@ -108,7 +132,7 @@ class _Writer:
 
     def json(self, value: JSONValue) -> str:
         shown = self._redactor.redact(value)
-        return escape(json.dumps(shown, indent=2, ensure_ascii=False))
+        return escape(_indented(shown))
 
     def add(self, *html: str) -> None:
         self.parts.extend(html)

@@ -353,3 +353,29 @@ def test_a_unit_id_holding_a_key_reaches_no_element_id_link_or_text_of_the_page(
     assert key not in page and "b" * 40 not in page
     # Units whose ids a slug would fold together keep element ids of their own.
     assert 'id="unit-chat_1"' in page and page.count('class="unit" id="unit-h.') == 2
+
+
+def test_a_page_grows_with_its_recording_not_with_the_square_of_its_nesting(tmp_path: Path) -> None:
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+
+    def page_size(depth: int) -> tuple[int, int]:
+        value: list[object] = []
+        inner = value
+        for _ in range(depth):
+            deeper: list[object] = []
+            inner += [{"k": "v" * 10}, deeper]
+            inner = deeper
+        db = tmp_path / f"deep{depth}.db"
+        with SQLiteEventStore(db) as store:
+            ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
+            ledger.resolve("p1:tool_call:x", kind="tool_call", effect=lambda: value, interpret=lambda raw: raw)
+            ledger.commit()
+        out = tmp_path / f"deep{depth}.html"
+        assert view(str(db), "-o", str(out)) == 0
+        return out.stat().st_size, len(json.dumps(value))
+
+    empty, _ = page_size(0)
+    for depth in (100, 200):
+        size, raw = page_size(depth)
+        # Indenting every level wrote 2 spaces per level on every line: 216 kB of page for 6 kB at depth 200.
+        assert size - empty <= 12 * raw, (depth, size - empty, raw)
