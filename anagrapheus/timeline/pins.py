@@ -305,6 +305,10 @@ class PinLedger:
                 releases = self._gate.releases
             if (held := self._flush_for(key)) is not None:
                 return held
+            if (held := self._held_answer(key)) is not None:
+                # Held, and being written by another caller right now (the flush passed it over): scratch has no
+                # pin yet, and drawing now would run the effect a second time (issue #35). Answered from memory.
+                return held
             # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
             # The store is not touched under `_lock`, so a ledger waiting on a busy store blocks no one else.
             pin = self._store.scratch_reuse(self.unit_id, key)
@@ -325,14 +329,20 @@ class PinLedger:
         try:
             self._flush()
         except StoreError:
-            with self._lock:
-                held = self._gate.held.get(key)
-                if held is None:
-                    raise
-                # Answered from memory, and counted there: the attempt reaches the store with the write.
-                held.attempts += 1
-                return ScratchPin(self.unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
+            held = self._held_answer(key)
+            if held is None:
+                raise
+            return held
         return None
+
+    def _held_answer(self, key: str) -> ScratchPin | None:
+        """`key`'s held result as its pin, its attempt counted in memory (the write carries it); None if not held."""
+        with self._lock:
+            held = self._gate.held.get(key)
+            if held is None:
+                return None
+            held.attempts += 1
+            return ScratchPin(self.unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
 
     def _flush(self) -> None:
         """Write every held result, in draw order; raise the store's error (the rest stay held) if one fails."""

@@ -1375,3 +1375,50 @@ def test_a_pooled_connection_killed_during_a_draw_is_replaced_and_the_draw_writt
     assert ledger.resolve(KEY_1, kind="model_call", effect=kill_pooled_backends, interpret=str) == "paid for"
     ledger.commit()
     assert [(p["key"], p["raw"]) for p in promoted(store)] == [("p1:model_call:k0", "before"), (KEY_1, "paid for")]
+
+
+class StallingStore(SQLiteEventStore):
+    """A real store whose first write fails (both its tries), and whose next one stalls until told to go on."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.puts = 0
+        self.rewriting = threading.Event()
+        self.go_on = threading.Event()
+
+    def scratch_put(self, *args: Any, **kwargs: Any) -> Any:
+        self.puts += 1
+        if self.puts <= 2:
+            raise StoreError("disk I/O error (a write that failed)")
+        if self.puts == 3:
+            self.rewriting.set()
+            self.go_on.wait(10)
+        return super().scratch_put(*args, **kwargs)
+
+
+def test_a_held_result_being_rewritten_is_answered_from_memory_never_drawn_again(
+    db_path: Path, types: EventTypeRegistry
+) -> None:
+    # Issue #35: the flush passed the held result over (another caller was writing it), scratch had no pin yet,
+    # and the key was drawn a second time.
+    store = StallingStore(db_path)
+    ledger = PinLedger(store, types)
+    paid = Paid()
+    with pytest.raises(StoreError):
+        ledger.resolve(KEY_1, kind="tool_call", effect=paid, interpret=str)
+    answers: list[str] = []
+    rewriter = threading.Thread(
+        target=lambda: answers.append(ledger.resolve(KEY_1, kind="tool_call", effect=paid, interpret=str))
+    )
+    rewriter.start()
+    assert store.rewriting.wait(10)
+    try:
+        answers.append(ledger.resolve(KEY_1, kind="tool_call", effect=paid, interpret=str))
+    finally:
+        store.go_on.set()
+        rewriter.join(10)
+    assert answers == ["drawn #1", "drawn #1"]
+    assert paid.calls == ["drawn"]
+    ledger.commit()
+    assert [(p["key"], p["raw"]) for p in promoted(store)] == [(KEY_1, "drawn #1")]
+    store.close()
