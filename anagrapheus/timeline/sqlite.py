@@ -482,6 +482,26 @@ class SQLiteEventStore:
             )
         return True
 
+    def _fence(self, unit_id: str) -> None:
+        """Refuse a unit whose lease this store took and has since lost: `unlock` broke it, and another may draw.
+
+        Checked in the transaction of every draw's first store step (before its effect runs), of every write and of
+        the unit's close, as the PostgreSQL store fences a lost unit (issue #35): the old holder stops, loudly.
+        """
+        if unit_id not in self._leases.held:
+            return
+        with self._sql(f"checking the lease of unit {unit_id}"):
+            row = self._conn.execute("SELECT holder FROM unit_leases WHERE unit_id = ?", (unit_id,)).fetchone()
+        if (row is not None and row[0] == self._holder) or self._outcome(unit_id) is not None:
+            return  # still ours, or closed: the caller refuses a closed unit as closed
+        self._leases.held.discard(unit_id)
+        busy = UnitBusy(unit_id, waited=0.0)
+        busy.add_note(
+            f"anagrapheus: this store held unit {unit_id} and its lease was broken (`anagrapheus unlock`, or"
+            " SQLiteEventStore.break_lease): another worker may be drawing in it, so this one stops before any effect"
+        )
+        raise busy
+
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
         with self._owner.held(), self._sql("reading a unit's lease"):
@@ -498,7 +518,8 @@ class SQLiteEventStore:
         worker is gone for good (a container that restarted under a new host name, say); the unit
         then resumes with the pins it drew. A holder alive on this host (another process, or another
         open store of this one) is refused with `UnitBusy` unless `force=True`: breaking a live
-        worker's lease lets two workers draw in one unit.
+        worker's lease lets two workers draw in one unit. The store whose lease is broken is fenced: its next
+        draw, write or close in the unit raises `UnitBusy` before any effect runs, however alive it was.
         """
         with self.transaction(), self._sql(f"breaking the lease of unit {unit_id}"):
             row = self._conn.execute(
@@ -521,6 +542,7 @@ class SQLiteEventStore:
         self._leases.hold(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id, raw=raw)
+            self._fence(unit_id)
             with self._sql("writing scratch"):
                 row = self._conn.execute(
                     f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
@@ -539,6 +561,7 @@ class SQLiteEventStore:
         """
         self._leases.hold(unit_id)
         with self.transaction():
+            self._fence(unit_id)
             with self._sql("reusing a pin"):
                 row = self._conn.execute(
                     "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ?"
@@ -614,6 +637,7 @@ class SQLiteEventStore:
         self._leases.hold(unit_id)
         with self.transaction():
             self._refuse_closed(unit_id)
+            self._fence(unit_id)
             stored = self.append(events(self._scratch_list(unit_id)))
             with self._sql("closing the unit"):
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))

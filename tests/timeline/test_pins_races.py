@@ -6,7 +6,9 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -419,3 +421,33 @@ def test_a_stream_cancelled_while_its_pin_waits_to_be_written_keeps_the_pin(
     asyncio.run(main())
     assert [json.loads(pin.raw_text) for pin in ledger.pins()] == [["the", "streamed", "answer"]]
     ledger.commit()
+
+
+def test_a_holder_whose_lease_was_broken_stops_before_its_next_effect(tmp_path: Path) -> None:
+    # Issue #35: `anagrapheus unlock` freed a live holder's lease that named another host; both then drew.
+    import sqlite3
+
+    from anagrapheus.cli import main
+
+    db = tmp_path / "leased.db"
+    paid: list[str] = []
+
+    def effect(name: str) -> Callable[[], str]:
+        return lambda: paid.append(name) or name
+
+    with SQLiteEventStore(db) as old_store, SQLiteEventStore(db) as new_store:
+        old = PinLedger(old_store, EventTypeRegistry(), unit_id="turn-7")
+        assert old.resolve("p1:tool_call:a", kind="tool_call", effect=effect("a by the old"), interpret=str)
+        with sqlite3.connect(db) as connection:  # the lease as a worker in another container would have written it
+            connection.execute("UPDATE unit_leases SET host = 'another-container'")
+        assert main(["unlock", str(db), "--unit", "turn-7"]) == 0
+        new = PinLedger(new_store, EventTypeRegistry(), unit_id="turn-7")
+        assert new.resolve("p1:tool_call:b", kind="tool_call", effect=effect("b by the new"), interpret=str)
+
+        with pytest.raises(UnitBusy) as stopped:
+            old.resolve("p1:tool_call:c", kind="tool_call", effect=effect("c by the old"), interpret=str)
+        assert any("its lease was broken" in note for note in stopped.value.__notes__)
+        with pytest.raises(UnitBusy):
+            old.commit()
+        assert paid == ["a by the old", "b by the new"]
+        new.commit()
