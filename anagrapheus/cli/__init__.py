@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Sequence
 
 from anagrapheus.cli import check, copy, diff, entropy, export, regress, rekey, rerun, show, unlock, upcast, view
-from anagrapheus.cli.report import BadInput, Exit, Outcome, emit
-from anagrapheus.errors import UnresolvedName
+from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input, emit
+from anagrapheus.errors import AnagrapheusError, UnresolvedName
 
 __all__ = ["Exit", "main", "parser"]
 
@@ -47,4 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnresolvedName as e:
         # A MODULE:ATTR that does not import, or is not what the option takes: bad input, named as given.
         outcome = BadInput(e.message, path=e.spec).outcome()
+    except AnagrapheusError as e:
+        # A refusal the command did not word itself (a tampered file read deep inside, say): still bad input,
+        # typed and on one line with exit 2, never a traceback with exit 1, which means "a run failed" (issue #35).
+        given = (getattr(args, name, None) for name in ("source", "input", "path", "database"))
+        outcome = bad_input(e, path=next((str(path) for path in given if isinstance(path, str)), ".")).outcome()
     return emit(outcome, as_json=args.json)

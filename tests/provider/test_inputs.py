@@ -275,3 +275,14 @@ def test_tampered_run_inputs_fail_typed_in_every_reader(
         ask_recorded_runs(path, rerun_agents.support)
     assert main(["rerun", str(path), "--agent", "tests.rerun_agents:support"]) == 2
     assert f"its {tamper} is not what pydantic-ai reads" in capsys.readouterr().err
+    exported = ["export", str(path), "--unit", "support-7", "--agent", "tests.rerun_agents:support"]
+    assert main([*exported, "--as-test", str(tmp_path / "test_tampered.py")]) == 2
+    assert f"its {tamper} is not what pydantic-ai reads" in capsys.readouterr().err
+    from anagrapheus.evals import recorded_cases
+    from anagrapheus.provider import fork_run
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger
+
+    with pytest.raises(CorruptEvent):
+        recorded_cases(path)
+    with SQLiteEventStore(tmp_path / "fork.db") as store, pytest.raises(CorruptEvent):
+        fork_run(read_events(path), rerun_agents.support, PinLedger(store, EventTypeRegistry()), origin="support-7")
