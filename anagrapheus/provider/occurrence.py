@@ -6,7 +6,9 @@ Unpinned, each asking reaches the world. So the occurrence of a key within a run
 first asking keeps the key it always had (so recordings made before the rule keep their keys), and an
 asking made after the run's earlier answers to that key arrived takes a key of its own for occurrence n.
 
-Askings still in flight together share occurrence n, and so one draw, as they always did. A run is
+Askings still in flight together share occurrence n, and so one draw, unless they are twins: identical
+calls in one model response (parallel tool calls) each run unpinned, so the kth twin after the first is keyed
+apart (`twin_key`), whatever order their answers arrive in (issue #34); a single call keeps its key. A run is
 pydantic-ai's agent run (its `RunContext`, found with `get_current_run_context()`): a retried run in
 the same unit counts from 1 again, so it is answered from the pins of the run it retries. Outside an
 agent run there is no run to count in, and askings are shared as before.
@@ -24,7 +26,7 @@ from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.resolver import PinResolver, asked
 
-__all__ = ["Asking", "ask"]
+__all__ = ["Asking", "ask", "twin_key"]
 
 _lock = threading.Lock()
 # Per run: the run's usage object (one per run unless a caller passes its own, and gone with the run) holds, per
@@ -40,6 +42,20 @@ def occurrence_key(key: str, *, kind: str, occurrence: int) -> str:
     if occurrence == 1:
         return key
     return pin_key(kind, {"occurrence_of": key, "occurrence": occurrence})
+
+
+def twin_key(key: str, *, kind: str, twin: int, resolver: PinResolver) -> str:
+    """The key of the `twin`th call identical to an earlier one in the same model response: `key` for the first.
+
+    A recording made before twins were told apart answered them all from the first one's pin: where it holds no
+    twin's own pin but says its unit asked `key` more than `twin` times, that pin answers, as it did.
+    """
+    if twin == 0:
+        return key
+    own = pin_key(kind, {"twin_of": key, "twin": twin})
+    if not asked(resolver, own) and asked(resolver, key) > twin:
+        return key
+    return own
 
 
 @dataclass(slots=True)

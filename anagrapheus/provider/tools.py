@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import RunContext, messages
 from pydantic_ai.messages import (
     MULTI_MODAL_CONTENT_TYPES,
+    BaseToolCallPart,
     CachePoint,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -31,7 +32,7 @@ from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
-from anagrapheus.provider.occurrence import ask
+from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.timeline.canonical import JSONValue, canonical_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
@@ -467,7 +468,9 @@ async def answer_tool_call(
     per_run: bool,
 ) -> Any:
     """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning."""
-    asking = ask(call.key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
+    # Identical calls in one model response are keyed apart first, so each runs; then the repeat rule numbers each.
+    key = twin_key(call.key, kind=TOOL_CALL, twin=twin_of(ctx), resolver=resolver) if per_run else call.key
+    asking = ask(key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
     drawn = False
 
     async def effect() -> JSONValue:
@@ -486,6 +489,27 @@ async def answer_tool_call(
     asking.arrived()
     settle(ctx, answer, resolver, drawn=drawn)
     return answer.value
+
+
+def twin_of(ctx: RunContext[Any] | None) -> int:
+    """How many calls identical to `ctx`'s (same tool, same arguments) came before it in the same model response.
+
+    Parallel tool calls of one response run each, unpinned; under `Pinning` each is an asking of its own.
+    """
+    call_id = getattr(ctx, "tool_call_id", None)
+    if ctx is None or call_id is None:
+        return 0
+    for message in reversed(ctx.messages):
+        if not isinstance(message, ModelResponse):
+            continue
+        calls = [part for part in message.parts if isinstance(part, BaseToolCallPart)]
+        at = next((index for index, part in enumerate(calls) if part.tool_call_id == call_id), None)
+        if at is None:
+            return 0
+        mine = calls[at]
+        arguments = mine.args_as_dict()
+        return sum(1 for part in calls[:at] if part.tool_name == mine.tool_name and part.args_as_dict() == arguments)
+    return 0
 
 
 def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:

@@ -772,3 +772,50 @@ def test_a_delegating_tool_replayed_into_a_new_unit_keeps_the_delegated_agents_p
         assert reached == []
         assert again.usage == live.usage
         assert strict.unused() == {}
+
+
+def test_identical_calls_in_one_model_response_each_run_pinned_as_unpinned_then_replay(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Issue #34: parallel tool calls of one response, the same tool and arguments, ran once under Pinning.
+    def three_at_once() -> FunctionModel:
+        calls = [ToolCallPart("send", {"to": "Brussels"}, tool_call_id=f"c{n}") for n in range(3)]
+        return scripted(ModelResponse(parts=[*calls, ToolCallPart("send", {"to": "Oslo"}, tool_call_id="c3")]))
+
+    unpinned = Outbox()
+    plain = Agent(three_at_once(), tools=[unpinned.send]).run_sync(PROMPT)
+
+    pinned = Outbox()
+    ledger = PinLedger(store, types)
+    live = Agent(three_at_once(), tools=[pinned.send], capabilities=[Pinning(ledger)]).run_sync(PROMPT)
+    ledger.commit()
+    assert sorted(pinned.sent) == sorted(unpinned.sent) == ["Brussels", "Brussels", "Brussels", "Oslo"]
+    assert live.output == plain.output
+    returned = sorted(p.content for m in live.all_messages() for p in m.parts if isinstance(p, ToolReturnPart))
+    assert len(set(returned)) == 4  # each call got its own answer
+
+    replayed = Outbox()
+    replay = replay_of(store, types)
+    again = Agent(three_at_once(), tools=[replayed.send], capabilities=[Pinning(replay)]).run_sync(PROMPT)
+    assert replayed.sent == []
+    assert dumped(again.all_messages()) == dumped(live.all_messages())
+    assert replay.unused() == {}
+
+
+def test_a_recording_made_before_twins_were_keyed_apart_answers_them_from_the_first_pin(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    from anagrapheus.provider.occurrence import twin_key
+
+    key = tool_pin("send", {"to": "Brussels"}).key
+    ledger = PinLedger(store, types)
+    for _ in range(3):  # three identical calls of one response, answered by one draw: attempts 3
+        ledger.resolve(key, kind=TOOL_CALL, effect=lambda: "sent", interpret=str)
+    ledger.commit()
+    replay = replay_of(store, types)
+    assert [twin_key(key, kind=TOOL_CALL, twin=twin, resolver=replay) for twin in range(3)] == [key, key, key]
+    fourth = twin_key(key, kind=TOOL_CALL, twin=3, resolver=replay)
+    assert fourth != key  # past what the recording says was asked: a call of its own, a miss under strict replay
+    live = PinLedger(store, types)
+    assert twin_key(key, kind=TOOL_CALL, twin=1, resolver=live) != key
+    live.abandon(reason="only asked")
