@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, ExitStack
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from pydantic_ai import Agent
 
@@ -29,7 +29,6 @@ from anagrapheus.provider.inputs import RecordedRun, output_json, recorded_runs
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
     EventTypeRegistry,
-    JSONValue,
     PinLedger,
     PinResolver,
     ReplayPins,
@@ -40,13 +39,10 @@ from anagrapheus.timeline import (
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinPromoted, PinText
 from anagrapheus.timeline.fingerprint import moved_fields
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
-from anagrapheus.timeline.resolver import DelegatingResolver, FailureCodec, StreamDraw
+from anagrapheus.timeline.resolver import DelegatingResolver
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["RekeyPins", "RekeyReport", "Rekeyed", "rekey_events"]
-
-T = TypeVar("T")
-S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,6 @@ class RekeyPins(DelegatingResolver):
                     self._waiting.setdefault(pin.kind, []).append(pin)
         self.rekeyed: list[Rekeyed] = []
         """Each pin answered under a new key, in the order asked."""
-        self._fingerprint: Mapping[str, str] | None = None
 
     # What the layers above ask of a replay (see `anagrapheus.timeline.resolver`): this one answers as `replay`, whose
     # fresh draws (a run's inputs, a position the recording lacks) land in `into`.
@@ -142,6 +137,10 @@ class RekeyPins(DelegatingResolver):
         return [pin for pins in self._waiting.values() for pin in pins]
 
     def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        return self._pick(key, kind, None)
+
+    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[PinResolver, str]:
+        """The recording for a key it holds; for one that moved, the recorded pin of its kind, adopted under it."""
         if key in self.replay:
             self._asked(key)
             return self.replay, key
@@ -149,7 +148,6 @@ class RekeyPins(DelegatingResolver):
         if not waiting:
             return self._strict, key  # nothing recorded is left to answer it: a miss, as strict replay raises it
         pin = waiting.pop(0)
-        fingerprint = self._fingerprint
         recorded: object = json.loads(pin.fingerprint) if pin.fingerprint is not None else None
         moved = (
             moved_fields(fingerprint, cast(dict[str, str], recorded))
@@ -165,61 +163,6 @@ class RekeyPins(DelegatingResolver):
         )
         self.rekeyed.append(Rekeyed(self.unit_id, kind, pin.key, key, tuple(moved)))
         return self.into, key
-
-    def resolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """Resolve `key` as `_target` picks, with the request's fingerprint at hand for a re-keyed pin."""
-        self._fingerprint = fingerprint
-        return super().resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    async def aresolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], Awaitable[object]],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
-        """The asynchronous `resolve`."""
-        self._fingerprint = fingerprint
-        return await super().aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
-
-    def resolve_stream(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
-        """The streaming `resolve`."""
-        self._fingerprint = fingerprint
-        return super().resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        )
 
 
 @dataclass(frozen=True)

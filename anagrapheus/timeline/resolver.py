@@ -174,6 +174,11 @@ class DelegatingResolver(ABC):
     def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
         """The resolver that answers `key` of `kind`, and the key to ask it for."""
 
+    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[PinResolver, str]:
+        """`_target`, for a resolver that also reads what was asked (the request's fingerprint) to pick."""
+        del fingerprint
+        return self._target(key, kind)
+
     def resolve(
         self,
         key: str,
@@ -185,7 +190,7 @@ class DelegatingResolver(ABC):
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` through the resolver `_target` picks, with a synchronous effect."""
-        resolver, key = self._target(key, kind)
+        resolver, key = self._pick(key, kind, fingerprint)
         return resolver.resolve(
             key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
         )
@@ -201,7 +206,7 @@ class DelegatingResolver(ABC):
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` through the resolver `_target` picks, with an asynchronous effect."""
-        resolver, key = self._target(key, kind)
+        resolver, key = self._pick(key, kind, fingerprint)
         return await resolver.aresolve(
             key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
         )
@@ -218,7 +223,7 @@ class DelegatingResolver(ABC):
         failure: FailureCodec | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Resolve a streamed `key` through the resolver `_target` picks."""
-        resolver, key = self._target(key, kind)
+        resolver, key = self._pick(key, kind, fingerprint)
         return resolver.resolve_stream(
             key,
             kind=kind,
