@@ -214,6 +214,21 @@ class Pinning(AbstractCapability[Any]):
         await self._clocks(clocked).finish(clocked, result.run_id, result.all_messages(), clock=self.clock)
         return result
 
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
+        """Pin the times the failed run's requests gained since its last stamp point, then let the error go on.
+
+        A run that ends in an exception (`UsageLimitExceeded` refusing its next request, a tool's error) never
+        reaches `after_run`, and the request it built last kept the wall clock's times (issue #34): they are
+        pinned here, at the position a replay of the run reaches too. Failing to pin them never hides the error.
+        """
+        if ctx.run_id is not None:
+            clocked = self._clocked(ctx)
+            try:
+                await self._clocks(clocked).fail(clocked, ctx.run_id, ctx.messages, clock=self.clock)
+            except Exception as stamping:
+                error.add_note(f"anagrapheus: the failed run's last timestamps were not pinned ({stamping!r})")
+        raise error
+
     def get_wrapper_model(self, model: Model) -> Model | None:
         """Wrap the model serving a request in a `PinnedModel`; each member of a `FallbackModel` in its own."""
         if isinstance(model, PinnedModel):

@@ -61,6 +61,8 @@ class _Run:
     # `ReinjectSystemPrompt` inserts parts into earlier requests or replaces them, and each stamp gained since
     # the last point is found wherever it sits.
     seen: dict[int, object] | None = None
+    messages: Sequence[ModelMessage] | None = None
+    """The run's own history, as its last stamp point saw it: the list a failed run appended its last request to."""
 
 
 @dataclass
@@ -134,6 +136,27 @@ class RunClocks:
         finally:
             self.end(run_id)
 
+    async def fail(
+        self,
+        resolver: PinResolver,
+        run_id: str,
+        messages: Sequence[ModelMessage],
+        *,
+        clock: Callable[[], datetime] | None,
+    ) -> None:
+        """Pin the times a failed run's requests gained after its last stamp point, then forget the run.
+
+        pydantic-ai hands a failed run's hook a context without the run's history (`messages` is then empty): the
+        history the run's last stamp point saw is the list the run went on appending to.
+        """
+        try:
+            run = self.by_id.get(run_id)
+            await self.stamp(
+                resolver, run_id, run.messages if run and run.messages is not None else messages, clock=clock
+            )
+        finally:
+            self.end(run_id)
+
     def end(self, run_id: str) -> None:
         """Forget a run that ended."""
         with self.lock:
@@ -151,6 +174,7 @@ class RunClocks:
         run = None if run_id is None else self.by_id.get(run_id)
         if run is None or run_id is None:
             return
+        run.messages = messages
         slots = _new_slots(run, run_id, messages)
         if not slots:
             return

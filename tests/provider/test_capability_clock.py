@@ -447,3 +447,47 @@ def test_the_request_run_stream_appends_after_the_run_gets_pinned_times(
     assert isinstance(last, ModelRequest) and [type(p) for p in last.parts] == [ToolReturnPart]
     assert _seeded(_stamps(live)), _stamps(live)
     assert ModelMessagesTypeAdapter.dump_json(replayed) == ModelMessagesTypeAdapter.dump_json(live)
+
+
+# A run that ends in an exception (issue #34): its last request's times are pinned too, for every usage limit.
+
+LIMITS = {
+    "request_limit": {"request_limit": 1},
+    "tool_calls_limit": {"tool_calls_limit": 1},
+    "input_tokens_limit": {"input_tokens_limit": 60},
+    "output_tokens_limit": {"output_tokens_limit": 3},
+    "total_tokens_limit": {"total_tokens_limit": 60},
+}
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+def test_a_run_refused_by_a_usage_limit_replays_byte_for_byte(
+    limit: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    from pydantic_ai import capture_run_messages
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    def survey_again(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        calls = [ToolCallPart("survey", {"stock": stock}, tool_call_id=f"c{stock}") for stock in ("cod", "hake")]
+        return ModelResponse(parts=calls)
+
+    def refused(pinning: Pinning) -> bytes:
+        agent = Agent(FunctionModel(survey_again, model_name="scripted"))
+
+        @agent.tool_plain
+        def survey(stock: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            """Read a stock's survey."""
+            return f"{stock}: 81 kt"
+
+        with capture_run_messages() as messages, pytest.raises(UsageLimitExceeded):
+            agent.run_sync("Survey the stocks.", capabilities=[pinning], usage_limits=UsageLimits(**LIMITS[limit]))
+        return ModelMessagesTypeAdapter.dump_json(messages)
+
+    ledger = PinLedger(store, types, unit_id="u")
+    live = refused(Pinning(ledger))
+    ledger.commit()
+    replayed = refused(Pinning(ReplayPins.from_store(store, types)))
+    assert replayed == live
