@@ -17,23 +17,11 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter
 
-from anagrapheus.provider.keying.material import known_fields
+from anagrapheus.provider.keying.material import NO_DEFAULT, field_default, known_fields
 
 __all__ = ["known_dump", "without_new_defaults"]
 
-_NO_DEFAULT = object()
 T = TypeVar("T")
-
-
-def _default_of(field: dataclasses.Field[Any]) -> object:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        try:
-            return field.default_factory()
-        except Exception:
-            return _NO_DEFAULT
-    return _NO_DEFAULT
 
 
 @cache
@@ -48,7 +36,7 @@ def _new_with_defaults(cls: type[Any]) -> tuple[tuple[str, object], ...] | None:
     return tuple(
         (field.name, default)
         for field in dataclasses.fields(cls)
-        if field.name not in known and (default := _default_of(field)) is not _NO_DEFAULT
+        if field.name not in known and (default := field_default(field)) is not NO_DEFAULT
     )
 
 
@@ -71,7 +59,7 @@ def _prune(value: object, dumped: Any, drop: bool) -> bool:
             if new is None:
                 return False
             for name, default in new:
-                if name in fields and _at_default(getattr(value, name, _NO_DEFAULT), default):
+                if name in fields and _at_default(getattr(value, name, NO_DEFAULT), default):
                     if not drop:
                         return True
                     del fields[name]

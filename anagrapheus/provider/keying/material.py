@@ -32,10 +32,12 @@ from anagrapheus.timeline.canonical import (
 
 __all__ = [
     "CLASS_VOLATILE_FIELDS",
+    "NO_DEFAULT",
     "PROVIDER_PART_FIELDS",
     "VOLATILE_FIELDS",
     "MaterialWalk",
     "RequestRest",
+    "field_default",
     "known_fields",
     "layout_reads",
     "new_fields_set",
@@ -99,7 +101,8 @@ _OUTPUT_FIELDS: Final = {
 _TAG_FIELDS = frozenset({"part_kind", "kind"})
 OUTPUT_TOOL_PART_KIND: Final = "output"
 """The `tool_kind` pydantic-ai 2.78 writes on an output tool's call and return parts (2.68 wrote none)."""
-_NO_DEFAULT: Final = object()
+NO_DEFAULT: Final = object()
+"""A field without a default: equal to nothing, so always kept."""
 
 
 RequestRest = tuple[object, str, Mapping[str, object]]
@@ -126,7 +129,7 @@ class _Field(NamedTuple):
     attr: str
     """The attribute read."""
     default: object
-    """Left out when the value is its default (`_NO_DEFAULT`, equal to nothing else: always kept)."""
+    """Left out when the value is its default (`NO_DEFAULT`, equal to nothing else: always kept)."""
     how: _How
 
 
@@ -140,17 +143,18 @@ def _from_pydantic_ai(cls: type) -> bool:
     return any(base.__module__.startswith("pydantic_ai") for base in cls.__mro__)
 
 
-def _default_of(field: dataclasses.Field[Any]) -> object:
+def field_default(field: dataclasses.Field[Any]) -> object:
+    """The default of a dataclass field (its factory called once), or `NO_DEFAULT`."""
     if field.default is not dataclasses.MISSING:
         return field.default
     factory = field.default_factory
     if factory is dataclasses.MISSING:
-        return _NO_DEFAULT
+        return NO_DEFAULT
     try:
         # A factory minting fresh values (now, a new id) never compares equal, so nothing is lost by calling it.
         return factory()
     except Exception:
-        return _NO_DEFAULT
+        return NO_DEFAULT
 
 
 @cache
@@ -191,7 +195,7 @@ def _layout(cls: type[Any]) -> _Layout | None:
         if name in drop:
             continue
         if name in _TAG_FIELDS and name in known:
-            fields.append(_Field(name, name, _NO_DEFAULT, _How.PLAIN))
+            fields.append(_Field(name, name, NO_DEFAULT, _How.PLAIN))
             continue
         out, attr, how = name, name, _How.PLAIN
         if name.startswith("_"):
@@ -206,7 +210,7 @@ def _layout(cls: type[Any]) -> _Layout | None:
             how = _How.ARGS
         elif name == "tool_kind" and issubclass(cls, BaseToolCallPart | BaseToolReturnPart):
             how = _How.TOOL_KIND
-        fields.append(_Field(out, attr, _NO_DEFAULT if how is _How.PROPERTY else _default_of(field), how))
+        fields.append(_Field(out, attr, NO_DEFAULT if how is _How.PROPERTY else field_default(field), how))
     if cls.__name__ == "CompactionPart":
         # OpenAI keeps a compaction's whole content encrypted in provider_details: content, not a stamp.
         fields.append(_Field("encrypted_content", "provider_details", None, _How.ENCRYPTED))
