@@ -116,7 +116,10 @@ def keying_share(root: Path, *, size: int, runs: int) -> None:
     store = SQLiteEventStore(root / "share.db", synchronous="NORMAL")
     prompt = "Summarise the fisheries position."
     ledger = PinLedger(store, types)
-    Agent(PinnedModel(FunctionModel(answer, model_name="share"), ledger)).run_sync(prompt, message_history=past)
+    recording = Agent(PinnedModel(FunctionModel(answer, model_name="share"), ledger))
+    # A replay answers the runs its recording holds, each from its own pins (issue #34): as many as are replayed.
+    for _ in range(SEEN_BEFORE_KEPT + 1 + runs):
+        recording.run_sync(prompt, message_history=past)
     ledger.commit()
     replay = ReplayPins.from_store(store, types)
     agent = Agent(TimedPinnedModel(FunctionModel(answer, model_name="share"), replay))

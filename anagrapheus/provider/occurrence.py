@@ -9,24 +9,36 @@ asking made after the run's earlier answers to that key arrived takes a key of i
 Askings still in flight together share occurrence n, and so one draw, unless they are twins: identical
 calls in one model response (parallel tool calls) each run unpinned, so the kth twin after the first is keyed
 apart (`twin_key`), whatever order their answers arrive in (issue #34); a single call keeps its key. A run is
-pydantic-ai's agent run (its `RunContext`, found with `get_current_run_context()`): a retried run in
-the same unit counts from 1 again, so it is answered from the pins of the run it retries. Outside an
-agent run there is no run to count in, and askings are shared as before.
+pydantic-ai's agent run (its `RunContext`, found with `get_current_run_context()`). Outside an agent run
+there is no run to count in, and askings are shared as before.
+
+The run rule: each agent run asks as a run of its own (issue #34). Unpinned, a second run asking what the
+first asked (the same SMS, the same sample, the same balance for another user) reaches the world again; so
+each run past the first in its unit asks under keys of its own (`run_key`), and never takes another run's
+live answer. Under `Pinning` a run is its position among the runs of its unit, in the order they started (its
+pinned `run_id` says which); without it, runs are told apart in the order they first ask a key. Only a run
+that resumes one (the same id, drawn again from its pin after a crash, or given again with
+`agent.run(..., run_id=...)`) is answered from that run's pins. The first run keeps the keys it always had.
+A recording made before the rule answered a later run from the first asking's pin: where it holds no run's
+own pin, that pin answers, as long as its unit asked it more times than the replay has taken it.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import cast
 
 from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 
+from anagrapheus.provider.run_clock import run_position
+from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import pin_key
-from anagrapheus.timeline.resolver import PinResolver, asked
+from anagrapheus.timeline.resolver import Attachment, PinResolver, asked, attached
 
-__all__ = ["Asking", "ask", "twin_key"]
+__all__ = ["Asking", "ask", "run_key", "twin_key"]
 
 _lock = threading.Lock()
 # Per run: the run's usage object (one per run unless a caller passes its own, and gone with the run) holds, per
@@ -42,6 +54,83 @@ def occurrence_key(key: str, *, kind: str, occurrence: int) -> str:
     if occurrence == 1:
         return key
     return pin_key(kind, {"occurrence_of": key, "occurrence": occurrence})
+
+
+def run_key(key: str, *, kind: str, ordinal: int) -> str:
+    """The key `key` is asked under by the `ordinal`th run of a unit to ask it: `key` itself for the first."""
+    if ordinal == 0:
+        return key
+    return pin_key(kind, {"run_of": key, "run": ordinal})
+
+
+@dataclass(slots=True)
+class _Askers:
+    """Per resolver: which runs asked each key, in the order they first asked it, and how often a replay took it."""
+
+    runs: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    taken: dict[str, int] = field(default_factory=dict[str, int])
+
+
+_ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
+
+
+def _run_own(key: str, *, kind: str, resolver: PinResolver, run_id: str) -> str:
+    """`key` as the run `run_id` asks it: the first run keeps it, each later run has its own (the run rule)."""
+    if run_server(resolver) is not None:
+        return key  # each run is a unit of its own: no other run's answer is there to take
+    askers = attached(resolver, _ASKERS, _Askers)
+    if askers is None:
+        return key
+    # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
+    # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
+    ordinal = run_position(resolver, run_id)
+    with _lock:
+        if ordinal is None:
+            runs = askers.runs.setdefault(key, [])
+            if run_id not in runs:
+                runs.append(run_id)
+            ordinal = runs.index(run_id)
+    own = run_key(key, kind=kind, ordinal=ordinal)
+    if own == key or asked(resolver, own):
+        return own
+    return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers)
+
+
+def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, askers: _Askers) -> str:
+    """The key a replay answers a later run's asking from, when its recording holds no pin under the run's own key.
+
+    A recording made before the rule answered a later run from the first asking's pin: that pin answers, as long as
+    its unit asked it more times than the replay has taken it. A replay of several units at once cannot tell one
+    unit's runs from another's, so their positions: it answers from the first of the runs' keys not yet taken.
+    """
+    if _of_several_units(resolver):
+        for ordinal in range(_SEVERAL_UNITS_RUNS):
+            candidate = run_key(key, kind=kind, ordinal=ordinal)
+            if asked(resolver, candidate) > askers.taken.get(candidate, 0):
+                return candidate
+        return own
+    if asked(resolver, key) > askers.taken.get(key, 0):
+        return key
+    return own
+
+
+_SEVERAL_UNITS_RUNS = 64
+"""How many runs of one unit asking one key a replay of several units at once looks for."""
+
+
+def _of_several_units(resolver: PinResolver) -> bool:
+    """Whether `resolver` replays the pins of several units at once (a `ReplayPins` says which units it holds)."""
+    units: object = getattr(resolver, "units", None)
+    return isinstance(units, tuple) and len(cast("tuple[object, ...]", units)) > 1
+
+
+def _took(resolver: PinResolver, key: str) -> None:
+    """Count one asking answered under `key`, where the resolver replays a recording (it says what was asked)."""
+    if asked(resolver, key):
+        askers = attached(resolver, _ASKERS, _Askers)
+        if askers is not None:
+            with _lock:
+                askers.taken[key] = askers.taken.get(key, 0) + 1
 
 
 def twin_key(key: str, *, kind: str, twin: int, resolver: PinResolver) -> str:
@@ -98,6 +187,8 @@ def ask(
     usage: object = getattr(run, "usage", None)
     if not per_run or run is None or usage is None:
         return Asking(key, key, 1, None, None)
+    if run.run_id is not None:
+        key = _run_own(key, kind=kind, resolver=resolver, run_id=run.run_id)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:
@@ -107,4 +198,5 @@ def ask(
     own = occurrence_key(key, kind=kind, occurrence=occurrence)
     if own != key and not asked(resolver, own) and asked(resolver, key) >= occurrence:
         own = key
+    _took(resolver, own)
     return Asking(own, key, occurrence, counts, run.run_id)

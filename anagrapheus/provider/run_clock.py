@@ -38,7 +38,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, attached, unit_of
 
-__all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks"]
+__all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks", "run_position"]
 
 
 RUN_ID = "run_id"
@@ -75,6 +75,9 @@ class RunClocks:
     """Whether positions are pinned through the resolver; False for a resolver that keeps no clocks (see `of`)."""
     runs: int = 0
     by_id: dict[str, _Run] = field(default_factory=dict[str, _Run])
+    positions: dict[str, int] = field(default_factory=dict[str, int])
+    """Every run id numbered through the resolver, to its position: a run started again under the same id
+    (`agent.run(..., run_id=...)`) resumes that position and is answered from its pins."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -105,19 +108,32 @@ class RunClocks:
             run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
             self.by_id[run_id] = _Run(position)
+            self.positions.setdefault(run_id, position)
         return run_id
 
     def start(self, run_id: str | None) -> None:
-        """Number a run that starts: one whose id was drawn keeps its position; one given its id gets the next."""
+        """Number a run that starts: one whose id was drawn keeps its position; one given its id gets the next.
+
+        A run given the id of a run that started through the resolver before, and ended, resumes that run: it
+        takes its position, so what it asks again is answered from that run's pins (its id, times and calls).
+        """
         if run_id is None:
             return
         with self.lock:
             run = self.by_id.get(run_id)
-            if run is None or run.started:
-                # The caller named the run (or named it again): it is numbered here, where it starts.
+            if run is None and run_id in self.positions:
+                run = self.by_id[run_id] = _Run(self.positions[run_id])
+            elif run is None or run.started:
+                # The caller named the run (or named it again while it runs): it is numbered here, where it starts.
                 run = self.by_id[run_id] = _Run(self.runs)
+                self.positions.setdefault(run_id, self.runs)
                 self.runs += 1
             run.started = True
+
+    def position_of(self, run_id: str) -> int | None:
+        """The position of the running run `run_id` among the runs through the resolver; None if it is not one."""
+        run = self.by_id.get(run_id)
+        return None if run is None else run.position
 
     async def finish(
         self,
@@ -261,6 +277,19 @@ _CLOCKS: Attachment[RunClocks] = Attachment("the run clocks")
 # resolver written with the three methods only still pins its runs' ids and times for one release, with a warning.
 _UNATTACHED: weakref.WeakKeyDictionary[object, RunClocks] = weakref.WeakKeyDictionary()
 _UNATTACHED_LOCK = threading.Lock()
+
+
+def run_position(resolver: PinResolver, run_id: str) -> int | None:
+    """The position of the running run `run_id` among the runs a `Pinning` numbered through `resolver`, if it did."""
+    if getattr(resolver, "attachments", None) is not None:
+        clocks = RunClocks.of(resolver)
+    else:
+        with _UNATTACHED_LOCK:
+            try:
+                clocks = _UNATTACHED.get(resolver)
+            except TypeError:
+                return None
+    return None if clocks is None else clocks.position_of(run_id)
 
 
 def _unattached(resolver: PinResolver) -> RunClocks | None:

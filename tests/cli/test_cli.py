@@ -485,7 +485,7 @@ def test_diff_names_what_moved_in_a_changed_request_and_lists_removed_and_added_
 --- recordings/negotiation.jsonl
 +++ edited.jsonl
 unit eu-uk-talks-round-2: 1 change(s)
-  - tool_call #12 p1:tool_call:14e27d8674876870d82a0f12285ca2c42d18cf3d2b12b825a8dae9a304a91284 (recordings/negotiation.jsonl:30)
+  - tool_call #12 p1:tool_call:da86a02b3c7844df22103207268cfbf17b73c8dfc228916377ab54d7bbbbc144 (recordings/negotiation.jsonl:30)
 unit eu-uk-talks-round-3: 1 change(s)
   ~ model_call #8 (recordings/negotiation.jsonl:42 -> edited.jsonl:41)
       p1:model_call:3db64358b3fa129a19727934ec63b6bbdee3aa3bbd8ae2976961229b93660871 -> p1:model_call:abababababababababababababababababababababababababababababababab
@@ -545,7 +545,7 @@ FAILED (1 of 8 turn(s) played, policy pinned)
                 "reworded": """\
 regress examples.negotiation.candidates:reworded against recordings/negotiation.jsonl
 DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)
-  no pin for model_call p1:model_call:1052a82ffea3b17536c8473022f5639201efbcce593647bc0df10ab7352f3b65 after 3 hit(s)
+  no pin for model_call p1:model_call:12cb3ee2a17edc4b56811552d643f3ebafbe5967a0649434f75fbaba7b471e11 after 3 hit(s)
   what moved against the nearest recorded call: instructions[0], messages[0]
   [----] quota_statements_state_a_share: held through turn 1, not evaluated past it
   [----] uk_counters_below_the_eu_offer: held through turn 1, not evaluated past it

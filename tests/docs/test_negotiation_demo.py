@@ -122,6 +122,26 @@ def test_the_recording_header_names_the_models_and_how_to_record_again() -> None
     assert header.rerecord == f"python -m examples.negotiation --record --seed {DEFAULT_SEED}"
 
 
+def test_the_recording_made_before_the_run_rule_still_replays_with_the_same_rounds(tmp_path: Path) -> None:
+    # The negotiation as committed before each run in a unit asked as a run of its own (issue #34): the UK's run,
+    # second in each round's unit, asked under the keys a first run asks under. Its pins still answer it.
+    old = ROOT / "tests" / "data" / "negotiation-before-the-run-rule.jsonl"
+    recording = read_recording(old, registry=negotiation_types())
+    keys = {e.payload_json()["key"] for e in recording.events if e.type == "pin_promoted"}
+    now = read_recording(RECORDING, registry=negotiation_types())
+    assert keys != {e.payload_json()["key"] for e in now.events if e.type == "pin_promoted"}
+
+    before = asyncio.run(replay_negotiation(old, database=tmp_path / "old.db"))
+    again = asyncio.run(replay_negotiation(RECORDING, database=tmp_path / "new.db"))
+
+    assert before.diverged is None and before.hits == again.hits == len(keys)
+    assert before.model_calls == {"function:scripted-eu": 0, "function:scripted-uk": 0}
+    assert before.world_readings == 0
+    assert [(r.topic, r.treaty_id, r.eu, r.uk) for r in before.rounds] == [
+        (r.topic, r.treaty_id, r.eu, r.uk) for r in again.rounds
+    ]
+
+
 def test_rerecording_with_the_scripted_models_reproduces_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
     path = tmp_path / "negotiation.jsonl"
 

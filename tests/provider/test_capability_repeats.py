@@ -160,10 +160,13 @@ def test_a_pinned_tool_called_twice_in_one_run_runs_twice_and_a_retried_run_is_a
     agent = Agent(twice_to_brussels(), tools=[pinned_tool(ledger, outbox.send)])
     first = agent.run_sync(PROMPT)
     assert outbox.sent == ["Brussels", "Brussels"]
-    # A retried run in the same unit counts its occurrences from 1 again: both calls are answered from the pins.
-    retried = agent.run_sync(PROMPT)
+    # A retried run (the same run id) counts its occurrences from 1 again: both calls are answered from the pins.
+    retried = agent.run_sync(PROMPT, run_id=first.run_id)
     assert outbox.sent == ["Brussels", "Brussels"]
     assert retried.output == first.output
+    # A new run sends its own, as it does unpinned (issue #34).
+    agent.run_sync(PROMPT)
+    assert outbox.sent == ["Brussels"] * 4
 
 
 # --- the repeat rule: three identical sampling requests draw three samples -----------------------------------------

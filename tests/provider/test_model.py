@@ -33,13 +33,15 @@ PROMPT = "Round 1: state the UK position on fisheries."
 MODES = ["run", "run_stream", "run_stream_events", "iter", "event_stream_handler"]
 
 
-async def drive(agent: Agent[Any, Any], mode: str, prompt: str = PROMPT) -> tuple[Any, list[ModelMessage]]:
-    """Run `agent` once the way `mode` names; return its output and messages."""
+async def drive(
+    agent: Agent[Any, Any], mode: str, prompt: str = PROMPT, *, run_id: str | None = None
+) -> tuple[Any, list[ModelMessage]]:
+    """Run `agent` once the way `mode` names (as the run `run_id`, if given); return its output and messages."""
     if mode == "run":
-        result = await agent.run(prompt)
+        result = await agent.run(prompt, run_id=run_id)
         return result.output, result.all_messages()
     if mode == "run_stream":
-        async with agent.run_stream(prompt) as streamed:
+        async with agent.run_stream(prompt, run_id=run_id) as streamed:
             output = await streamed.get_output()
             return output, streamed.all_messages()
     if mode == "run_stream_events":
@@ -157,14 +159,23 @@ async def test_multi_request_run_pins_each_request(store: SQLiteEventStore, ledg
 
 
 @pytest.mark.anyio
-async def test_a_retry_in_the_same_unit_reuses_the_draw(ledger: PinLedger) -> None:
+async def test_a_retry_in_the_same_unit_resumes_its_run_by_id_and_a_new_run_draws_its_own(ledger: PinLedger) -> None:
     live = Scripted("scripted-uk")
     agent = agent_for(PinnedModel(live.model, ledger), "tools")
     first = await agent.run(PROMPT)
-    second = await agent.run(PROMPT)
+    assert live.calls == 2
+
+    # The same run again (its id given back): answered from its pins, as a retry after a failure is.
+    second = await agent.run(PROMPT, run_id=first.run_id)
     assert live.calls == 2
     assert second.output == first.output
     assert [pin.attempts for pin in ledger.pins()] == [2, 2]
+
+    # A new run asking the same reaches the model, as it does unpinned (issue #34), under keys of its own.
+    third = await agent.run(PROMPT)
+    assert live.calls == 4
+    assert third.output == first.output
+    assert [pin.attempts for pin in ledger.pins()] == [2, 2, 1, 1]
 
 
 @pytest.mark.anyio
@@ -202,8 +213,9 @@ async def test_an_early_stopped_stream_is_pinned_as_far_as_it_got(
 @pytest.mark.anyio
 async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: PinLedger) -> None:
     live = Scripted("scripted-uk", fail_after_chunks=2)
+    run_id = "019b8d62-0000-7000-8000-00000000f41d"
     with pytest.raises(ConnectionError):
-        async with Agent(PinnedModel(live.model, ledger)).run_stream(PROMPT) as streamed:
+        async with Agent(PinnedModel(live.model, ledger)).run_stream(PROMPT, run_id=run_id) as streamed:
             await streamed.get_output()
     (pin,) = ledger.pins()
     assert pin.kind == "model_call!failed"
@@ -214,18 +226,21 @@ async def test_a_stream_that_fails_midway_is_pinned_with_what_arrived(ledger: Pi
     assert captured["state"] == "incomplete"
     assert captured["parts"][0]["content"] == "The UK "
 
-    # Asked again in the unit by a fresh run, the call fails as it did, never answering "The UK " as the whole.
+    # Asked again in the unit by the same run resumed, the call fails as it did, never answering "The UK " as the whole.
     live.fail_after_chunks = None
     for again in ("run_stream", "run"):
         with pytest.raises(ConnectionError, match="dropped the stream"):
-            await drive(Agent(PinnedModel(live.model, ledger)), again)
+            await drive(Agent(PinnedModel(live.model, ledger)), again, run_id=run_id)
     assert live.calls == 1
     # A retry by the same model after the failure is a draw of its own.
     pinned = PinnedModel(live.model, ledger)
     with pytest.raises(ConnectionError):
-        await drive(Agent(pinned), "run")
-    assert (await drive(Agent(pinned), "run"))[0] == "The UK holds firm on fisheries."
+        await drive(Agent(pinned), "run", run_id=run_id)
+    assert (await drive(Agent(pinned), "run", run_id=run_id))[0] == "The UK holds firm on fisheries."
     assert live.calls == 2
+    # A new run reaches the model: no other run's failure is its answer.
+    assert (await drive(Agent(PinnedModel(live.model, ledger)), "run"))[0] == "The UK holds firm on fisheries."
+    assert live.calls == 3
 
 
 @pytest.mark.anyio

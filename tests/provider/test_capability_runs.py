@@ -1,0 +1,287 @@
+"""The run rule: runs sharing one ledger each reach the world as they do unpinned, and replay byte for byte (#34).
+
+Each pattern runs three ways: unpinned, pinned live through one `PinLedger`, and replayed strictly from
+the committed pins with every tool and the model refusing to be reached. Pinned live must equal unpinned:
+the same outputs, the same side effects, the same request bodies reaching the model, the same message
+types. The replay must reach nothing and give back the live runs' messages byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, AgentRunResult, RunContext
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from anagrapheus import Pinning
+from anagrapheus.errors import PinMiss
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+
+
+class Refused(Exception):
+    """The world was reached during a strict replay."""
+
+
+@dataclass
+class World:
+    """What a pattern's tools and model reach: every side effect and every request body, counted."""
+
+    refusing: bool = False
+    effects: list[str] = field(default_factory=list[str])
+    bodies: list[list[str]] = field(default_factory=list[list[str]])
+    progress: int = 40
+    samples: int = 0
+    balances: dict[str, int] = field(default_factory=lambda: {"alice": 1200, "bob": 35})
+
+    def reach(self, effect: str) -> None:
+        if self.refusing:
+            raise Refused(f"a strict replay reached the world: {effect}")
+        self.effects.append(effect)
+
+    def model(self, call: Callable[[str], ToolCallPart]) -> FunctionModel:
+        """A model that calls the tool `call` names for the run's prompt, then closes on what the tool returned."""
+
+        def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            self.reach("model request")
+            self.bodies.append([_body(part) for message in messages for part in message.parts])
+            last = messages[-1]
+            returned = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+            if returned:
+                return ModelResponse(parts=[TextPart(f"done: {returned[0].content}")])
+            prompt = next(p.content for p in last.parts if isinstance(p, UserPromptPart))
+            self.samples += 1
+            return ModelResponse(parts=[call(f"{prompt}#{self.samples}")])
+
+        return FunctionModel(answer, model_name="scripted-clerk")
+
+    # The tools, each with a side effect or a reading that changes as the world moves.
+
+    def send_sms(self, to: str, text: str) -> str:
+        """Send a text message."""
+        self.reach(f"sms to {to}: {text}")
+        return f"sms #{sum(e.startswith('sms') for e in self.effects)} sent to {to}"
+
+    def order_crate(self, item: str) -> str:
+        """Order a crate of an item."""
+        self.reach(f"order {item}")
+        return f"order #{sum(e.startswith('order') for e in self.effects)} placed"
+
+    def job_status(self, job: str) -> str:
+        """Poll a background job."""
+        self.reach(f"poll {job}")
+        self.progress += 20
+        return f"{job} at {self.progress - 20}%"
+
+    def log_catch(self, species: str, tonnes: int) -> str:
+        """Log a catch in the register."""
+        self.reach(f"catch {species} {tonnes}")
+        return f"entry #{sum(e.startswith('catch') for e in self.effects)}"
+
+    def cast_vote(self, choice: str) -> str:
+        """Cast a vote."""
+        self.reach(f"vote {choice}")
+        return f"vote for {choice} counted"
+
+    def balance(self, ctx: RunContext[str]) -> str:
+        """Read the caller's balance."""
+        self.reach(f"balance of {ctx.deps}")
+        return f"{ctx.deps} holds {self.balances[ctx.deps]} EUR"
+
+
+def _body(part: Any) -> str:
+    """What a request part carries to the model, without the run's ids and times (pinned, so they differ)."""
+    if isinstance(part, ToolCallPart):
+        return f"call {part.tool_name} {part.args_as_json_str()}"
+    return f"{part.part_kind} {getattr(part, 'content', '')}"
+
+
+Pattern = Callable[[World, Sequence[Any]], list[AgentRunResult[Any]]]
+
+
+def tell_then_remind(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("send_sms", {"to": "Ana", "text": "Ship at noon"})))
+    agent.tool_plain(world.send_sms)
+    return [agent.run_sync(prompt, capabilities=list(capabilities)) for prompt in ("Tell Ana", "Remind Ana")]
+
+
+def a_crate_three_times(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("order_crate", {"item": "crate"})), capabilities=capabilities)
+    agent.tool_plain(world.order_crate)
+    return [agent.run_sync("Order a crate") for _ in range(3)]
+
+
+def a_job_polled_by_three_runs(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("job_status", {"job": "survey-7"})), capabilities=capabilities)
+    agent.tool_plain(world.job_status)
+    return [agent.run_sync("How far is the survey?") for _ in range(3)]
+
+
+def a_catch_logged_twice(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("log_catch", {"species": "cod", "tonnes": 12})))
+    agent.tool_plain(world.log_catch)
+    return [agent.run_sync("Log the catch", capabilities=list(capabilities)) for _ in range(2)]
+
+
+def three_votes_at_once(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    # Each request samples: the model picks by its own count, so the three runs may vote differently.
+    choices = ["north", "south", "north"]
+    model = world.model(lambda sample: ToolCallPart("cast_vote", {"choice": choices[int(sample.split("#")[1]) - 1]}))
+    agent = Agent(model, capabilities=capabilities)
+    agent.tool_plain(world.cast_vote)
+
+    async def vote() -> list[AgentRunResult[Any]]:
+        return list(await asyncio.gather(*(agent.run("Vote on the closure") for _ in range(3))))
+
+    return asyncio.run(vote())
+
+
+def alice_then_bob(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("balance", {})), deps_type=str, capabilities=capabilities)
+    agent.tool(world.balance)
+    return [agent.run_sync("What is my balance?", deps=user) for user in ("alice", "bob")]
+
+
+def bob_and_alice_at_once(world: World, capabilities: Sequence[Any]) -> list[AgentRunResult[Any]]:
+    agent = Agent(world.model(lambda _: ToolCallPart("balance", {})), deps_type=str, capabilities=capabilities)
+    agent.tool(world.balance)
+
+    async def both() -> list[AgentRunResult[Any]]:
+        return list(await asyncio.gather(*(agent.run("Balance?", deps=user) for user in ("bob", "alice"))))
+
+    return asyncio.run(both())
+
+
+PATTERNS: dict[str, Pattern] = {
+    "tell then remind": tell_then_remind,
+    "a crate three times": a_crate_three_times,
+    "a job polled by three runs": a_job_polled_by_three_runs,
+    "a catch logged twice": a_catch_logged_twice,
+    "three votes at once": three_votes_at_once,
+    "alice then bob": alice_then_bob,
+    "bob and alice at once": bob_and_alice_at_once,
+}
+
+CONCURRENT = {three_votes_at_once, bob_and_alice_at_once}
+
+
+def shapes(results: list[AgentRunResult[Any]]) -> list[list[tuple[str, list[tuple[str, str]]]]]:
+    """Each run's messages as the types of its messages and parts, with the type of each part's content."""
+    return [
+        [
+            (type(m).__name__, [(type(p).__name__, type(getattr(p, "content", None)).__name__) for p in m.parts])
+            for m in r.all_messages()
+        ]
+        for r in results
+    ]
+
+
+def dumped(results: list[AgentRunResult[Any]]) -> list[bytes]:
+    return [ModelMessagesTypeAdapter.dump_json(r.all_messages()) for r in results]
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS.values()), ids=list(PATTERNS))
+def test_runs_sharing_a_ledger_reach_the_world_as_unpinned_and_replay_byte_for_byte(
+    pattern: Pattern, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = World()
+    plain = pattern(unpinned, [])
+
+    pinned = World()
+    ledger = PinLedger(store, types)
+    live = pattern(pinned, [Pinning(ledger)])
+    ledger.commit()
+
+    if pattern in CONCURRENT:
+        # Runs at once interleave as the event loop has them: the same effects and bodies, in some order.
+        assert sorted(pinned.effects) == sorted(unpinned.effects)
+        assert sorted(pinned.bodies) == sorted(unpinned.bodies)
+        assert sorted(r.output for r in live) == sorted(r.output for r in plain)
+    else:
+        assert pinned.effects == unpinned.effects
+        assert pinned.bodies == unpinned.bodies
+        assert [r.output for r in live] == [r.output for r in plain]
+    assert shapes(live) == shapes(plain)
+
+    replayed = World(refusing=True)
+    replay = ReplayPins.from_store(store, types)
+    again = pattern(replayed, [Pinning(replay)])
+    assert replayed.effects == []
+    assert dumped(again) == dumped(live)
+    assert replay.unused() == {}
+
+
+def test_each_run_is_told_what_the_world_said_to_it(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    # The figures the issue gave: two SMS sent, three crates, the job moving on, bob told his own balance.
+    world = World()
+    ledger = PinLedger(store, types)
+    sms = tell_then_remind(world, [Pinning(ledger)])
+    crates = a_crate_three_times(world, [Pinning(ledger)])
+    polls = a_job_polled_by_three_runs(world, [Pinning(ledger)])
+    balances = alice_then_bob(world, [Pinning(ledger)])
+    ledger.commit()
+
+    assert [r.output for r in sms] == ["done: sms #1 sent to Ana", "done: sms #2 sent to Ana"]
+    assert [r.output for r in crates] == [f"done: order #{n} placed" for n in (1, 2, 3)]
+    assert [r.output for r in polls] == [f"done: survey-7 at {p}%" for p in (40, 60, 80)]
+    assert [r.output for r in balances] == ["done: alice holds 1200 EUR", "done: bob holds 35 EUR"]
+
+
+def test_a_run_given_its_id_again_resumes_it_and_a_new_run_does_not(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    world = World()
+    ledger = PinLedger(store, types)
+    pinning = Pinning(ledger)
+    failing = {"after": True}
+
+    def flaky_send(to: str, text: str) -> str:
+        """Send a text message, then lose the connection once."""
+        sent = world.send_sms(to, text)
+        if failing.pop("after", False):
+            raise ConnectionError("the gateway dropped the reply")
+        return sent
+
+    agent = Agent(world.model(lambda _: ToolCallPart("flaky_send", {"to": "Ana", "text": "Ship at noon"})))
+    agent.tool_plain(flaky_send)
+    run_id = "019b8d62-0000-7000-8000-0000000a11ce"
+    with pytest.raises(ConnectionError):
+        agent.run_sync("Tell Ana", capabilities=[pinning], run_id=run_id)
+    sent = [e for e in world.effects if e.startswith("sms")]
+    assert len(sent) == 1
+
+    # The same run resumed: the failure it met is its answer again, nothing is sent twice.
+    with pytest.raises(ConnectionError):
+        agent.run_sync("Tell Ana", capabilities=[pinning], run_id=run_id)
+    assert [e for e in world.effects if e.startswith("sms")] == sent
+    # A new run sends its own message.
+    assert agent.run_sync("Tell Ana", capabilities=[pinning]).output == "done: sms #2 sent to Ana"
+    assert len([e for e in world.effects if e.startswith("sms")]) == 2
+
+
+def test_a_replay_answers_as_many_runs_as_its_recording_holds(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    world = World()
+    ledger = PinLedger(store, types)
+    a_crate_three_times(world, [Pinning(ledger)])
+    ledger.commit()
+
+    replay = ReplayPins.from_store(store, types)
+    a_crate_three_times(World(refusing=True), [Pinning(replay)])
+    # A fourth run is not in the recording: a miss, never a third run's answer given again.
+    agent = Agent(World(refusing=True).model(lambda _: ToolCallPart("order_crate", {"item": "crate"})))
+    with pytest.raises(PinMiss):
+        agent.run_sync("Order a crate", capabilities=[Pinning(replay)])
