@@ -36,6 +36,7 @@ __all__ = [
     "StoreUnavailable",
     "UnitBusy",
     "UnitClosed",
+    "UnkeyedCaller",
     "UnknownEventType",
     "UnresolvedName",
     "UnusedPins",
@@ -111,6 +112,24 @@ class InexactReplay(UsageError):
         """What the run does that cannot replay exactly."""
         self.instead = instead
         """What to do instead."""
+
+
+class UnkeyedCaller(UsageError):
+    """A tool call's caller (the run's deps) cannot join its key, so it could be answered with another caller's data."""
+
+    def __init__(self, tool: str, *, deps_type: str, reason: str) -> None:
+        super().__init__(
+            f"tool {tool!r} was called with deps of type {deps_type}, which cannot join its key ({reason}). What"
+            " identifies the caller is part of every tool call's key, so that no caller is answered with another's"
+            " data: name it with Pinning(caller=lambda deps: deps.user_id), or key no caller with caller=None"
+            " (every caller then shares one answer to the same call in a unit of work)"
+        )
+        self.tool = tool
+        """The tool whose call was refused."""
+        self.deps_type = deps_type
+        """The type of the run's deps."""
+        self.reason = reason
+        """Why the deps cannot be keyed."""
 
 
 class CanonicalError(AnagrapheusError, TypeError):

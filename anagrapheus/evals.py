@@ -100,7 +100,8 @@ def pinned_task(
             if live_model:
                 resolver = WorldPinned(pins, live)
             try:
-                result = await agent.run(**kwargs, capabilities=[Pinning(resolver, record_inputs=False)])
+                with run.as_its_caller():
+                    result = await agent.run(**kwargs, capabilities=[Pinning(resolver, record_inputs=False)])
             finally:
                 live.abandon(reason="an evaluation case: nothing is kept")
         return result.output

@@ -45,8 +45,11 @@ from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.timing import untimed
 from anagrapheus.provider.tools import (
+    WHOLE_DEPS,
+    CallerRule,
     CallWatch,
     answer_tool_call,
+    caller_pin,
     is_pinned_tool,
     needs_tags,
     tool_pin,
@@ -70,9 +73,11 @@ class Pinning(AbstractCapability[Any]):
     `Agent(model, capabilities=[Pinning(ledger)])` records a run; the same agent with
     `Pinning(ReplayPins(...))` replays it without reaching the model, any tool or any MCP server, and
     its `all_messages()` are the recorded run's, byte for byte. Each model is wrapped in a `PinnedModel`
-    (its keys, its `policy`) and every toolset's calls are keyed as `pinned_tool` keys them: name and
-    arguments, never the `RunContext` or the run's deps, unless `tool_deps` names the part of the
-    deps a tool's answer depends on. An MCP server's tool list and instructions are pinned too. A model
+    (its keys, its `policy`). Every toolset's calls are keyed on the tool's name and arguments and on what
+    identifies the caller: the run's deps, whole, unless `caller` draws an identity from them (or is None),
+    or `tool_deps` names the part of the deps one tool's answer depends on; deps that cannot be keyed refuse
+    the call (`UnkeyedCaller`). Each run asks as a run of its own: it never takes another run's answer unless
+    it resumes that run (the same `run_id`). An MCP server's tool list and instructions are pinned too. A model
     or tool that already pins its own calls is passed through. A request or tool call asked again in one
     run after its answer arrived reaches the world again, as it does unpinned (the repeat rule), unless
     `dedupe_repeats` says otherwise; an approved tool call is keyed apart from the unapproved one.
@@ -86,6 +91,9 @@ class Pinning(AbstractCapability[Any]):
     """Decides what goes into a model request's key; `SemanticCallPolicy` when None."""
     tool_deps: Mapping[str, Callable[[Any], object]]
     """Tool name to the part of the run's deps that decides what the tool reads; that part joins its key."""
+    caller: CallerRule
+    """What identifies the caller in every other tool call's key: the run's deps whole (`WHOLE_DEPS`, the default),
+    a function drawing an identity from them (`lambda deps: deps.user_id`), or None to key no caller."""
     clock: Callable[[], datetime] | None
     """Where a live run's pinned timestamps come from; None keeps the ones pydantic-ai stamped."""
     new_id: Callable[[], str]
@@ -102,6 +110,7 @@ class Pinning(AbstractCapability[Any]):
         *,
         policy: CallPolicy | None = None,
         tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
+        caller: CallerRule = WHOLE_DEPS,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], str] = new_uuid7,
         dedupe_repeats: bool | Collection[str] = False,
@@ -114,10 +123,11 @@ class Pinning(AbstractCapability[Any]):
         # run; asked once.
         self._per_run = run_server(resolver)
         self.record_inputs = record_inputs
-        self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit)
+        self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit, caller=caller)
         self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
         self.policy = policy
         self.tool_deps = dict(tool_deps or {})
+        self.caller = caller
         self.clock = clock
         self.new_id = new_id
         # pydantic-ai asks for a wrapper on every attempt at a request. One wrapper per model keeps what it
@@ -327,6 +337,7 @@ class Pinning(AbstractCapability[Any]):
             resolver=self.resolver,
             tool_deps=self.tool_deps,
             dedupe_repeats=self.dedupe_repeats,
+            caller=self.caller,
         )
 
 
@@ -346,6 +357,8 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
     """Counts each call's pinned failures, so a call retried after a failure is drawn anew."""
     dedupe_repeats: bool | Collection[str] = False
     """Answer a repeated call in one run from the first call's pin: every tool's (True), or the named tools'."""
+    caller: CallerRule = WHOLE_DEPS
+    """What identifies the caller in the key of a call of a tool `tool_deps` does not name (see `Pinning`)."""
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
@@ -358,7 +371,7 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
         keyed_deps = self.tool_deps.get(name)
         arguments = _keyed_arguments(function, tool_args)
         if keyed_deps is None:
-            call = tool_pin(name, arguments, ctx=ctx)
+            call = caller_pin(name, arguments, ctx, caller=self.caller, resolver=self.resolver)
         else:
             call = tool_pin(name, arguments, deps=keyed_deps(ctx.deps), ctx=ctx)
 

@@ -160,12 +160,14 @@ def fork_run(
             asked = earlier.run_kwargs()
             if deps is not None:
                 asked["deps"] = deps(earlier)
-            agent.run_sync(**asked)
+            with earlier.as_its_caller():
+                agent.run_sync(**asked)
         chosen = runs[run]
         kwargs = chosen.run_kwargs()
         if deps is not None:
             kwargs["deps"] = deps(chosen)
-        result = agent.run_sync(**kwargs, model=model)
+        with chosen.as_its_caller():
+            result = agent.run_sync(**kwargs, model=model)
     registry = EventTypeRegistry()
     into.note_event(
         registry.encode(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -15,6 +16,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CorruptEvent
 from anagrapheus.provider.additions import known_dump
+from anagrapheus.provider.tools import WHOLE_DEPS, CallerRule, asking_as, run_caller
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
@@ -64,6 +66,8 @@ class InputsRecorder:
     """The part of the run's deps to snapshot as JSON (the user's opt-in); None records no deps."""
     limit: int = INPUTS_LIMIT
     """The bound on one run's inputs in bytes; past it the message history, then the prompt, is left out."""
+    caller: CallerRule = WHOLE_DEPS
+    """The `Pinning`'s caller rule: the digest naming the run's caller is recorded, so the run can be asked again."""
     _first: dict[str, tuple[str | None, JSONValue]] = field(default_factory=dict[str, tuple[str | None, JSONValue]])
 
     def begin(self, ctx: RunContext[Any], resolver: PinResolver) -> tuple[dict[str, JSONValue], object]:
@@ -85,6 +89,10 @@ class InputsRecorder:
             "deps": None if self.deps is None else output_json(self.deps(ctx.deps)),
             "nested": _OUTER_RUN.get() is not None,
         }
+        # Only a digest, never the deps: a run asked again without its deps keys its tool calls as they were.
+        caller = run_caller(ctx.deps, self.caller)
+        if caller is not None:
+            inputs["caller"] = caller
         # Set once everything is read: a snapshot that raises leaves the context as it found it.
         return inputs, _OUTER_RUN.set(ctx.run_id or "")
 
@@ -178,6 +186,12 @@ class RecordedRun:
     """Whether the run was started inside another run of the unit (by a delegating tool)."""
     left_out: tuple[str, ...] = ()
     """Inputs left out of the recording for size (`history`, `prompt`): the run cannot be asked again as it was."""
+    caller: str | None = None
+    """The digest naming the run's caller (`Pinning(caller=...)`) its tool calls were keyed with; None if none."""
+
+    def as_its_caller(self) -> AbstractContextManager[None]:
+        """Around asking the run again: without deps given, its tool calls are keyed as its recorded caller's."""
+        return asking_as(self.caller)
 
     def run_kwargs(self) -> dict[str, Any]:
         """The arguments of `agent.run(...)` that ask the run again (deps are the caller's to give)."""
@@ -223,6 +237,7 @@ def _run_of(event: RunInputs, *, seq: int) -> RecordedRun:
         error=error if isinstance(error, str) else None,
         nested=inputs.get("nested") is True,
         left_out=tuple(name for name in ("history", "prompt") if f"{name}_left_out" in inputs),
+        caller=caller if isinstance(caller := inputs.get("caller"), str) else None,
     )
 
 

@@ -74,10 +74,12 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: PinResolver, run_id: str) -> str:
+def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object], run_id: str) -> str:
     """`key` as the run `run_id` asks it: the first run keeps it, each later run has its own (the run rule)."""
-    if run_server(resolver) is not None:
-        return key  # each run is a unit of its own: no other run's answer is there to take
+    server = run_server(resolver)
+    if server is not None:
+        # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
+        resolver = server.ledger_for(run)
     askers = attached(resolver, _ASKERS, _Askers)
     if askers is None:
         return key
@@ -188,7 +190,7 @@ def ask(
     if not per_run or run is None or usage is None:
         return Asking(key, key, 1, None, None)
     if run.run_id is not None:
-        key = _run_own(key, kind=kind, resolver=resolver, run_id=run.run_id)
+        key = _run_own(key, kind=kind, resolver=resolver, run=run, run_id=run.run_id)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:

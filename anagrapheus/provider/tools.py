@@ -8,12 +8,14 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
 from pydantic import TypeAdapter
 from pydantic_ai import RunContext, messages
+from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 from pydantic_ai.messages import (
     MULTI_MODAL_CONTENT_TYPES,
     BaseToolCallPart,
@@ -28,22 +30,28 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from anagrapheus.errors import CanonicalError, PinResultError, UsageError
+from anagrapheus.errors import CanonicalError, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.timeline.canonical import JSONValue, canonical_value
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import PinResolver, answered_within
+from anagrapheus.timeline.resolver import PinResolver, answered_within, asked
 
 __all__ = [
+    "CALLER",
     "TOOL_CALL",
+    "WHOLE_DEPS",
+    "CallerRule",
     "ToolPin",
+    "asking_as",
+    "caller_of",
     "is_pinned_tool",
     "pinned_tool",
+    "run_caller",
     "tool_pin",
     "tool_result_from_raw",
     "tool_result_raw",
@@ -71,12 +79,98 @@ class ToolPin:
 _UNKEYED: object = object()
 
 
+class _WholeDeps:
+    """The default caller rule: the run's whole deps identify who calls."""
+
+    def __repr__(self) -> str:
+        return "WHOLE_DEPS"
+
+
+WHOLE_DEPS = _WholeDeps()
+"""The default of `Pinning(caller=...)`: the run's deps, whole, join every tool call's key."""
+
+CallerRule = Callable[[Any], object] | _WholeDeps | None
+"""What identifies a tool call's caller: `WHOLE_DEPS`, a function of the run's deps, or None for no caller."""
+
+
+CALLER = "caller"
+"""The kind a caller's identity is digested under (`p1:caller:<sha256>`), the form it joins a tool call's key in."""
+
+# The caller of a recorded run asked again without its deps (`anagrapheus rerun`, `fork_run`, `rekey`): its digest,
+# as the run's inputs recorded it, so its tool calls are keyed as they were.
+_ASKING_AS: ContextVar[str | None] = ContextVar("anagrapheus_asking_as", default=None)
+
+
+def caller_of(deps: object, caller: CallerRule) -> str | None:
+    """The digest naming the caller of a run with `deps` under the rule `caller`; None when no caller is keyed.
+
+    Raises `CanonicalError` when the identity has no JSON form to key.
+    """
+    if caller is None or deps is None:
+        return None
+    identity = deps if isinstance(caller, _WholeDeps) else caller(deps)
+    return pin_key(CALLER, identity)
+
+
+def run_caller(deps: object, caller: CallerRule) -> str | None:
+    """The caller a run with `deps` is keyed as, for its recorded inputs: None where none is, or it cannot be keyed."""
+    try:
+        named = caller_of(deps, caller)
+    except CanonicalError:
+        return None  # its first tool call is refused, saying why
+    return _ASKING_AS.get() if named is None and caller is not None else named
+
+
+@contextmanager
+def asking_as(caller: str | None) -> Generator[None]:
+    """Key the tool calls of runs without deps started in the block as the recorded caller `caller`'s."""
+    token = _ASKING_AS.set(caller)
+    try:
+        yield
+    finally:
+        _ASKING_AS.reset(token)
+
+
+def caller_pin(
+    tool: str,
+    arguments: Mapping[str, object],
+    ctx: RunContext[Any] | None,
+    *,
+    caller: CallerRule,
+    resolver: PinResolver,
+    run: RunContext[Any] | None = None,
+) -> ToolPin:
+    """Key a call of `tool` with what identifies its caller (the caller rule), or refuse it loudly (`UnkeyedCaller`).
+
+    The digest of the run's deps (or of what `caller` draws from them) joins the key, so one caller is never
+    answered with another's data. A run without deps (None), or `caller=None`, keys no caller: the key it always
+    had. A recording made before callers were keyed holds no pin under the caller's key: where it holds one under
+    the key without it, that answers. The deps are read from `run` when given (the run a tool without a context
+    argument is called in), else from the call's `ctx`.
+    """
+    deps: object = getattr(run if run is not None else ctx, "deps", None)
+    try:
+        named = caller_of(deps, caller)
+    except CanonicalError as e:
+        raise UnkeyedCaller(tool, deps_type=type(deps).__qualname__, reason=f"{e.path}: {e.reason}") from e
+    if named is None and caller is not None:
+        named = _ASKING_AS.get()
+    if named is None:
+        return tool_pin(tool, arguments, ctx=ctx)
+    call = tool_pin(tool, arguments, ctx=ctx, caller=named)
+    if asked(resolver, call.key):
+        return call
+    before = tool_pin(tool, arguments, ctx=ctx)
+    return before if asked(resolver, before.key) else call
+
+
 def tool_pin(
     tool: str,
     arguments: Mapping[str, object],
     *,
     deps: object = _UNKEYED,
     ctx: RunContext[Any] | None = None,
+    caller: str | None = None,
 ) -> ToolPin:
     """Key a call of `tool` with `arguments` (by parameter name); a `RunContext` among them is left out of the key.
 
@@ -85,9 +179,12 @@ def tool_pin(
     `RunContext` (`ctx`, or one among the arguments) says about the call itself joins the key (the
     approval rule): an approved call (`tool_call_approved`) and the metadata its approval carried
     (`tool_call_metadata`), so an approved call is never answered by the pin of the unapproved one.
-    A call that is neither approved nor carries metadata keeps the key it always had.
+    A call that is neither approved nor carries metadata keeps the key it always had. `caller` is the digest
+    naming who calls (`caller_of`), which `Pinning` keys by default.
     """
     material: dict[str, JSONValue] = {"tool": walked(tool, at="$.tool"), "args": _arguments(tool, arguments)}
+    if caller is not None:
+        material["caller"] = caller
     if deps is not _UNKEYED:
         try:
             material["deps"] = walked(deps, at="$.deps")
@@ -360,6 +457,7 @@ def pinned_tool(
     *,
     name: str | None = None,
     dedupe_repeats: bool = False,
+    caller: CallerRule = WHOLE_DEPS,
 ) -> Callable[P, Awaitable[Any]]:
     """Wrap a world-reading tool so its result is pinned under its name and arguments (without the `RunContext`).
 
@@ -370,6 +468,8 @@ def pinned_tool(
     on every path. `name` names both the pin and the tool pydantic-ai registers; it defaults to the
     function's name. A call made again with the same arguments in one agent run, after the first
     returned, runs again (the repeat rule); `dedupe_repeats=True` answers it from the first call's pin.
+    Inside an agent run, what identifies the caller joins the key as under `Pinning` (`caller`: the run's
+    deps whole by default, a function drawing an identity from them, or None).
     """
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
@@ -383,8 +483,9 @@ def pinned_tool(
     async def pinned(*args: P.args, **kwargs: P.kwargs) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        call = tool_pin(tool, bound.arguments)
         context = _context_among(bound.arguments)
+        run = context if context is not None else get_current_run_context()
+        call = caller_pin(tool, bound.arguments, None, caller=caller, resolver=resolver, run=run)
 
         async def draw() -> JSONValue:
             watch = CallWatch(context, resolver)

@@ -244,7 +244,8 @@ def rekey_events(
                             kwargs = run.run_kwargs()
                             if deps is not None:
                                 kwargs["deps"] = deps(run)
-                            agent.run_sync(**kwargs)
+                            with run.as_its_caller():
+                                agent.run_sync(**kwargs)
                 if pins.left_over:
                     ledger.abandon(reason="a rekey that did not ask every recorded pin")
                     missing = ", ".join(f"{pin.kind} {pin.key}" for pin in pins.left_over[:5])

@@ -176,7 +176,8 @@ def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun
     if deps is not None:
         kwargs["deps"] = deps(run)
     try:
-        result = agent.run_sync(**kwargs)
+        with run.as_its_caller():
+            result = agent.run_sync(**kwargs)
     except PinMiss as e:
         moved = e.divergence.moved or (e.divergence.kind,)
         return ends("diverged", moved=moved, detail=str(e))
@@ -212,7 +213,8 @@ def ask_recorded_runs(
         kwargs = run.run_kwargs()
         if deps is not None:
             kwargs["deps"] = deps(run)
-        output = output_json(agent.run_sync(**kwargs).output)
+        with run.as_its_caller():
+            output = output_json(agent.run_sync(**kwargs).output)
         if canonical_json(output) != canonical_json(run.output):
             raise AssertionError(
                 f"run {run.run_id} of unit {run.unit_id}: the output moved:\n"

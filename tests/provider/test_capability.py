@@ -13,7 +13,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from anagrapheus import Pinning
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy, pinned_tool
-from anagrapheus.provider.tools import tool_pin
+from anagrapheus.provider.tools import WHOLE_DEPS, caller_of, tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
 from tests.conftest import Scripted
 
@@ -81,6 +81,10 @@ class World:
 TOOLS = ["fleet", "harbours", "quays", "tide", "weather"]
 
 
+def replay_of(store: SQLiteEventStore, types: EventTypeRegistry) -> ReplayPins:
+    return ReplayPins.from_events(store.read(), types)
+
+
 def record(store: SQLiteEventStore, types: EventTypeRegistry, *, streamed: bool = False) -> tuple[str, Scripted]:
     scripted, world = Scripted("scripted-uk"), World()
     ledger = PinLedger(store, types)
@@ -135,13 +139,54 @@ def test_a_new_question_misses_strictly_before_the_model_is_reached(
     assert (scripted.calls, world.calls) == (0, [])
 
 
-def test_tool_keys_leave_deps_out(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+def test_tool_keys_hold_the_caller_so_other_deps_miss_rather_than_read_another_callers_answers(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
     record(store, types)
     scripted, world = Scripted("scripted-uk"), World()
     agent = world.agent(scripted.model, capabilities=[Pinning(ReplayPins.from_events(store.read(), types))])
-    # Other deps, same questions: the tools replay what the recorded run read (deps are not in a tool's key).
-    result = agent.run_sync(PROMPT, deps="Basque")
-    assert "Breton fleet of 3 in Paris" in result.output
+    # Other deps, same questions: the Breton fleet's answers are not the Basque caller's (issue #34).
+    with pytest.raises(PinMiss) as missed:
+        agent.run_sync(PROMPT, deps="Basque")
+    assert world.calls == []
+    assert missed.value.divergence.moved == ("caller",)
+
+
+def test_caller_none_keys_no_caller(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    scripted, world = Scripted("scripted-uk"), World()
+    ledger = PinLedger(store, types)
+    output = world.agent(scripted.model, capabilities=[Pinning(ledger, caller=None)]).run_sync(PROMPT, deps="Breton")
+    ledger.commit()
+    recorded = {e.payload_json()["key"] for e in store.read() if e.type == "pin_promoted"}
+    assert tool_pin("fleet", {"city": "Paris", "boats": 3}).key in recorded
+
+    # Keyed with no caller, the recording answers any deps (the application said callers share the answers).
+    replay = ReplayPins.from_events(store.read(), types)
+    again = World().agent(Scripted("scripted-uk").model, capabilities=[Pinning(replay, caller=None)])
+    assert again.run_sync(PROMPT, deps="Basque").output == output.output
+
+
+def test_a_caller_rule_keys_the_identity_it_draws_from_the_deps(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def fleet_of(deps: str) -> str:
+        return deps.split("/")[0]
+
+    ledger = PinLedger(store, types)
+    agent = World().agent(Scripted("scripted-uk").model, capabilities=[Pinning(ledger, caller=fleet_of)])
+    output = agent.run_sync(PROMPT, deps="Breton/session-1").output
+    ledger.commit()
+
+    # The same caller in another session: the same keys. Another caller: a miss, never the Breton answers.
+    world = World()
+    replayed = world.agent(
+        Scripted("scripted-uk").model, capabilities=[Pinning(replay_of(store, types), caller=fleet_of)]
+    )
+    assert replayed.run_sync(PROMPT, deps="Breton/session-2").output == output
+    with pytest.raises(PinMiss):
+        world.agent(
+            Scripted("scripted-uk").model, capabilities=[Pinning(replay_of(store, types), caller=fleet_of)]
+        ).run_sync(PROMPT, deps="Basque/session-1")
     assert world.calls == []
 
 
@@ -159,7 +204,8 @@ def test_the_capability_keys_as_pinned_model_and_pinned_tool_do(
     ledger = PinLedger(store, types)
     live = Agent(PinnedModel(scripted.model, ledger), deps_type=str, tools=[pinned_tool(ledger, fleet)])
     output = live.run_sync(PROMPT, deps="Breton").output
-    assert tool_pin("fleet", {"city": "Paris", "boats": 3}).key in [pin.key for pin in ledger.pins()]
+    keyed = tool_pin("fleet", {"city": "Paris", "boats": 3}, caller=caller_of("Breton", WHOLE_DEPS))
+    assert keyed.key in [pin.key for pin in ledger.pins()]
     ledger.commit()
 
     replay = ReplayPins.from_events(store.read(), types)

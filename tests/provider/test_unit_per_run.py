@@ -186,8 +186,8 @@ async def test_concurrent_runs_in_one_unit_close_it_once_both_ended(
     first, second = await asyncio.gather(*concurrent)
     assert first.output == second.output
     assert PinLedger(store, types, unit_id="shared").state == "committed"
-    # One key, one draw: the second run's identical calls were answered by the first's pins.
-    assert scripted.calls == 2 and sorted(harbour.calls) == ["tide", "weather"]
+    # Each run asks as a run of its own (issue #34): the second run's identical calls reach the world too.
+    assert scripted.calls == 4 and sorted(harbour.calls) == ["tide", "tide", "weather", "weather"]
 
 
 def test_unitperrun_refuses_a_draw_outside_a_run_and_a_bad_unit_id(

@@ -1,0 +1,135 @@
+"""The caller rule: what identifies a tool call's caller is part of its key, or the call is refused (#34)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from anagrapheus import Pinning
+from anagrapheus.errors import PinMiss, UnkeyedCaller
+from anagrapheus.provider import pinned_tool
+from anagrapheus.provider.tools import tool_pin
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+
+
+@dataclass
+class Bank:
+    """Deps as many applications have them: who calls, and a live handle no key can hold."""
+
+    user: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+BALANCES = {"alice": 1200, "bob": 35}
+
+
+def teller() -> FunctionModel:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returned = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        if returned:
+            return ModelResponse(parts=[TextPart(f"Your balance: {returned[0].content}")])
+        return ModelResponse(parts=[ToolCallPart("balance", {})])
+
+    return FunctionModel(answer, model_name="scripted-teller")
+
+
+def bank_agent(reads: list[str]) -> Agent[Bank, str]:
+    agent = Agent(teller(), deps_type=Bank)
+
+    @agent.tool
+    def balance(ctx: RunContext[Bank]) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read the caller's balance."""
+        reads.append(ctx.deps.user)
+        return f"{BALANCES[ctx.deps.user]} EUR"
+
+    return agent
+
+
+def test_deps_that_cannot_be_keyed_refuse_the_call_before_the_tool_runs(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    reads: list[str] = []
+    ledger = PinLedger(store, types)
+    with pytest.raises(UnkeyedCaller, match=r"tool 'balance' was called with deps of type Bank") as refused:
+        bank_agent(reads).run_sync("Balance?", deps=Bank("alice"), capabilities=[Pinning(ledger)])
+    assert reads == []
+    assert "caller=lambda deps: deps.user_id" in str(refused.value)
+    assert (
+        refused.value.reason
+        == "$: Bank has no JSON form (convert it deliberately first: for a model call, in a CallPolicy)"
+    )
+
+
+def test_a_caller_drawn_from_the_deps_keeps_each_callers_answers_apart_live_and_on_replay(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    reads: list[str] = []
+    ledger = PinLedger(store, types)
+    pinning = Pinning(ledger, caller=lambda bank: bank.user)
+    agent = bank_agent(reads)
+    live = [agent.run_sync("Balance?", deps=Bank(user), capabilities=[pinning]).output for user in ("alice", "bob")]
+    ledger.commit()
+    assert live == ["Your balance: 1200 EUR", "Your balance: 35 EUR"]
+    assert reads == ["alice", "bob"]
+
+    # Bob's run in alice's place: his key is not hers, so a miss rather than her balance.
+    alone = ReplayPins.from_store(store, types)
+    with pytest.raises(PinMiss):
+        agent.run_sync("Balance?", deps=Bank("bob"), capabilities=[Pinning(alone, caller=lambda bank: bank.user)])
+
+    replay = ReplayPins.from_store(store, types)
+    replayed = [
+        agent.run_sync(
+            "Balance?", deps=Bank(user), capabilities=[Pinning(replay, caller=lambda bank: bank.user)]
+        ).output
+        for user in ("alice", "bob")
+    ]
+    assert replayed == live
+    assert reads == ["alice", "bob"]
+
+
+def test_a_recording_made_before_callers_were_keyed_replays_from_its_pins(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # `caller=None` keys as every tool call was keyed before the rule: name and arguments only.
+    reads: list[str] = []
+    ledger = PinLedger(store, types)
+    output = bank_agent(reads).run_sync("Balance?", deps=Bank("alice"), capabilities=[Pinning(ledger, caller=None)])
+    ledger.commit()
+    keys = {e.payload_json()["key"] for e in store.read() if e.type == "pin_promoted"}
+    assert tool_pin("balance", {}).key in keys
+
+    replay = ReplayPins.from_store(store, types)
+    again = bank_agent(reads).run_sync(
+        "Balance?", deps=Bank("alice"), capabilities=[Pinning(replay, caller=lambda bank: bank.user)]
+    )
+    assert again.output == output.output
+    assert reads == ["alice"]
+    assert replay.unused() == {}
+
+
+def test_a_pinned_tool_keys_its_caller_as_the_capability_does(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    reads: list[str] = []
+
+    def balance(ctx: RunContext[str]) -> str:
+        """Read the caller's balance."""
+        reads.append(ctx.deps)
+        return f"{BALANCES[ctx.deps]} EUR"
+
+    ledger = PinLedger(store, types)
+    live = Agent(teller(), deps_type=str, tools=[pinned_tool(ledger, balance)]).run_sync("Balance?", deps="alice")
+    ledger.commit()
+    assert live.output == "Your balance: 1200 EUR"
+
+    replay = ReplayPins.from_store(store, types)
+    replayed = Agent(teller(), deps_type=str, tools=[pinned_tool(replay, balance)])
+    with pytest.raises(PinMiss):
+        replayed.run_sync("Balance?", deps="bob")
+    assert reads == ["alice"]
