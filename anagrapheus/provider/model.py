@@ -21,7 +21,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 
-from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, UsageError
+from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.compat import fill_response_cost
 from anagrapheus.provider.failures import FAILURES, DrawSequence
@@ -31,6 +31,7 @@ from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, Semanti
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.provider.timing import time_from_pins, untime
+from anagrapheus.provider.typed import needs_type, rebuilt, typed
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -126,17 +127,70 @@ def response_raw(response: ModelResponse) -> JSONValue:
 
 
 def response_answer(response: ModelResponse) -> JSONValue:
-    """Return `response` as its pin keeps it: `{"ordered_json": text}`, its JSON in the provider's key order."""
-    return ordered(response_raw(response))
+    """Return `response` as its pin keeps it: `{"ordered_json": text}`, its JSON in the provider's key order.
+
+    Provider details JSON would bring back as something else (a `datetime` stamp, a `Decimal`) are kept with
+    their types too, beside the response (`DETAIL_TYPES`), so the run receives them as the provider gave them.
+    """
+    raw = response_raw(response)
+    kept = _detail_types(response)
+    if kept and isinstance(raw, dict):
+        raw[DETAIL_TYPES] = kept
+    return ordered(raw)
+
+
+DETAIL_TYPES = "$anagrapheus.detail_types"
+"""Where a response's pin keeps the types of its provider details: `{"response" | part index: {name: typed}}`."""
+
+
+def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
+    """The provider details of `response` and of its parts that JSON would not bring back as themselves, typed."""
+    kept: dict[str, JSONValue] = {}
+    holders: list[tuple[str, object]] = [("response", response.provider_details)]
+    holders += [(str(at), getattr(part, "provider_details", None)) for at, part in enumerate(response.parts)]
+    for where, details in holders:
+        if not isinstance(details, dict):
+            continue
+        values = cast(dict[str, object], details)
+        typed_here: dict[str, JSONValue] = {
+            name: typed(value, what=f"the provider details of a response held {name!r}:")
+            for name, value in values.items()
+            if needs_type(value)
+        }
+        if typed_here:
+            kept[where] = cast(JSONValue, typed_here)
+    return kept
 
 
 def response_from_raw(raw: JSONValue) -> ModelResponse:
     """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay."""
-    response = _responses.validate_python(read_ordered(raw))
+    data = read_ordered(raw)
+    kept = data.pop(DETAIL_TYPES, None) if isinstance(data, dict) else None
+    response = _responses.validate_python(data)
+    if isinstance(kept, dict):
+        _retyped(response, cast(dict[str, JSONValue], kept))
     # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.
     response.run_id = None
     response.conversation_id = None
     return response
+
+
+def _retyped(response: ModelResponse, kept: dict[str, JSONValue]) -> None:
+    """Give the provider details of `response` and its parts back the types `_detail_types` kept."""
+    for where, typed_here in kept.items():
+        holder: object = response if where == "response" else _part_at(response, where)
+        details = getattr(holder, "provider_details", None)
+        if not (isinstance(details, dict) and isinstance(typed_here, dict)):
+            raise PinResultError(f"a response pin keeps detail types for {where!r}, which has no provider details")
+        for name, node in typed_here.items():
+            if not isinstance(node, dict):
+                raise PinResultError(f"a response pin keeps {node!r:.200} as the type of detail {name!r}")
+            cast(dict[str, object], details)[name] = rebuilt(node)
+
+
+def _part_at(response: ModelResponse, where: str) -> object:
+    """The part of `response` at index `where`, or None."""
+    return response.parts[int(where)] if where.isdigit() and int(where) < len(response.parts) else None
 
 
 def _usage_from_raw(raw: JSONValue) -> RequestUsage:

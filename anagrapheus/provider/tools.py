@@ -36,6 +36,7 @@ from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
+from anagrapheus.provider.typed import JSON_LEAVES, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
@@ -379,15 +380,16 @@ def needs_tags(value: object) -> bool:
     """Whether `value` is, or holds in a list, tuple or dict, something JSON alone would not bring back as itself.
 
     That is what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image, a message part),
-    and a tuple (JSON has only lists).
+    a tuple (JSON has only lists), and any other value that is not JSON itself (a `datetime`, a `Decimal`,
+    an enum member, a pydantic model, a dataclass): kept with its type, so the run receives it as itself.
     """
-    if isinstance(value, (tuple, ToolReturn, ModelRequest, ModelResponse, *_CONTENT_TYPES)) or _is_request_part(value):
-        return True
-    if isinstance(value, list):
+    if type(value) in JSON_LEAVES:
+        return False
+    if type(value) is list:
         return any(needs_tags(item) for item in cast("list[object]", value))
-    if isinstance(value, dict):
+    if type(value) is dict:
         return any(needs_tags(item) for item in cast("dict[object, object]", value).values())
-    return False
+    return True
 
 
 def _tagged(tool: str, value: object) -> JSONValue:
@@ -414,7 +416,9 @@ def _tagged(tool: str, value: object) -> JSONValue:
 
 
 def _json_leaf(tool: str, value: object) -> JSONValue:
-    """A part of a tagged result that holds no message content, as its JSON."""
+    """A part of a tagged result that holds no message content, as its JSON, with its type where JSON loses it."""
+    if needs_tags(value):
+        return _typed_leaf(tool, value)
     try:
         jsonable: JSONValue = to_jsonable_python(value)
         # Refused as canonical JSON refuses it; kept in its own key order, its floats and strings as they were.
@@ -425,6 +429,11 @@ def _json_leaf(tool: str, value: object) -> JSONValue:
         raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e
 
 
+def _typed_leaf(tool: str, value: object) -> JSONValue:
+    """A value JSON would not bring back as itself, as its JSON and its type; refused if it cannot be rebuilt."""
+    return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned")}
+
+
 def _untagged(node: JSONValue) -> Any:
     """Rebuild what `_tagged` wrote, or raise `PinResultError` for a node it could not have written."""
     if not isinstance(node, dict):
@@ -432,6 +441,8 @@ def _untagged(node: JSONValue) -> Any:
     tag, value = node.get("$t"), node.get("v")
     if tag == "json":
         return value
+    if tag == "typed":
+        return rebuilt(node)
     if tag == "list" and isinstance(value, list):
         return [_untagged(item) for item in value]
     if tag == "tuple" and isinstance(value, list):

@@ -441,7 +441,7 @@ def test_a_tagged_tool_result_is_rebuilt_only_from_what_it_could_have_written() 
     ):
         with pytest.raises(PinResultError):
             tool_result_from_raw(forged)
-    with pytest.raises(PinResultError, match="inside its result"):
+    with pytest.raises(PinResultError, match="returned object, which has no JSON form"):
         tool_result_raw("picture", [BinaryContent(data=PNG, media_type="image/png"), object()])
 
 

@@ -132,18 +132,29 @@ async def test_the_run_context_stays_out_of_the_key_and_rich_arguments_are_keyed
 
 
 @pytest.mark.anyio
-async def test_a_result_that_is_not_json_is_refused_at_draw_time(ledger: PinLedger) -> None:
+async def test_a_result_that_cannot_be_rebuilt_as_itself_is_refused_at_draw_time(ledger: PinLedger) -> None:
+    class Local(BaseModel):  # defined in a function: no replay can find the class again
+        species: str
+
+    def fetch_catch(city: str) -> Local:
+        return Local(species="cod")
+
+    refused = r"tool 'fetch_catch' returned .*Local, which a replay cannot rebuild"
+    with pytest.raises(PinResultError, match=refused) as no:
+        await pinned_tool(ledger, fetch_catch)("Hull")
+    # The message says what to do instead.
+    assert "return its JSON instead (.model_dump(mode='json')" in str(no.value)
+    assert ledger.pins() == []
+
+
+@pytest.mark.anyio
+async def test_a_model_result_is_pinned_with_its_type_and_rebuilt_as_itself(ledger: PinLedger) -> None:
     def fetch_catch(city: str) -> Catch:
         return Catch(species="cod", tonnes=1)
 
-    with pytest.raises(PinResultError, match="tool 'fetch_catch' returned Catch, which is not JSON-shaped") as refused:
-        await pinned_tool(ledger, fetch_catch)("Hull")
-    # The message says what to do instead.
-    assert str(refused.value).endswith(
-        "; a pinned tool must return JSON types (dict, list, str, int, float, bool, None),"
-        " e.g. model.model_dump(mode='json')"
-    )
-    assert ledger.pins() == []
+    pinned = pinned_tool(ledger, fetch_catch)
+    assert await pinned("Hull") == Catch(species="cod", tonnes=1)
+    assert type(await pinned("Hull")) is Catch
 
 
 @pytest.mark.anyio

@@ -1,0 +1,78 @@
+"""Values kept with their types: what JSON would bring back as something else is pinned as its JSON and its class.
+
+A tool returning a `datetime`, a `Decimal`, an enum member, a pydantic model or a dataclass gives pydantic-ai
+that object, and unpinned the run's messages hold it. A pin is JSON, so the value is kept as its JSON and the
+class it validates back into (`module:qualname`), and rebuilt with pydantic on every path: live, the run
+receives the rebuilt value, which the draw checked is equal, of the same class and of the same JSON; so does a
+replay. What cannot be rebuilt so is refused while recording, saying what to do. Rebuilding only looks up
+classes of modules the process imported already: a recording never makes the process import anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, cast
+
+from pydantic import PydanticUserError, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from anagrapheus.errors import CanonicalError, PinResultError
+from anagrapheus.timeline.canonical import JSONValue, canonical_value
+
+__all__ = ["JSON_LEAVES", "needs_type", "rebuilt", "typed"]
+
+JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, type(None))
+"""The classes whose values JSON brings back as themselves (exactly these: a `str` enum is not one)."""
+
+
+def needs_type(value: object) -> bool:
+    """Whether `value` is one value JSON would not bring back as itself: neither a JSON leaf, nor a list or dict."""
+    return type(value) not in JSON_LEAVES and type(value) not in (list, dict)
+
+
+def typed(value: object, *, what: str) -> dict[str, JSONValue]:
+    """`value` as `{"type": "module:qualname", "v": its JSON}`, or `PinResultError` if it cannot be rebuilt as itself.
+
+    `what` begins the error's sentence, saying where the value came from (`tool 'survey' returned`).
+    """
+    kind = type(value)
+    held = kind.__qualname__
+    try:
+        jsonable: JSONValue = to_jsonable_python(value)
+        canonical_value(jsonable)
+    except (CanonicalError, PydanticSerializationError) as e:
+        raise PinResultError(f"{what} {held}, which has no JSON form ({e})") from e
+    node: dict[str, JSONValue] = {"type": f"{kind.__module__}:{held}", "v": jsonable}
+    try:
+        again = rebuilt(node)
+        # Not the same value, or another JSON: the run would receive, or the model be sent, something else on replay.
+        same = type(again) is kind and again == value and to_jsonable_python(again) == jsonable
+        why = "" if same else f"its JSON validates back as {again!r:.200}"
+    except PinResultError as e:
+        why = str(e)
+    if why:
+        raise PinResultError(
+            f"{what} {held}, which a replay cannot rebuild as itself ({why}): return its JSON"
+            " instead (.model_dump(mode='json'), .isoformat(), str(...)), or a type defined at a module's top level"
+            " that validates back from its JSON and compares equal (a pydantic model, a dataclass, an enum, a"
+            " datetime, a Decimal, a UUID)"
+        )
+    return node
+
+
+def rebuilt(node: dict[str, JSONValue]) -> Any:
+    """The value `typed` wrote as `node`, validated by pydantic into its class; `PinResultError` if it cannot be."""
+    named = node.get("type")
+    if not isinstance(named, str):
+        raise PinResultError(f"a typed value names no class: {node!r:.200}")
+    jsonable = node.get("v")
+    module_name, _, qualname = named.partition(":")
+    found: object = sys.modules.get(module_name)
+    for name in qualname.split(".") if found is not None else ():
+        found = getattr(found, name, None)
+    if not isinstance(found, type):
+        raise PinResultError(f"type {named} is not a class of an imported module (import it before replaying)")
+    try:
+        return TypeAdapter(cast(type[Any], found)).validate_python(jsonable)
+    except (ValidationError, PydanticUserError, TypeError, ValueError) as e:
+        raise PinResultError(f"a value of type {named} cannot be rebuilt from {jsonable!r:.200} ({e})") from e

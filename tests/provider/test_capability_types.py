@@ -1,0 +1,156 @@
+"""Values keep their types under `Pinning`, live and on replay (#34): tool returns and provider details."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, AgentRunResult
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from anagrapheus import Pinning
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+
+LANDED = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+
+
+class Species(enum.Enum):
+    COD = "cod"
+    HADDOCK = "haddock"
+
+
+class Landing(BaseModel):
+    species: Species
+    tonnes: Decimal
+    at: datetime
+
+
+@dataclass
+class Quota:
+    species: str
+    share: Decimal
+    until: date
+
+
+RETURNS: dict[str, object] = {
+    "datetime": LANDED,
+    "Decimal": Decimal("12.50"),
+    "UUID": uuid.UUID("019b8d62-7a80-7a89-9391-e2ef91c13afc"),
+    "Enum": Species.HADDOCK,
+    "pydantic model": Landing(species=Species.COD, tonnes=Decimal("3.25"), at=LANDED),
+    "dataclass": Quota("cod", Decimal("0.47"), date(2026, 12, 31)),
+    "list of datetimes": [LANDED, datetime(2026, 1, 6, tzinfo=UTC)],
+    "dict holding a Decimal": {"species": "cod", "tonnes": Decimal("7.5")},
+}
+
+
+class Refused(Exception):
+    """The world was reached during a strict replay."""
+
+
+def run(returned: object, capabilities: list[Any], *, refusing: bool = False) -> tuple[AgentRunResult[str], list[str]]:
+    bodies: list[str] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if refusing:
+            raise Refused("the model was reached")
+        returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        bodies.append(repr([p.model_response_str() for p in returns]))
+        if returns:
+            return ModelResponse(parts=[TextPart(f"noted {returns[0].model_response_str()}")])
+        return ModelResponse(parts=[ToolCallPart("landing", {"port": "Peterhead"})])
+
+    agent = Agent(FunctionModel(answer, model_name="scripted-harbour"), capabilities=capabilities)
+
+    @agent.tool_plain
+    def landing(port: str) -> Any:  # pyright: ignore[reportUnusedFunction]
+        """Read the last landing at a port."""
+        if refusing:
+            raise Refused("the tool was reached")
+        return returned
+
+    return agent.run_sync("What landed?"), bodies
+
+
+def tool_return(result: AgentRunResult[str]) -> ToolReturnPart:
+    return next(p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart))
+
+
+def dumped_return(result: AgentRunResult[str]) -> dict[str, Any]:
+    """The tool return as pydantic-ai dumps it, without its timestamp and call id (pinned, so they differ)."""
+    part = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")[2]["parts"][0]
+    return {name: value for name, value in part.items() if name not in ("timestamp", "tool_call_id")}
+
+
+@pytest.mark.parametrize("returned", list(RETURNS.values()), ids=list(RETURNS))
+def test_a_tool_return_keeps_its_type_pinned_live_and_replayed(
+    returned: object, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    plain, plain_bodies = run(returned, [])
+
+    ledger = PinLedger(store, types)
+    live, live_bodies = run(returned, [Pinning(ledger)])
+    ledger.commit()
+
+    assert type(tool_return(live).content) is type(tool_return(plain).content) is type(returned)
+    assert tool_return(live).content == tool_return(plain).content == returned
+    assert dumped_return(live) == dumped_return(plain)
+    assert live_bodies == plain_bodies
+    assert live.output == plain.output
+
+    replayed, _ = run(returned, [Pinning(ReplayPins.from_store(store, types))], refusing=True)
+    assert type(tool_return(replayed).content) is type(returned)
+    assert tool_return(replayed).content == returned
+    assert ModelMessagesTypeAdapter.dump_json(replayed.all_messages()) == ModelMessagesTypeAdapter.dump_json(
+        live.all_messages()
+    )
+
+
+def stamped(details: dict[str, Any]) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Fisheries hold.")], provider_details=dict(details))
+
+    return answer
+
+
+def test_provider_details_keep_their_types_pinned_live_and_replayed(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    details = {"timestamp": LANDED, "finish_reason": "stop", "cost": Decimal("0.0021")}
+    plain = Agent(FunctionModel(stamped(details), model_name="scripted-details")).run_sync("Hold?")
+
+    ledger = PinLedger(store, types)
+    live = Agent(FunctionModel(stamped(details), model_name="scripted-details"), capabilities=[Pinning(ledger)])
+    pinned = live.run_sync("Hold?")
+    ledger.commit()
+
+    def response_details(result: AgentRunResult[str]) -> dict[str, Any]:
+        response = result.all_messages()[-1]
+        assert isinstance(response, ModelResponse) and response.provider_details is not None
+        return response.provider_details
+
+    assert response_details(pinned) == response_details(plain) == details
+    assert {k: type(v) for k, v in response_details(pinned).items()} == {k: type(v) for k, v in details.items()}
+
+    replay = Agent(FunctionModel(stamped({}), model_name="scripted-details"))
+    again = replay.run_sync("Hold?", capabilities=[Pinning(ReplayPins.from_store(store, types))])
+    assert response_details(again) == details
+    assert {k: type(v) for k, v in response_details(again).items()} == {k: type(v) for k, v in details.items()}
+    assert ModelMessagesTypeAdapter.dump_json(again.all_messages()) == ModelMessagesTypeAdapter.dump_json(
+        pinned.all_messages()
+    )
