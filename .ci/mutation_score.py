@@ -481,15 +481,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "run = None if (run_id is None) and False else self.by_id.get(run_id)",
         "by_id is keyed by run ids, which are text: by_id.get(None) is None, as the short way gives",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_61": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_55": (
         "for slot, at in zip(slots, times, strict=None):",
         "the lengths were compared just before (a pin holding another count is refused): strict never fires",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_64": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_58": (
         "for slot, at in zip(slots, times, ):",
         "the same",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_65": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_59": (
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),

@@ -251,7 +251,9 @@ def cassette_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds
     recorder.register_matcher("exact_body", exact_body)
 
     requests = 2 * len(TURNS)
-    with StubOpenAIServer(max_requests=4 * requests, lifetime=60.0) as server:
+    # Each run asks as a run of its own (issue #34), so the pins hold as many conversations as the timing replays.
+    conversations = 1 + max(1, n // 4) + rounds * n
+    with StubOpenAIServer(max_requests=(2 + conversations) * requests, lifetime=120.0) as server:
 
         def openai_model() -> OpenAIChatModel:
             return OpenAIChatModel(STUB_MODEL, provider=OpenAIProvider(base_url=server.base_url, api_key="x"))
@@ -261,7 +263,9 @@ def cassette_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds
             assert len(cassette) == requests, len(cassette)
         recorded = Pins.open(root / "openai-pins.db")
         ledger = recorded.ledger()
-        assert loop.run_until_complete(conversation(agent_on(PinnedModel(openai_model(), ledger)))) == expected
+        recording = agent_on(PinnedModel(openai_model(), ledger))
+        for _ in range(conversations):
+            assert loop.run_until_complete(conversation(recording)) == expected
         ledger.commit()
         # Both replays below use a model pointing at the stopped server: anything that leaks fails.
         offline = openai_model()
@@ -276,7 +280,10 @@ def cassette_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds
     # what pydantic-ai itself does with an OpenAI response (which the cassette pays as well).
     scripted_pins = Pins.open(root / "scripted-pins.db")
     ledger = scripted_pins.ledger()
-    scripted_outputs = loop.run_until_complete(conversation(agent_on(PinnedModel(bare_model, ledger))))
+    scripted_recording = agent_on(PinnedModel(bare_model, ledger))
+    scripted_outputs = loop.run_until_complete(conversation(scripted_recording))
+    for _ in range(conversations - 1):
+        loop.run_until_complete(conversation(scripted_recording))
     ledger.commit()
     pinned_scripted = agent_on(PinnedModel(FunctionModel(replay_fn, model_name="scripted"), scripted_pins.replay()))
 

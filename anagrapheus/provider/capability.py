@@ -149,7 +149,7 @@ class Pinning(AbstractCapability[Any]):
         with answers_untraced():
             if self._per_run is not None:
                 # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
-                return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_clocks)
+                return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
             return await self._recorded(ctx, handler)
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
@@ -198,6 +198,10 @@ class Pinning(AbstractCapability[Any]):
     def _start_clocks(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number the run among the runs through `resolver`."""
         self._clocks(resolver).start(ctx.run_id)
+
+    def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
+        """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""
+        self._clocks(resolver).start(ctx.run_id, named=False)
 
     def _clocks(self, resolver: PinResolver) -> RunClocks:
         """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
@@ -16,12 +17,14 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CorruptEvent
 from anagrapheus.provider.additions import known_dump
+from anagrapheus.provider.run_clock import RUN_ID
 from anagrapheus.provider.tools import WHOLE_DEPS, CallerRule, asking_as, run_caller
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
     EventTypeRegistry,
     PendingEvent,
+    PinPromoted,
     RunInputs,
     StoredEvent,
 )
@@ -186,6 +189,8 @@ class RecordedRun:
     """Whether the run was started inside another run of the unit (by a delegating tool)."""
     left_out: tuple[str, ...] = ()
     """Inputs left out of the recording for size (`history`, `prompt`): the run cannot be asked again as it was."""
+    named: bool = False
+    """Whether the run's caller named it (`run_id=`) rather than a `Pinning` drawing its id: asked again under it."""
     caller: str | None = None
     """The digest naming the run's caller (`Pinning(caller=...)`) its tool calls were keyed with; None if none."""
 
@@ -198,6 +203,9 @@ class RecordedRun:
         kwargs: dict[str, Any] = {"user_prompt": self.prompt}
         if self.message_history:
             kwargs["message_history"] = self.message_history
+        if self.named:
+            # Placed by its name (see `RunClocks.start`): its times and calls are keyed on it.
+            kwargs["run_id"] = self.run_id
         return kwargs
 
 
@@ -253,11 +261,20 @@ def _unreadable(event: RunInputs, what: str, error: ValidationError, *, seq: int
 def recorded_runs(events: Iterable[StoredEvent], *, unit_id: str | None = None) -> list[RecordedRun]:
     """The runs whose inputs a log or recording holds (a unit's, or all), in the order they ended."""
     runs: list[RecordedRun] = []
+    drawn: set[object] = set()
     for stored in events:
-        if stored.namespace != BUILTIN_NAMESPACE or stored.type != RunInputs.event_type:
+        if stored.namespace != BUILTIN_NAMESPACE:
+            continue
+        if stored.type == PinPromoted.event_type:
+            # The ids a `Pinning` drew for its runs: every other recorded run was named by its caller.
+            pin = stored.payload_json()
+            if pin.get("kind") == RUN_ID:
+                drawn.add(pin.get("raw"))
+            continue
+        if stored.type != RunInputs.event_type:
             continue
         event = _REGISTRY.decode(stored)
         assert isinstance(event, RunInputs)
         if unit_id is None or event.unit_id == unit_id:
             runs.append(_run_of(event, seq=stored.seq))
-    return runs
+    return [dataclasses.replace(run, named=run.run_id not in drawn) for run in runs]

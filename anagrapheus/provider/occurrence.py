@@ -28,7 +28,6 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import cast
 
 from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
@@ -56,8 +55,8 @@ def occurrence_key(key: str, *, kind: str, occurrence: int) -> str:
     return pin_key(kind, {"occurrence_of": key, "occurrence": occurrence})
 
 
-def run_key(key: str, *, kind: str, ordinal: int) -> str:
-    """The key `key` is asked under by the `ordinal`th run of a unit to ask it: `key` itself for the first."""
+def run_key(key: str, *, kind: str, ordinal: int | str) -> str:
+    """The key `key` is asked under by the run at `ordinal` in its unit (its place, or its id): `key` for the first."""
     if ordinal == 0:
         return key
     return pin_key(kind, {"run_of": key, "run": ordinal})
@@ -93,37 +92,30 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
                 runs.append(run_id)
             ordinal = runs.index(run_id)
     own = run_key(key, kind=kind, ordinal=ordinal)
-    if own == key or asked(resolver, own):
+    if asked(resolver, own):
         return own
     return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers)
 
 
 def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, askers: _Askers) -> str:
-    """The key a replay answers a later run's asking from, when its recording holds no pin under the run's own key.
+    """The key a replay answers a run's asking from, when its recording holds no pin under the run's own key.
 
-    A recording made before the rule answered a later run from the first asking's pin: that pin answers, as long as
-    its unit asked it more times than the replay has taken it. A replay of several units at once cannot tell one
-    unit's runs from another's, so their positions: it answers from the first of the runs' keys not yet taken.
+    A recording made before the rule answered a later run from the first asking's pin; runs started at once
+    from threads may start in another order than they were recorded in; a replay of several units at once
+    cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
+    recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if _of_several_units(resolver):
-        for ordinal in range(_SEVERAL_UNITS_RUNS):
-            candidate = run_key(key, kind=kind, ordinal=ordinal)
-            if asked(resolver, candidate) > askers.taken.get(candidate, 0):
-                return candidate
-        return own
-    if asked(resolver, key) > askers.taken.get(key, 0):
-        return key
+    if not callable(getattr(resolver, "asked", None)):
+        return own  # not a replay: no recording to look through
+    for ordinal in range(_RUNS_LOOKED_AT):
+        candidate = run_key(key, kind=kind, ordinal=ordinal)
+        if asked(resolver, candidate) > askers.taken.get(candidate, 0):
+            return candidate
     return own
 
 
-_SEVERAL_UNITS_RUNS = 64
-"""How many runs of one unit asking one key a replay of several units at once looks for."""
-
-
-def _of_several_units(resolver: PinResolver) -> bool:
-    """Whether `resolver` replays the pins of several units at once (a `ReplayPins` says which units it holds)."""
-    units: object = getattr(resolver, "units", None)
-    return isinstance(units, tuple) and len(cast("tuple[object, ...]", units)) > 1
+_RUNS_LOOKED_AT = 64
+"""How many runs' pins of one call a replay looks through for one its run can take."""
 
 
 def _took(resolver: PinResolver, key: str) -> None:

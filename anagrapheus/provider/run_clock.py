@@ -36,7 +36,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, attached, unit_of
+from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, asked, attached, unit_of
 
 __all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks", "run_position"]
 
@@ -53,7 +53,11 @@ RUN_POSITIONS = frozenset({RUN_ID, RUN_CLOCK})
 class _Run:
     """One run through the resolver: its position, and which requests and parts its stamp points have seen."""
 
-    position: int
+    position: int | str
+    """Where the run is among the unit's runs: its start index, or, for a run its caller named, its id."""
+    number: int = 0
+    """The run's start index among the runs through the resolver, which a recording made before named runs were
+    told by their id keyed a named run's times on."""
     started: bool = False
     stamps: int = 0
     # Every request and part seen at a stamp point, by identity (held, so an id is never reused while the run
@@ -75,7 +79,7 @@ class RunClocks:
     """Whether positions are pinned through the resolver; False for a resolver that keeps no clocks (see `of`)."""
     runs: int = 0
     by_id: dict[str, _Run] = field(default_factory=dict[str, _Run])
-    positions: dict[str, int] = field(default_factory=dict[str, int])
+    positions: dict[str, int | str] = field(default_factory=dict[str, int | str])
     """Every run id numbered through the resolver, to its position: a run started again under the same id
     (`agent.run(..., run_id=...)`) resumes that position and is answered from its pins."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -107,30 +111,34 @@ class RunClocks:
         else:
             run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
-            self.by_id[run_id] = _Run(position)
+            self.by_id[run_id] = _Run(position, number=position)
             self.positions.setdefault(run_id, position)
         return run_id
 
-    def start(self, run_id: str | None) -> None:
-        """Number a run that starts: one whose id was drawn keeps its position; one given its id gets the next.
+    def start(self, run_id: str | None, *, named: bool = True) -> None:
+        """Place a run that starts: one whose id was drawn keeps its position; one its caller named is told by its id.
 
-        A run given the id of a run that started through the resolver before, and ended, resumes that run: it
-        takes its position, so what it asks again is answered from that run's pins (its id, times and calls).
+        A run its caller named (`agent.run(..., run_id=...)`) is placed by that id, whenever it starts: runs
+        started at once from threads, each named, keep their own times and calls on replay whatever order they
+        start in. A run given the id of a run that started through the resolver before, and ended, resumes that
+        run: it takes its place, so what it asks again is answered from that run's pins (its id, times and calls).
+        With `named=False` (a run whose id no one chose to name it by) a run not drawn here is numbered where it starts.
         """
         if run_id is None:
             return
         with self.lock:
             run = self.by_id.get(run_id)
             if run is None and run_id in self.positions:
-                run = self.by_id[run_id] = _Run(self.positions[run_id])
+                known = self.positions[run_id]
+                run = self.by_id[run_id] = _Run(known, number=known if isinstance(known, int) else self.runs)
             elif run is None or run.started:
-                # The caller named the run (or named it again while it runs): it is numbered here, where it starts.
-                run = self.by_id[run_id] = _Run(self.runs)
-                self.positions.setdefault(run_id, self.runs)
+                # The caller named the run (or named it again while it runs): it is placed by its id, numbered here.
+                run = self.by_id[run_id] = _Run(run_id if named else self.runs, number=self.runs)
+                self.positions.setdefault(run_id, run.position)
                 self.runs += 1
             run.started = True
 
-    def position_of(self, run_id: str) -> int | None:
+    def position_of(self, run_id: str) -> int | str | None:
         """The position of the running run `run_id` among the runs through the resolver; None if it is not one."""
         run = self.by_id.get(run_id)
         return None if run is None else run.position
@@ -195,7 +203,7 @@ class RunClocks:
         if not slots:
             return
         # The count is keyed: a run whose requests gained other stamps than the recorded one's has moved.
-        key = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.position, "stamp": run.stamps, "slots": len(slots)})
+        key = self._clock_key(resolver, run, len(slots))
         run.stamps += 1
 
         async def stamped() -> JSONValue:
@@ -210,6 +218,16 @@ class RunClocks:
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
             slot.timestamp = at
+
+    def _clock_key(self, resolver: PinResolver, run: _Run, slots: int) -> str:
+        """The key of the run's next stamp point; a named run's, as a recording made before named runs kept it."""
+        key = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.position, "stamp": run.stamps, "slots": slots})
+        if isinstance(run.position, str) and not asked(resolver, key):
+            # Recorded before named runs were placed by their id: its times were keyed on its start index.
+            numbered = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.number, "stamp": run.stamps, "slots": slots})
+            if asked(resolver, numbered):
+                return numbered
+        return key
 
 
 def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:
@@ -279,7 +297,7 @@ _UNATTACHED: weakref.WeakKeyDictionary[object, RunClocks] = weakref.WeakKeyDicti
 _UNATTACHED_LOCK = threading.Lock()
 
 
-def run_position(resolver: PinResolver, run_id: str) -> int | None:
+def run_position(resolver: PinResolver, run_id: str) -> int | str | None:
     """The position of the running run `run_id` among the runs a `Pinning` numbered through `resolver`, if it did."""
     if getattr(resolver, "attachments", None) is not None:
         clocks = RunClocks.of(resolver)

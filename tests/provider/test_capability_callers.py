@@ -77,10 +77,15 @@ def test_a_caller_drawn_from_the_deps_keeps_each_callers_answers_apart_live_and_
     assert live == ["Your balance: 1200 EUR", "Your balance: 35 EUR"]
     assert reads == ["alice", "bob"]
 
-    # Bob's run in alice's place: his key is not hers, so a miss rather than her balance.
+    # Bob's run in alice's place: his calls are keyed as his, so he is told his own balance, never hers.
     alone = ReplayPins.from_store(store, types)
+    bob_first = agent.run_sync(
+        "Balance?", deps=Bank("bob"), capabilities=[Pinning(alone, caller=lambda bank: bank.user)]
+    )
+    assert bob_first.output == "Your balance: 35 EUR"
+    # And a caller the recording never served is a miss.
     with pytest.raises(PinMiss):
-        agent.run_sync("Balance?", deps=Bank("bob"), capabilities=[Pinning(alone, caller=lambda bank: bank.user)])
+        agent.run_sync("Balance?", deps=Bank("carol"), capabilities=[Pinning(alone, caller=lambda bank: bank.user)])
 
     replay = ReplayPins.from_store(store, types)
     replayed = [

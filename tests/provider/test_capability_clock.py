@@ -234,13 +234,13 @@ def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
     # Literal key material: a recording written today is keyed so, and must replay under later versions.
     ledger = PinLedger(store, types, unit_id="talks")
     pinning = Pinning(ledger)
-    for run_id in (None, None, "chat-7"):  # the third is named by the caller: numbered where it starts
+    for run_id in (None, None, "chat-7"):  # the third is named by the caller: placed by its id
         agent(pinning).run_sync(PROMPT, run_id=run_id)
     # The fourth ends on an output tool: a third stamp point, at the end of the run.
     Agent(Scripted("scripted-uk").model, tools=[fleet], output_type=Verdict, capabilities=[pinning]).run_sync(PROMPT)
     positions = [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
     # A stamp point before each model request.
-    clock = [(run, stamp) for run in (0, 1, 2) for stamp in (0, 1)] + [(3, 0), (3, 1), (3, 2)]
+    clock = [(run, stamp) for run in (0, 1, "chat-7") for stamp in (0, 1)] + [(3, 0), (3, 1), (3, 2)]
     expected = [
         *[(RUN_ID, {"unit": "talks", "run": run}) for run in (0, 1, 3)],
         *[(RUN_CLOCK, {"unit": "talks", "run": run, "stamp": stamp}) for run, stamp in clock],

@@ -9,7 +9,9 @@ types. The replay must reach nothing and give back the live runs' messages byte 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,3 +287,87 @@ def test_a_replay_answers_as_many_runs_as_its_recording_holds(
     agent = Agent(World(refusing=True).model(lambda _: ToolCallPart("order_crate", {"item": "crate"})))
     with pytest.raises(PinMiss):
         agent.run_sync("Order a crate", capabilities=[Pinning(replay)])
+
+
+# --- runs started from threads ----------------------------------------------------------------------------------------
+
+PORTS = ("Brest", "Hull", "Vigo", "Bergen")
+
+
+def port_agent(world: World, capabilities: Sequence[Any]) -> Agent[None, str]:
+    agent = Agent(world.model(lambda sample: ToolCallPart("log_catch", {"species": sample.split("#")[0], "tonnes": 3})))
+    agent.tool_plain(world.log_catch)
+    agent_capabilities = list(capabilities)
+
+    def run(port: str, run_id: str | None) -> AgentRunResult[str]:
+        return agent.run_sync(f"Log the catch at {port}", capabilities=agent_capabilities, run_id=run_id)
+
+    agent.run_port = run  # type: ignore[attr-defined]
+    return agent
+
+
+def in_threads(world: World, capabilities: Sequence[Any], order: Sequence[str], *, named: bool) -> dict[str, bytes]:
+    """Each port's run in a thread of its own, started in `order` one after another; its messages by port."""
+    agent = port_agent(world, capabilities)
+    dumped: dict[str, bytes] = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for port in order:
+            run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"harbour:{port}")) if named else None
+            result = pool.submit(agent.run_port, port, run_id).result()  # type: ignore[attr-defined]
+            dumped[port] = ModelMessagesTypeAdapter.dump_json(result.all_messages())
+    return dumped
+
+
+def outputs_in_threads(world: World, capabilities: Sequence[Any]) -> dict[str, str]:
+    """Every port's run in threads at once; the output by port."""
+    agent = port_agent(world, capabilities)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {port: pool.submit(agent.run_port, port, None) for port in PORTS}  # type: ignore[attr-defined]
+        return {port: future.result().output for port, future in futures.items()}
+
+
+def test_runs_started_at_once_from_threads_each_draw_their_own_and_replay_in_any_order(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = World()
+    plain = outputs_in_threads(unpinned, [])
+
+    pinned = World()
+    ledger = PinLedger(store, types)
+    live = outputs_in_threads(pinned, [Pinning(ledger)])
+    ledger.commit()
+    assert sorted(pinned.effects) == sorted(unpinned.effects)
+    assert len([e for e in pinned.effects if e.startswith("catch")]) == 4
+    assert set(live) == set(plain) == set(PORTS)
+
+    # Started in another order than they were recorded in, each run is answered from its own pins.
+    replayed = World(refusing=True)
+    replay = ReplayPins.from_store(store, types)
+    assert outputs_in_threads(replayed, [Pinning(replay)]) == live
+    assert replayed.effects == [] and replay.unused() == {}
+
+
+def test_runs_named_by_their_caller_replay_byte_for_byte_whatever_order_their_threads_start_in(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = in_threads(World(), [Pinning(ledger)], PORTS, named=True)
+    ledger.commit()
+
+    replayed = World(refusing=True)
+    again = in_threads(replayed, [Pinning(ReplayPins.from_store(store, types))], PORTS[::-1], named=True)
+    assert replayed.effects == []
+    assert again == live
+
+
+def test_runs_not_named_are_placed_by_the_order_they_start_in(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # What naming them buys: unnamed, a run started in another place takes that place's id and times.
+    ledger = PinLedger(store, types)
+    live = in_threads(World(), [Pinning(ledger)], PORTS, named=False)
+    ledger.commit()
+
+    again = in_threads(World(refusing=True), [Pinning(ReplayPins.from_store(store, types))], PORTS[::-1], named=False)
+    assert again != live
+    assert in_threads(World(refusing=True), [Pinning(ReplayPins.from_store(store, types))], PORTS, named=False) == live

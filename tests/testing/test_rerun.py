@@ -41,6 +41,23 @@ def test_the_same_agent_reruns_the_same_without_reaching_the_world(production: P
     assert len(rerun_agents.WORLD) == reached
 
 
+def test_runs_named_by_their_caller_rerun_under_their_names_without_reaching_the_world(tmp_path: Path) -> None:
+    # Named runs are placed by their names (issue #34): a re-run asks each again under its recorded name.
+    log = tmp_path / "named.db"
+    with SQLiteEventStore(log) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="support-named")
+        with every_agent_run(Pinning(ledger)):
+            first = rerun_agents.support.run_sync("Where is my parcel?", deps="ann", run_id="ticket-1")
+            rerun_agents.support.run_sync(
+                "And tomorrow?", message_history=first.all_messages(), deps="ann", run_id="ticket-2"
+            )
+        ledger.commit()
+    reached = len(rerun_agents.WORLD)
+    outcomes = rerun(log, rerun_agents.support)
+    assert [(outcome.status, outcome.run_id) for outcome in outcomes] == [("same", "ticket-1"), ("same", "ticket-2")]
+    assert len(rerun_agents.WORLD) == reached
+
+
 def test_a_changed_prompt_diverges_naming_what_moved(production: Path) -> None:
     outcomes = rerun(production, rerun_agents.reworded)
     assert outcomes[0].status == "diverged"
