@@ -59,14 +59,16 @@ def run_key(key: str, *, kind: str, ordinal: int | str) -> str:
     """The key `key` is asked under by the run at `ordinal` in its unit (its place, or its id): `key` for the first."""
     if ordinal == 0:
         return key
-    return pin_key(kind, {"run_of": key, "run": ordinal})
+    # Already canonical (a key and a count or run id, ASCII): written without the material walk, the same key.
+    return pin_key(kind, {"run_of": key, "run": ordinal}, normalised=True)
 
 
 @dataclass(slots=True)
 class _Askers:
     """Per resolver: which runs asked each key, in the order they first asked it, and how often a replay took it."""
 
-    runs: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    runs: dict[str, dict[str, int]] = field(default_factory=dict[str, dict[str, int]])
+    """Per key, each run that asked it (by id) to its place among them, in the order they first asked."""
     taken: dict[str, int] = field(default_factory=dict[str, int])
 
 
@@ -85,12 +87,10 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
-    with _lock:
-        if ordinal is None:
-            runs = askers.runs.setdefault(key, [])
-            if run_id not in runs:
-                runs.append(run_id)
-            ordinal = runs.index(run_id)
+    if ordinal is None:
+        with _lock:
+            runs = askers.runs.setdefault(key, {})
+            ordinal = runs.setdefault(run_id, len(runs))
     own = run_key(key, kind=kind, ordinal=ordinal)
     if asked(resolver, own):
         return own

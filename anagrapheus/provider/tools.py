@@ -159,8 +159,8 @@ def caller_pin(
     if named is None:
         return tool_pin(tool, arguments, ctx=ctx)
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
-    if asked(resolver, call.key):
-        return call
+    if not callable(getattr(resolver, "asked", None)) or asked(resolver, call.key):
+        return call  # a live resolver, or a recording keyed with the caller
     before = tool_pin(tool, arguments, ctx=ctx)
     return before if asked(resolver, before.key) else call
 

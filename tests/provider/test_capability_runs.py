@@ -69,17 +69,21 @@ class World:
 
         return FunctionModel(answer, model_name="scripted-clerk")
 
+    def count(self, what: str) -> int:
+        """How many effects of one kind (`sms`, `order`, `catch`) the world has seen."""
+        return sum(effect.startswith(what) for effect in self.effects)
+
     # The tools, each with a side effect or a reading that changes as the world moves.
 
     def send_sms(self, to: str, text: str) -> str:
         """Send a text message."""
         self.reach(f"sms to {to}: {text}")
-        return f"sms #{sum(e.startswith('sms') for e in self.effects)} sent to {to}"
+        return f"sms #{self.count('sms')} sent to {to}"
 
     def order_crate(self, item: str) -> str:
         """Order a crate of an item."""
         self.reach(f"order {item}")
-        return f"order #{sum(e.startswith('order') for e in self.effects)} placed"
+        return f"order #{self.count('order')} placed"
 
     def job_status(self, job: str) -> str:
         """Poll a background job."""
@@ -90,7 +94,7 @@ class World:
     def log_catch(self, species: str, tonnes: int) -> str:
         """Log a catch in the register."""
         self.reach(f"catch {species} {tonnes}")
-        return f"entry #{sum(e.startswith('catch') for e in self.effects)}"
+        return f"entry #{self.count('catch')}"
 
     def cast_vote(self, choice: str) -> str:
         """Cast a vote."""
