@@ -165,7 +165,9 @@ def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
 def response_from_raw(raw: JSONValue) -> ModelResponse:
     """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay."""
     data = read_ordered(raw)
-    kept = data.pop(DETAIL_TYPES, None) if isinstance(data, dict) else None
+    kept = data.get(DETAIL_TYPES) if isinstance(data, dict) else None
+    if kept is not None and isinstance(data, dict):
+        data = {name: value for name, value in data.items() if name != DETAIL_TYPES}
     response = _responses.validate_python(data)
     if isinstance(kept, dict):
         _retyped(response, cast(dict[str, JSONValue], kept))

@@ -35,7 +35,7 @@ from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[
 from anagrapheus.provider.run_clock import run_position
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import pin_key
-from anagrapheus.timeline.resolver import Attachment, PinResolver, asked, attached
+from anagrapheus.timeline.resolver import Attachment, PinResolver, asked, attached, replays
 
 __all__ = ["Asking", "ask", "run_key", "twin_key"]
 
@@ -75,8 +75,11 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object], run_id: str) -> str:
-    """`key` as the run `run_id` asks it: the first run keeps it, each later run has its own (the run rule)."""
+def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> str:
+    """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule)."""
+    run_id = run.run_id
+    if run_id is None:
+        return key
     server = run_server(resolver)
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
@@ -105,8 +108,8 @@ def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, as
     cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
     recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if not callable(getattr(resolver, "asked", None)):
-        return own  # not a replay: no recording to look through
+    if not replays(resolver):
+        return own  # no recording to look through
     for ordinal in range(_RUNS_LOOKED_AT):
         candidate = run_key(key, kind=kind, ordinal=ordinal)
         if asked(resolver, candidate) > askers.taken.get(candidate, 0):
@@ -181,8 +184,7 @@ def ask(
     usage: object = getattr(run, "usage", None)
     if not per_run or run is None or usage is None:
         return Asking(key, key, 1, None, None)
-    if run.run_id is not None:
-        key = _run_own(key, kind=kind, resolver=resolver, run=run, run_id=run.run_id)
+    key = _run_own(key, kind=kind, resolver=resolver, run=run)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:

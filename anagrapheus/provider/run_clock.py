@@ -221,10 +221,14 @@ class RunClocks:
 
     def _clock_key(self, resolver: PinResolver, run: _Run, slots: int) -> str:
         """The key of the run's next stamp point; a named run's, as a recording made before named runs kept it."""
-        key = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.position, "stamp": run.stamps, "slots": slots})
+
+        def at(place: int | str) -> str:
+            return pin_key(RUN_CLOCK, {"unit": self.unit, "run": place, "stamp": run.stamps, "slots": slots})
+
+        key = at(run.position)
         if isinstance(run.position, str) and not asked(resolver, key):
             # Recorded before named runs were placed by their id: its times were keyed on its start index.
-            numbered = pin_key(RUN_CLOCK, {"unit": self.unit, "run": run.number, "stamp": run.stamps, "slots": slots})
+            numbered = at(run.number)
             if asked(resolver, numbered):
                 return numbered
         return key

@@ -36,11 +36,11 @@ from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.typed import JSON_LEAVES, rebuilt, typed
+from anagrapheus.provider.typed import needs_type, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import PinResolver, answered_within, asked
+from anagrapheus.timeline.resolver import PinResolver, answered_within, asked, replays
 
 __all__ = [
     "CALLER",
@@ -113,13 +113,18 @@ def caller_of(deps: object, caller: CallerRule) -> str | None:
     return pin_key(CALLER, identity)
 
 
+def _keyed_caller(deps: object, caller: CallerRule) -> str | None:
+    """The caller a run with `deps` keys its tool calls as: `caller_of`, else the recorded caller it is asked as."""
+    named = caller_of(deps, caller)
+    return _ASKING_AS.get() if named is None and caller is not None else named
+
+
 def run_caller(deps: object, caller: CallerRule) -> str | None:
     """The caller a run with `deps` is keyed as, for its recorded inputs: None where none is, or it cannot be keyed."""
     try:
-        named = caller_of(deps, caller)
+        return _keyed_caller(deps, caller)
     except CanonicalError:
         return None  # its first tool call is refused, saying why
-    return _ASKING_AS.get() if named is None and caller is not None else named
 
 
 @contextmanager
@@ -151,15 +156,13 @@ def caller_pin(
     """
     deps: object = getattr(run if run is not None else ctx, "deps", None)
     try:
-        named = caller_of(deps, caller)
+        named = _keyed_caller(deps, caller)
     except CanonicalError as e:
         raise UnkeyedCaller(tool, deps_type=type(deps).__qualname__, reason=f"{e.path}: {e.reason}") from e
-    if named is None and caller is not None:
-        named = _ASKING_AS.get()
     if named is None:
         return tool_pin(tool, arguments, ctx=ctx)
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
-    if not callable(getattr(resolver, "asked", None)) or asked(resolver, call.key):
+    if not replays(resolver) or asked(resolver, call.key):
         return call  # a live resolver, or a recording keyed with the caller
     before = tool_pin(tool, arguments, ctx=ctx)
     return before if asked(resolver, before.key) else call
@@ -383,13 +386,11 @@ def needs_tags(value: object) -> bool:
     a tuple (JSON has only lists), and any other value that is not JSON itself (a `datetime`, a `Decimal`,
     an enum member, a pydantic model, a dataclass): kept with its type, so the run receives it as itself.
     """
-    if type(value) in JSON_LEAVES:
-        return False
     if type(value) is list:
         return any(needs_tags(item) for item in cast("list[object]", value))
     if type(value) is dict:
         return any(needs_tags(item) for item in cast("dict[object, object]", value).values())
-    return True
+    return needs_type(value)
 
 
 def _tagged(tool: str, value: object) -> JSONValue:

@@ -19,15 +19,15 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value
 
-__all__ = ["JSON_LEAVES", "needs_type", "rebuilt", "typed"]
+__all__ = ["needs_type", "rebuilt", "typed"]
 
-JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, type(None))
+_JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, type(None))
 """The classes whose values JSON brings back as themselves (exactly these: a `str` enum is not one)."""
 
 
 def needs_type(value: object) -> bool:
     """Whether `value` is one value JSON would not bring back as itself: neither a JSON leaf, nor a list or dict."""
-    return type(value) not in JSON_LEAVES and type(value) not in (list, dict)
+    return type(value) not in _JSON_LEAVES and type(value) not in (list, dict)
 
 
 def typed(value: object, *, what: str) -> dict[str, JSONValue]:

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import PendingEvent
@@ -26,6 +26,7 @@ __all__ = [
     "draws_into",
     "draws_live",
     "note_event",
+    "replays",
     "unit_of",
 ]
 
@@ -259,11 +260,15 @@ def answering_position(resolver: PinResolver, key: str) -> PinResolver | None:
     return resolver if said is None else cast("PinResolver | None", said(key))
 
 
+def replays(resolver: PinResolver) -> bool:
+    """Whether `resolver` replays a recording: it says how many times the recording asked for a key (`asked`)."""
+    # Not a method of the protocol: a resolver of the application's own may use the name for something else.
+    return callable(getattr(resolver, "asked", None))
+
+
 def asked(resolver: PinResolver, key: str) -> int:
     """How many times the recording `resolver` replays asked for `key`; 0 without a pin of it or a recording."""
-    said = getattr(resolver, "asked", None)
-    # Not a method of the protocol: a resolver of the application's own may use the name for something else.
-    return cast(int, said(key)) if callable(said) else 0
+    return cast(int, cast(Any, resolver).asked(key)) if replays(resolver) else 0
 
 
 def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:
