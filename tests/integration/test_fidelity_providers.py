@@ -17,6 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -337,3 +338,33 @@ def test_a_fallback_over_real_providers_falls_back_on_replay_as_it_did_live(
     assert ran.sent_live == ran.sent_unpinned
     assert ran.replayed.runs == ran.live.runs
     assert '"failed_attempts":[{' in ran.live.runs[0]["messages"]
+
+
+def test_a_real_providers_datetime_detail_keeps_its_type_pinned_live_and_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenAIChatModel gives `provider_details['timestamp']` as a datetime; under Pinning it stays one (issue #34).
+    def details(resolver: PinResolver | None, url: str) -> dict[str, Any]:
+        model = build("chat", url)
+        agent = Agent(model, capabilities=[] if resolver is None else [Pinning(resolver)])
+        got: dict[str, Any] = {}
+
+        async def run() -> None:
+            response = (await agent.run("Hold?")).all_messages()[-1]
+            got.update(getattr(response, "provider_details", None) or {})
+
+        asyncio.run(closing(model, run()))
+        return got
+
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
+    with StubProvider([Turn(text="Fisheries hold.")] * 2) as server, SQLiteEventStore(tmp_path / "p.db") as store:
+        plain = details(None, server.url)
+        ledger = PinLedger(store, EventTypeRegistry())
+        live = details(ledger, server.url)
+        ledger.commit()
+        replay = ReplayPins.from_store(store, EventTypeRegistry())
+    replayed = details(replay, "http://127.0.0.1:9")
+
+    assert isinstance(plain["timestamp"], datetime)
+    assert live == replayed == plain
+    assert [type(d["timestamp"]) for d in (live, replayed)] == [datetime, datetime]
