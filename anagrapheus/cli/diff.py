@@ -11,7 +11,7 @@ from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.provider.capability import ATTEMPT_TIMES
-from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE
 from anagrapheus.testing.compare import comparable, first_difference
 from anagrapheus.timeline import JSONValue, PinPromoted, canonical_json, moved_fields
 from anagrapheus.timeline.ordered import read_ordered
@@ -48,6 +48,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
     """Each unit's pins in draw order, units in the order they first appear."""
     units: dict[str, list[_Pin]] = {}
+    places: dict[str, int] = {}
     for index, event in source.decoded(event_types(args.events), upcasts_of(args.upcasts)):
         if not isinstance(event, PinPromoted):
             continue
@@ -55,11 +56,19 @@ def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
         # An answer pinned as ordered text is compared by what it says.
         raw: JSONValue = read_ordered(event.raw)  # pyright: ignore[reportArgumentType]
         compared: JSONValue = _shape(raw) if event.kind in _VOLATILE_KINDS else comparable(raw)
+        key = event.key
+        if event.kind == RUN_PLACE:
+            # Keyed on a digest of the run's inputs, which names the runs its history came from by their ids: two
+            # recordings of one unchanged agent place their runs alike, in order, at the same numbered places.
+            places[event.unit_id] = places.get(event.unit_id, 0) + 1
+            key = f"{RUN_PLACE} #{places[event.unit_id]}"
+            at_place = raw.get("run") if isinstance(raw, dict) else None
+            compared = at_place if type(at_place) is int else _shape(at_place)
         pins.append(
             _Pin(
                 position=len(pins) + 1,
                 at=source.where(index),
-                key=event.key,
+                key=key,
                 kind=event.kind,
                 compared=compared,
                 compared_text=canonical_json(compared),

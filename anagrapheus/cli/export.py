@@ -21,9 +21,9 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
-from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_POSITIONS
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
 from anagrapheus.timeline import PinPromoted, RecordingHeader, SecretPolicy, StoredEvent, write_recording
-from anagrapheus.timeline.canonical import canonical_json, pin_key
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["COMMAND", "run"]
@@ -262,13 +262,14 @@ def aliased(events: list[StoredEvent], unit: str, alias: str) -> list[StoredEven
     """`events` of `unit` as those of `alias`: their ids, and the keys of the pins keyed on the unit's positions."""
     runs = sum(1 for event in events if event.type == PinPromoted.event_type and _payload(event).get("kind") == RUN_ID)
     stamps = sum(1 for event in events if _payload(event).get("kind") == RUN_CLOCK)
+    named = _named_positions(events)
     renamed: list[StoredEvent] = []
     for event in events:
         payload = _payload(event)
         if payload.get("unit_id") == unit:
             payload["unit_id"] = alias
         if event.type == PinPromoted.event_type and payload.get("kind") in RUN_POSITIONS:
-            payload["key"] = _position_key(payload, unit, alias, runs=runs, stamps=stamps)
+            payload["key"] = _position_key(payload, unit, alias, runs=runs, stamps=stamps, named=named)
         renamed.append(
             dataclasses.replace(
                 event,
@@ -279,26 +280,46 @@ def aliased(events: list[StoredEvent], unit: str, alias: str) -> list[StoredEven
     return renamed
 
 
+def _named_positions(events: list[StoredEvent]) -> list[str]:
+    """The positions of a unit's runs that are not numbers: the ids of runs their callers named, runs placed apart."""
+    found: dict[str, None] = {}
+    for event in events:
+        payload = _payload(event)
+        if event.type == RunInputs.event_type and isinstance(run_id := payload.get("run_id"), str):
+            found[run_id] = None
+        raw: object = payload.get("raw")
+        if payload.get("kind") == RUN_PLACE and isinstance(raw, dict):
+            position = cast(dict[str, object], raw).get("run")
+            if isinstance(position, str):
+                found[position] = None
+    return list(found)
+
+
 def _payload(event: StoredEvent) -> dict[str, Any]:
     payload: object = json.loads(event.payload)
     return cast(dict[str, Any], payload) if isinstance(payload, dict) else {}
 
 
-def _position_key(payload: dict[str, Any], unit: str, alias: str, *, runs: int, stamps: int) -> str:
-    """The key of a pin keyed on a position in `unit` (a run's id or clock), keyed on the same position in `alias`.
+def _position_key(payload: dict[str, Any], unit: str, alias: str, *, runs: int, stamps: int, named: list[str]) -> str:
+    """The key of a pin keyed on a position in `unit` (a run's id, clock or place), keyed on the same one in `alias`.
 
-    The position is not stored, only its digest: it is found among the positions the unit's pins can hold.
+    The position is not stored, only its digest: it is found among the positions the unit's pins can hold. A
+    place says what it is keyed on besides the unit.
     """
     key, kind = str(payload.get("key")), payload.get("kind")
     raw: object = payload.get("raw")
+    if kind == RUN_PLACE:
+        placed = placed_as(cast(JSONValue, raw))
+        if placed is not None and place_key(unit, *placed) == key:
+            return place_key(alias, *placed)
+        raise BadInput(f"a {kind} pin of unit {alias} is keyed on no place it says it holds", path=alias)
+    positions: list[int | str] = [*range(runs + 1), *named]
     candidates: list[dict[str, Any]]
     if kind == RUN_ID:
-        candidates = [{"run": run} for run in range(runs + 1)]
+        candidates = [{"run": run} for run in positions]
     else:
         slots = len(json.loads(raw)) if isinstance(raw, str) else len(cast(list[Any], raw or []))
-        candidates = [
-            {"run": run, "stamp": stamp, "slots": slots} for run in range(runs + 1) for stamp in range(stamps + 1)
-        ]
+        candidates = [{"run": run, "stamp": stamp, "slots": slots} for run in positions for stamp in range(stamps + 1)]
     for position in candidates:
         if pin_key(str(kind), {"unit": unit, **position}) == key:
             return pin_key(str(kind), {"unit": alias, **position})

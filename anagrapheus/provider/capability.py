@@ -30,7 +30,7 @@ from anagrapheus.provider.compat import (
 )
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
-from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder
+from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, place_of
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
@@ -176,13 +176,26 @@ class Pinning(AbstractCapability[Any]):
             return await handler()
 
     def get_default_run_id(self) -> str | None:
-        """The run's id, pinned at its position among the runs through the resolver."""
+        """The run's id, pinned at its position among the runs through the resolver: where it starts."""
+        return self._draw_run_id(None)
+
+    async def _get_default_run_id_for_inputs(self, get_inputs: Callable[[], Mapping[str, Any]]) -> str | None:
+        """The run's id, pinned where its inputs place it among the runs: `compat.RUN_INPUTS_HOOK`, from 2.78 on."""
+        if type(self).get_default_run_id is not Pinning.get_default_run_id:
+            return self.get_default_run_id()  # a subclass's own id, as pydantic-ai's capabilities keep theirs
+        inputs = get_inputs()
+        return self._draw_run_id(
+            place_of(inputs.get("prompt"), inputs.get("messages") or (), inputs.get("deps"), self.caller)
+        )
+
+    def _draw_run_id(self, place: str | None) -> str | None:
+        """The run's id drawn through the resolver; `place` digests its inputs, when known before it starts."""
         if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
         # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
         with answers_untraced():
-            return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id)
+            return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
@@ -196,8 +209,11 @@ class Pinning(AbstractCapability[Any]):
         return self
 
     def _start_clocks(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
-        """Number the run among the runs through `resolver`."""
-        self._clocks(resolver).start(ctx.run_id)
+        """Number the run among the runs through `resolver`; pin where it was placed, if its id said nothing of it."""
+        clocks = self._clocks(resolver)
+        clocks.start(ctx.run_id)
+        with answers_untraced():
+            clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""

@@ -18,16 +18,28 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool
 
 __all__ = [
     "CATEGORIZED_HTTP_ERROR",
+    "RUN_INPUTS_HOOK",
     "allow_at_run_time",
     "fallback_with_models",
     "fill_response_cost",
     "in_replay_scope",
     "is_mcp_toolset",
+    "says_run_inputs_before_its_id",
     "tool_function",
 ]
 
 CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
 """What an HTTP error of a category (`ModelUnavailableError` with a status, say) pickles to: its rebuild recipe."""
+
+
+RUN_INPUTS_HOOK = "_get_default_run_id_for_inputs"
+"""The capability hook pydantic-ai 2.78 asks a run's default id through, handing it the run's inputs (`Pinning`
+overrides it by this name); before 2.78, `get_default_run_id` is asked with nothing."""
+
+
+def says_run_inputs_before_its_id() -> bool:
+    """Whether this pydantic-ai hands a capability the run's inputs when it asks for the run's id (2.78 on)."""
+    return callable(getattr(AbstractCapability, RUN_INPUTS_HOOK, None))
 
 
 def allow_at_run_time(capability: type[AbstractCapability[Any]]) -> None:

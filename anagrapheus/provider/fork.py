@@ -14,7 +14,7 @@ from anagrapheus.provider.capability import Pinning
 from anagrapheus.provider.every_run import every_agent_run
 from anagrapheus.provider.inputs import RecordedRun, recorded_runs
 from anagrapheus.provider.policy import MODEL_CALL
-from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_POSITIONS
+from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent, UnitForked
 from anagrapheus.timeline.pins import PinLedger
@@ -64,6 +64,14 @@ class ForkPins(DelegatingResolver):
         self._positions = _position_keys(
             origin, runs=len(recorded_runs(events, unit_id=origin)), turns=len(self._turn_keys)
         )
+        # Each place the origin's runs were pinned at under their inputs, keyed as this resolver's runs ask it.
+        self._places = {
+            place_key(None, *placed): pin.key
+            for stored in events
+            if stored.type == PinPromoted.event_type and stored.namespace == BUILTIN_NAMESPACE
+            for pin in (PinPromoted.read(stored, registry),)
+            if pin.unit_id == origin and pin.kind == RUN_PLACE and (placed := placed_as(pin.raw)) is not None
+        }
         self._after_pins = after_pins
         self._after_turns = after_turns
         self.replayed = 0
@@ -83,6 +91,10 @@ class ForkPins(DelegatingResolver):
         return f"after {self._after_pins} pin(s)" if self._after_turns is None else f"after turn {self._after_turns}"
 
     def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+        if kind == RUN_PLACE and key not in self._places:
+            # A place the origin never pinned (it was recorded before runs were placed by their inputs): drawn into
+            # the new unit, and not counted, so a fork point counts the pins it always counted.
+            return self.into, key
         by_pins = self._after_pins is not None and self.replayed >= self._after_pins
         by_turns = kind == MODEL_CALL and self._after_turns is not None and self._turns >= self._after_turns
         if by_pins or by_turns:
@@ -90,7 +102,9 @@ class ForkPins(DelegatingResolver):
         if self.live:
             return self.into, key
         self.replayed += 1
-        if kind in RUN_POSITIONS:
+        if kind == RUN_PLACE:
+            key = self._places[key]
+        elif kind in RUN_POSITIONS:
             # Keyed on a position in the unit: this resolver's runs are keyed with no unit, the origin's with its id.
             key = self._positions.get(key, key)
         if kind == MODEL_CALL:

@@ -17,9 +17,9 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CorruptEvent
 from anagrapheus.provider.additions import known_dump
-from anagrapheus.provider.run_clock import RUN_ID
+from anagrapheus.provider.run_clock import RUN_ID, RUN_PLACE
 from anagrapheus.provider.tools import WHOLE_DEPS, CallerRule, asking_as, run_caller
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import CanonicalError, JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
     EventTypeRegistry,
@@ -30,7 +30,15 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.resolver import PinResolver, draws_into, note_event, unit_of
 
-__all__ = ["INPUTS_FORMAT", "INPUTS_LIMIT", "InputsRecorder", "RecordedRun", "output_json", "recorded_runs"]
+__all__ = [
+    "INPUTS_FORMAT",
+    "INPUTS_LIMIT",
+    "InputsRecorder",
+    "RecordedRun",
+    "output_json",
+    "place_of",
+    "recorded_runs",
+]
 
 INPUTS_FORMAT = 1
 """The version of the `inputs` shape this module writes and reads."""
@@ -51,6 +59,28 @@ def output_json(value: object) -> JSONValue:
         return cast(JSONValue, to_jsonable_python(value))
     except (PydanticSerializationError, TypeError, ValueError):
         return {"unserialisable": repr(value)[:200]}
+
+
+def place_of(
+    prompt: str | Sequence[UserContent] | None, history: Sequence[ModelMessage], deps: object, caller: CallerRule
+) -> str | None:
+    """The digest of what tells a run from the other runs of its unit before it starts; None if it has none.
+
+    Its prompt, the runs its history came from (their ids, pinned, so stable across replays) and its caller (by the
+    caller rule, so a run asked again without deps is its recorded caller). Runs asked the same are placed among
+    themselves in the order they start, which cannot tell them apart: they were asked the same.
+    """
+    try:
+        return pin_key(
+            RUN_PLACE,
+            {
+                "prompt": None if prompt is None else cast(JSONValue, _PROMPT.dump_python(prompt, mode="json")),
+                "history": [[message.run_id, message.conversation_id] for message in history],
+                "caller": run_caller(deps, caller),
+            },
+        )
+    except (PydanticSerializationError, CanonicalError, TypeError, ValueError):
+        return None  # placed where it starts, as every run was before runs were placed by their inputs
 
 
 def _type_name(spec: object) -> str | None:

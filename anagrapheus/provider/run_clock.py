@@ -36,16 +36,36 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, asked, attached, unit_of
+from anagrapheus.timeline.resolver import (
+    Attachment,
+    PinResolver,
+    answering_position,
+    asked,
+    attached,
+    recorded,
+    unit_of,
+)
 
-__all__ = ["RUN_CLOCK", "RUN_ID", "RUN_POSITIONS", "RunClocks", "run_position"]
+__all__ = [
+    "RUN_CLOCK",
+    "RUN_ID",
+    "RUN_PLACE",
+    "RUN_POSITIONS",
+    "RunClocks",
+    "place_key",
+    "place_raw",
+    "placed_as",
+    "run_position",
+]
 
 
 RUN_ID = "run_id"
 """The pin kind of a run's `run_id`, keyed on the run's position among the runs through its resolver."""
 RUN_CLOCK = "run_clock"
 """The pin kind of the timestamps a run's requests were stamped with between two stamp points."""
-RUN_POSITIONS = frozenset({RUN_ID, RUN_CLOCK})
+RUN_PLACE = "run_place"
+"""The pin kind of where a run was placed among its unit's runs, keyed on what it was asked (its inputs' digest)."""
+RUN_POSITIONS = frozenset({RUN_ID, RUN_CLOCK, RUN_PLACE})
 """The pin kinds keyed on a position in the unit of work rather than on what was asked."""
 
 
@@ -59,6 +79,8 @@ class _Run:
     """The run's start index among the runs through the resolver, which a recording made before named runs were
     told by their id keyed a named run's times on."""
     started: bool = False
+    placed: bool = False
+    """Whether the run's position is settled without a pin under its inputs to note: placed by them, or named."""
     stamps: int = 0
     # Every request and part seen at a stamp point, by identity (held, so an id is never reused while the run
     # lasts). Not an index into the messages: a history processor drops messages, a capability such as
@@ -82,6 +104,10 @@ class RunClocks:
     positions: dict[str, int | str] = field(default_factory=dict[str, int | str])
     """Every run id numbered through the resolver, to its position: a run started again under the same id
     (`agent.run(..., run_id=...)`) resumes that position and is answered from its pins."""
+    places: dict[str, int] = field(default_factory=dict[str, int])
+    """Per digest of a run's inputs, how many runs asked with those inputs were placed: the next one's occurrence."""
+    taken: set[int | str] = field(default_factory=set[int | str])
+    """Every position a run drawn here holds: no two runs ever share one, so never each other's id, times or calls."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -99,11 +125,20 @@ class RunClocks:
         """Clocks that pin no position: a `Pinning`'s own, for a resolver that keeps none (see `Pinning`)."""
         return cls(None, pinned=False)
 
-    def draw_run_id(self, resolver: PinResolver, new_id: Callable[[], str]) -> str:
-        """The id of the run about to start, pinned at its position."""
+    def draw_run_id(self, resolver: PinResolver, new_id: Callable[[], str], *, place: str | None = None) -> str:
+        """The id of the run about to start, pinned at its position: where it starts, or where its inputs place it.
+
+        `place` is the digest of what the run was asked (`place_of`), when pydantic-ai says it before the run
+        starts: the run then takes the position the recording's run asked the same took, whatever order runs
+        started from threads start in (issue #34).
+        """
         with self.lock:
-            position = self.runs
+            number = self.runs
             self.runs += 1
+            occurrence = None if place is None else self._occurrence(place)
+        position: int | str = number
+        if place is not None and occurrence is not None:
+            position = self._take(self._placed(resolver, place, occurrence, number), place, occurrence)
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
         answering = answering_position(resolver, key) if self.pinned else None
         if answering is None:
@@ -111,9 +146,63 @@ class RunClocks:
         else:
             run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
-            self.by_id[run_id] = _Run(position, number=position)
+            self.by_id[run_id] = _Run(position, number=number, placed=place is not None)
             self.positions.setdefault(run_id, position)
+            self.taken.add(position)
+        if place is not None and occurrence is not None:
+            # Pinned after the run's id, as a run placed where it starts pins its place (`note_place`): a unit
+            # recorded under either pydantic-ai holds the same pins in the same order. Read before it, unanswered.
+            self._pin_place(resolver, place, occurrence, position)
         return run_id
+
+    def _placed(self, resolver: PinResolver, place: str, occurrence: int, number: int) -> int | str:
+        """Where the `occurrence`th run whose inputs digest to `place`, started `number`th, goes among the runs.
+
+        Where the recording placed the run asked the same; else where it starts, as every run was placed before
+        runs were placed by their inputs (a recording made before, or a run whose inputs moved).
+        """
+        held = recorded(resolver, place_key(self.unit, place, occurrence)) if self.pinned else None
+        return number if held is None else _position(held)
+
+    def note_place(self, resolver: PinResolver, run_id: str | None, place: Callable[[], str | None]) -> None:
+        """Pin where a run whose id was drawn before its inputs were known was placed, under its inputs.
+
+        pydantic-ai before 2.78 says nothing of a run's inputs when its id is drawn, so its runs are placed where
+        they start; pinning that place under the run's inputs lets a replay under a later pydantic-ai place them
+        by their inputs, and takes the pin a recording made under one holds.
+        """
+        run = None if run_id is None else self.by_id.get(run_id)
+        if run is None or run.placed or not self.pinned:
+            return
+        run.placed = True
+        digest = place()
+        if digest is None:
+            return
+        with self.lock:
+            occurrence = self._occurrence(digest)
+        self._pin_place(resolver, digest, occurrence, run.position)
+
+    def _occurrence(self, place: str) -> int:
+        """How many runs whose inputs digest to `place` were placed before this one (called holding the lock)."""
+        occurrence = self.places.get(place, 0)
+        self.places[place] = occurrence + 1
+        return occurrence
+
+    def _take(self, position: int | str, place: str, occurrence: int) -> int | str:
+        """`position`, or a place apart when a run drawn here holds it already: no two runs ever share one."""
+        with self.lock:
+            return _apart(place, occurrence) if position in self.taken else position
+
+    def _pin_place(self, resolver: PinResolver, place: str, occurrence: int, position: int | str) -> None:
+        """Pin `position` under the run's inputs, so a replay places the run asked the same there."""
+        if not self.pinned:
+            return
+        key = place_key(self.unit, place, occurrence)
+        answering = answering_position(resolver, key)
+        if answering is not None:
+            answering.resolve(
+                key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
+            )
 
     def start(self, run_id: str | None, *, named: bool = True) -> None:
         """Place a run that starts: one whose id was drawn keeps its position; one its caller named is told by its id.
@@ -130,10 +219,12 @@ class RunClocks:
             run = self.by_id.get(run_id)
             if run is None and run_id in self.positions:
                 known = self.positions[run_id]
-                run = self.by_id[run_id] = _Run(known, number=known if isinstance(known, int) else self.runs)
+                run = self.by_id[run_id] = _Run(
+                    known, number=known if isinstance(known, int) else self.runs, placed=True
+                )
             elif run is None or run.started:
                 # The caller named the run (or named it again while it runs): it is placed by its id, numbered here.
-                run = self.by_id[run_id] = _Run(run_id if named else self.runs, number=self.runs)
+                run = self.by_id[run_id] = _Run(run_id if named else self.runs, number=self.runs, placed=True)
                 self.positions.setdefault(run_id, run.position)
                 self.runs += 1
             run.started = True
@@ -348,3 +439,32 @@ def _times(raw: JSONValue) -> list[datetime]:
         return [datetime.fromisoformat(item) for item in raw]  # pyright: ignore[reportArgumentType]
     except ValueError as e:
         raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e
+
+
+def place_key(unit: str | None, place: str, occurrence: int) -> str:
+    """The key of where the `occurrence`th run whose inputs digest to `place` was placed among `unit`'s runs."""
+    return pin_key(RUN_PLACE, {"unit": unit, "inputs": place, "n": occurrence})
+
+
+def placed_as(raw: JSONValue) -> tuple[str, int] | None:
+    """What a `RUN_PLACE` pin's value says its key holds besides the unit: the inputs' digest and occurrence."""
+    if isinstance(raw, dict) and isinstance(place := raw.get("inputs"), str) and type(n := raw.get("n")) is int:
+        return place, n
+    return None
+
+
+def _apart(place: str, occurrence: int) -> str:
+    """The position of a run the recording did not place: keyed on its inputs, so no recorded run holds it."""
+    return f"{place}:{occurrence}"
+
+
+def place_raw(position: int | str, place: str, occurrence: int) -> JSONValue:
+    """A `RUN_PLACE` pin's value: the position, with what it is keyed on besides the unit (to key it in another)."""
+    return {"run": position, "inputs": place, "n": occurrence}
+
+
+def _position(raw: JSONValue) -> int | str:
+    position = raw.get("run") if isinstance(raw, dict) else None
+    if isinstance(position, bool) or not isinstance(position, (int, str)):
+        raise PinResultError(f"a {RUN_PLACE} pin holds {raw!r}, not a run's position")
+    return position

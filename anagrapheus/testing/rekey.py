@@ -36,6 +36,7 @@ from anagrapheus.timeline import (
     StoredEvent,
     canonical_json,
 )
+from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinPromoted, PinText
 from anagrapheus.timeline.fingerprint import moved_fields
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
@@ -120,6 +121,10 @@ class RekeyPins(DelegatingResolver):
     def asked(self, key: str) -> int:
         """How many times the recording asked for `key`."""
         return self.replay.asked(key)
+
+    def recorded(self, key: str) -> JSONValue | None:
+        """What the recording holds under `key`, read without answering it."""
+        return self.replay.recorded(key)
 
     def answered_within(self, keys: Iterable[str]) -> None:
         """Count `keys` as asked by a draw answered from its pin (see `ReplayPins.answered_within`)."""

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.provider.run_clock import RUN_PLACE
 from anagrapheus.testing.miss import write_miss
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -139,8 +140,15 @@ class RecordingSession:
         return None if self._replay is None else self._replay.divergence
 
     def unused(self) -> dict[str, str]:
-        """Recorded keys the run has not asked for, each with its kind."""
-        return {} if self._replay is None else self._replay.unused()
+        """Recorded keys the run has not asked for, each with its kind; a run's place among its unit's runs aside.
+
+        A place is pinned under the run's inputs only to tell runs started at once apart: one not asked for says
+        nothing stale (its run was asked as another caller, say, and placed where it started), and a run that was
+        not asked at all leaves its other pins unused.
+        """
+        if self._replay is None:
+            return {}
+        return {key: kind for key, kind in self._replay.unused().items() if kind != RUN_PLACE}
 
     def require(self) -> None:
         """Raise `RecordingMissing`, with the command that creates it, if replay has no recording to read."""

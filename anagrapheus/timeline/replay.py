@@ -209,6 +209,13 @@ class ReplayPins:
         pin = self._pins.get(key)
         return 0 if pin is None else pin.attempts
 
+    def recorded(self, key: str) -> JSONValue | None:
+        """The result the recording holds under `key`, read without answering it; None for none, or a failure's."""
+        pin = self._pins.get(key)
+        if pin is None or pin.failed or key in self._ambiguous:
+            return None
+        return json.loads(pin.raw_text)
+
     @property
     def hits(self) -> int:
         """How many resolves were answered from the recording."""

@@ -26,6 +26,7 @@ __all__ = [
     "draws_into",
     "draws_live",
     "note_event",
+    "recorded",
     "replays",
     "unit_of",
 ]
@@ -269,6 +270,12 @@ def replays(resolver: PinResolver) -> bool:
 def asked(resolver: PinResolver, key: str) -> int:
     """How many times the recording `resolver` replays asked for `key`; 0 without a pin of it or a recording."""
     return cast(int, cast(Any, resolver).asked(key)) if replays(resolver) else 0
+
+
+def recorded(resolver: PinResolver, key: str) -> JSONValue | None:
+    """What the recording `resolver` replays holds under `key`, read without answering it; None if it holds none."""
+    said = getattr(resolver, "recorded", None)
+    return None if said is None else cast("JSONValue | None", said(key))
 
 
 def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:

@@ -67,7 +67,7 @@ def test_show_prints_the_header_then_units_pins_by_kind_and_attempts(capsys: pyt
     assert code == 0
     assert out == snapshot("""\
 recordings/negotiation.jsonl
-  format         anagrapheus.recording, 59 event(s)
+  format         anagrapheus.recording, 67 event(s)
   description    A 4-round EU-UK fisheries negotiation: two negotiators on distinct models, pinned
                  stock-survey and market-price tools, treaty and position ids minted through each round's
                  ledger, one unit of work per round.
@@ -82,12 +82,12 @@ recordings/negotiation.jsonl
   provenance     anagrapheus=0.1.0 pydantic_ai=2.68.0 python=3.11.7 key_scheme=p1 call_policy=semantic
                  call_policy_version=1 models=["scripted-eu", "scripted-uk"] providers=[]
 
-unit                 state      pins  attempts  entity_id  model_call  run_clock  run_id  tool_call
-eu-uk-talks-round-1  committed    15        15          3           4          4       2          2
-eu-uk-talks-round-2  committed    14        14          2           4          4       2          2
-eu-uk-talks-round-3  committed    14        14          2           4          4       2          2
-eu-uk-talks-round-4  committed     8         8          2           2          2       2          0
-total                             51        51          9          14         14       8          6
+unit                 state      pins  attempts  entity_id  model_call  run_clock  run_id  run_place  tool_call
+eu-uk-talks-round-1  committed    17        17          3           4          4       2          2          2
+eu-uk-talks-round-2  committed    16        16          2           4          4       2          2          2
+eu-uk-talks-round-3  committed    16        16          2           4          4       2          2          2
+eu-uk-talks-round-4  committed    10        10          2           2          2       2          2          0
+total                             59        59          9          14         14       8          8          6
 
 failures: none
 divergences: none
@@ -105,9 +105,9 @@ def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) ->
             {
                 "unit": "eu-uk-talks-round-4",
                 "state": "committed",
-                "pins": 8,
-                "attempts": 8,
-                "kinds": {"entity_id": 2, "model_call": 2, "run_clock": 2, "run_id": 2},
+                "pins": 10,
+                "attempts": 10,
+                "kinds": {"entity_id": 2, "model_call": 2, "run_clock": 2, "run_id": 2, "run_place": 2},
             }
         ]
     )
@@ -166,7 +166,7 @@ def test_show_of_a_unit_that_is_not_there_is_bad_input(capsys: pytest.CaptureFix
 def test_check_passes_the_committed_recording(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(capsys, "check", NEGOTIATION) == (
         0,
-        snapshot("recordings/negotiation.jsonl: ok, 59 event(s) (format, events, keys, provenance, secrets)\n"),
+        snapshot("recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)\n"),
         "",
     )
 
@@ -176,7 +176,7 @@ def test_check_names_the_corrupt_line_and_exits_2(corrupt: Path, capsys: pytest.
 
     assert code == 2
     assert out.replace(str(corrupt), "corrupt.jsonl") == snapshot("""\
-recordings/negotiation.jsonl: ok, 59 event(s) (format, events, keys, provenance, secrets)
+recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)
 corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column 233 (char 232))
 """)
 
@@ -194,7 +194,7 @@ def test_check_refuses_an_event_type_it_cannot_decode_at_its_line(
             {
                 "check": "events",
                 "code": 2,
-                "line": 61,
+                "line": 69,
                 "seq": None,
                 "message": "unknown event type shop:order_placed (seq 99); pass the application's types with --events MODULE:NAME",
             }
@@ -213,7 +213,7 @@ def test_check_finds_a_key_pinned_with_two_results_and_exits_1(
 
     assert code == 1
     assert out.replace(str(path), "ambiguous.jsonl") == snapshot(
-        "ambiguous.jsonl:61: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record\n"
+        "ambiguous.jsonl:69: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record\n"
     )
 
 
@@ -229,7 +229,7 @@ def test_check_finds_a_credential_naming_line_path_and_rule_but_not_the_value(
     assert code == 1
     assert token not in out
     assert out.replace(str(path), "leaky.jsonl") == (
-        "leaky.jsonl:61: [secrets] seq 99 at $.payload.raw matches secret rule 'github-token';"
+        "leaky.jsonl:69: [secrets] seq 99 at $.payload.raw matches secret rule 'github-token';"
         " redact or re-record it before committing\n"
     )
 
@@ -349,7 +349,7 @@ def test_upcast_rewrites_old_events_and_is_byte_stable(
 
     assert code == 0
     assert out.replace(str(new), "new.jsonl") == snapshot(
-        "wrote new.jsonl: 1 of 60 event(s) upcast (shop:order_placed v1->v2 x1)\n"
+        "wrote new.jsonl: 1 of 68 event(s) upcast (shop:order_placed v1->v2 x1)\n"
     )
     upcast_line = json.loads(new.read_text().splitlines()[-1])
     assert (upcast_line["schema_version"], upcast_line["payload"]) == (2, {"currency": "EUR", "order": "7"})
@@ -375,7 +375,7 @@ def test_upcast_without_the_step_is_bad_input_naming_the_line(
     code, _, err = cli(capsys, "upcast", str(old), "-o", str(tmp_path / "x.jsonl"), "--events", "shop_v2b:types")
 
     assert code == 2
-    assert err == f"bad input: {old}:61: no upcast registered for shop:order_placed v1 -> v2 (needed to reach v2)\n"
+    assert err == f"bad input: {old}:69: no upcast registered for shop:order_placed v1 -> v2 (needed to reach v2)\n"
 
 
 # the command itself
@@ -437,8 +437,8 @@ def test_diff_of_the_recording_against_the_log_it_came_from_is_the_same(
     code, out, _ = cli(capsys, "diff", NEGOTIATION, str(negotiation_db), "--unit", "eu-uk-talks-round-2")
 
     assert code == 0
-    assert out.splitlines()[-1] == "same: 1 unit(s), 14 pin(s)"
-    assert cli(capsys, "diff", NEGOTIATION, NEGOTIATION)[1].splitlines()[-1] == "same: 4 unit(s), 51 pin(s)"
+    assert out.splitlines()[-1] == "same: 1 unit(s), 16 pin(s)"
+    assert cli(capsys, "diff", NEGOTIATION, NEGOTIATION)[1].splitlines()[-1] == "same: 4 unit(s), 59 pin(s)"
 
 
 def test_diff_names_a_result_that_changed_under_the_same_request_and_exits_1(
@@ -458,7 +458,7 @@ def test_diff_names_a_result_that_changed_under_the_same_request_and_exits_1(
 --- recordings/negotiation.jsonl
 +++ changed.jsonl
 unit eu-uk-talks-round-4: 1 change(s)
-  ~ model_call #8 (recordings/negotiation.jsonl:58 -> changed.jsonl:58)
+  ~ model_call #10 (recordings/negotiation.jsonl:66 -> changed.jsonl:66)
       same request, another result: result.parts[0].content: 'The UK accepts the package except cod, where the gap is too wide to close to... != 'The UK accepts the package in full; the accord can be signed.'
 differ: 1 of 4 unit(s)
 """)
@@ -485,9 +485,9 @@ def test_diff_names_what_moved_in_a_changed_request_and_lists_removed_and_added_
 --- recordings/negotiation.jsonl
 +++ edited.jsonl
 unit eu-uk-talks-round-2: 1 change(s)
-  - tool_call #12 p1:tool_call:da86a02b3c7844df22103207268cfbf17b73c8dfc228916377ab54d7bbbbc144 (recordings/negotiation.jsonl:30)
+  - tool_call #14 p1:tool_call:da86a02b3c7844df22103207268cfbf17b73c8dfc228916377ab54d7bbbbc144 (recordings/negotiation.jsonl:34)
 unit eu-uk-talks-round-3: 1 change(s)
-  ~ model_call #8 (recordings/negotiation.jsonl:42 -> edited.jsonl:41)
+  ~ model_call #9 (recordings/negotiation.jsonl:47 -> edited.jsonl:46)
       p1:model_call:3db64358b3fa129a19727934ec63b6bbdee3aa3bbd8ae2976961229b93660871 -> p1:model_call:abababababababababababababababababababababababababababababababab
       what moved: messages[0]
 differ: 2 of 4 unit(s)
@@ -672,7 +672,7 @@ def test_check_refuses_a_recording_made_under_another_key_scheme_and_notes_other
     assert code == 2
     assert out.replace(str(tmp_path) + "/", "") == snapshot("""\
 scheme.jsonl:1: [provenance] recorded under pin-key scheme 'p0', but this anagrapheus keys with 'p1': none of its pins can answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with `python -m examples.negotiation --record --seed 2022`; until then, replay it with the anagrapheus that wrote it (0.1.0)
-older.jsonl: ok, 59 event(s) (format, events, keys, provenance, secrets)
+older.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)
 older.jsonl:1: [provenance] note: recorded with anagrapheus 0.0.9, loaded with anagrapheus 0.1.0; a call the new version asks differently will miss its pin. If the replay misses, re-record it with `python -m examples.negotiation --record --seed 2022`
 """)
 

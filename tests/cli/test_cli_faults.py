@@ -107,7 +107,7 @@ def test_a_fifo_whose_writer_comes_later_is_read_whole(tmp_path: Path, capsys: p
     finally:
         writer.wait(timeout=60)
     assert code == 0, out + err
-    assert "same: 4 unit(s), 51 pin(s)" in out
+    assert "same: 4 unit(s), 59 pin(s)" in out
 
 
 def test_diff_reads_a_process_substitution_whole(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_diff_reads_a_process_substitution_whole(tmp_path: Path) -> None:
         if write_end != -1:
             os.close(write_end)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "same: 4 unit(s), 51 pin(s)" in done.stdout
+    assert "same: 4 unit(s), 59 pin(s)" in done.stdout
 
 
 def test_a_database_through_a_pipe_is_refused_naming_the_file_to_give(

@@ -49,7 +49,7 @@ def test_a_recording_becomes_one_page_with_no_network(tmp_path: Path) -> None:
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "<link" not in page
     assert page.count('<section class="unit"') == 4
-    assert page.count('class="pin ') == 51
+    assert page.count('class="pin ') == 59
     # A model call shows the call it made; a tool pin is named after the tool its fingerprint digests.
     assert "<b>stock_survey</b>" in page
     assert "tool_call · stock_survey" in page

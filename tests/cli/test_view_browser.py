@@ -60,7 +60,7 @@ def test_the_conversation_reads_and_keys_move_between_pins(browser: Any, tmp_pat
     out = tmp_path / "negotiation.html"
     assert main(["view", str(NEGOTIATION), "-o", str(out)]) == 0
     page = open_page(browser, out)
-    assert page.locator(".pin").count() == 51
+    assert page.locator(".pin").count() == 59
     assert page.get_by_text("tool_call · stock_survey").first.is_visible()
     page.keyboard.press("j")
     page.keyboard.press("j")

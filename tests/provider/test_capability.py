@@ -111,8 +111,9 @@ def test_a_run_recorded_through_the_capability_replays_strictly_without_model_or
     agent = world.agent(scripted.model, capabilities=[Pinning(replay)])
     assert agent.run_sync(PROMPT, deps="Breton").output == output
     assert (scripted.calls, world.calls) == (0, [])
-    # Two model requests and five tool calls, and the run's clock: its id and the stamps before each request.
-    assert replay.hits == 2 + len(TOOLS) + 3
+    # Two model requests and five tool calls, and the run's clock: its id, its place (under its inputs) and the
+    # stamps before each request.
+    assert replay.hits == 2 + len(TOOLS) + 4
 
 
 def test_a_streamed_run_replays_through_a_plain_one_and_per_run_capabilities_work(
@@ -231,6 +232,7 @@ def test_a_pinned_tool_or_pinned_model_under_the_capability_is_pinned_once(
     agent.run_sync(PROMPT)
     assert [pin.kind for pin in ledger.pins()] == [
         "run_id",
+        "run_place",
         "run_clock",
         "model_call",
         "tool_call",

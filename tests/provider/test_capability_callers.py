@@ -115,7 +115,9 @@ def test_a_recording_made_before_callers_were_keyed_replays_from_its_pins(
     )
     assert again.output == output.output
     assert reads == ["alice"]
-    assert replay.unused() == {}
+    # Every pin answers but the run's place under its inputs as the old rule keyed its caller: the run, asked as
+    # another caller, is placed where it starts, and the pytest plugin does not count such a place as stale.
+    assert list(replay.unused().values()) == ["run_place"]
 
 
 def test_a_pinned_tool_keys_its_caller_as_the_capability_does(

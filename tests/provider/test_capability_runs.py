@@ -9,6 +9,7 @@ types. The replay must reach nothing and give back the live runs' messages byte 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, AgentRunResult, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -30,7 +32,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinMiss
+from anagrapheus.provider.compat import says_run_inputs_before_its_id
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.seeded import SeededRun
 
 
 class Refused(Exception):
@@ -322,6 +326,16 @@ def in_threads(world: World, capabilities: Sequence[Any], order: Sequence[str], 
     return dumped
 
 
+def _outputs(dump: bytes) -> list[str]:
+    """The texts a run's model answered with, from its dumped messages."""
+    return [p["content"] for m in json.loads(dump) for p in m["parts"] if p["part_kind"] == "text"]
+
+
+def _run_ids(dump: bytes) -> set[str]:
+    """The run ids a run's dumped messages carry."""
+    return {m["run_id"] for m in json.loads(dump)}
+
+
 def outputs_in_threads(world: World, capabilities: Sequence[Any]) -> dict[str, str]:
     """Every port's run in threads at once; the output by port."""
     agent = port_agent(world, capabilities)
@@ -364,14 +378,103 @@ def test_runs_named_by_their_caller_replay_byte_for_byte_whatever_order_their_th
     assert again == live
 
 
-def test_runs_not_named_are_placed_by_the_order_they_start_in(
+class PlacedWhereTheyStart(Pinning):
+    """`Pinning` as pydantic-ai before 2.78 drives it: asked for a run's id with nothing of its inputs."""
+
+    def get_default_run_id(self) -> str | None:
+        return super().get_default_run_id()
+
+
+@pytest.mark.skipif(
+    not says_run_inputs_before_its_id(), reason="pydantic-ai before 2.78 says no run's inputs at its id"
+)
+def test_runs_not_named_replay_byte_for_byte_whatever_order_their_threads_start_in(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
-    # What naming them buys: unnamed, a run started in another place takes that place's id and times.
     ledger = PinLedger(store, types)
     live = in_threads(World(), [Pinning(ledger)], PORTS, named=False)
     ledger.commit()
 
-    again = in_threads(World(refusing=True), [Pinning(ReplayPins.from_store(store, types))], PORTS[::-1], named=False)
+    # Each run is placed where the recorded run asked the same was: its id, its times and its calls.
+    for order in (PORTS[::-1], PORTS[1:] + PORTS[:1]):
+        replayed, replay = World(refusing=True), ReplayPins.from_store(store, types)
+        assert in_threads(replayed, [Pinning(replay)], order, named=False) == live
+        assert replayed.effects == [] and replay.unused() == {}
+
+
+@pytest.mark.skipif(
+    not says_run_inputs_before_its_id(), reason="pydantic-ai before 2.78 says no run's inputs at its id"
+)
+def test_runs_recorded_where_they_started_replay_by_their_inputs_under_a_later_pydantic_ai(
+    tmp_path: Any, types: EventTypeRegistry
+) -> None:
+    # Recorded as under 2.68 (the id drawn with nothing of the run; its place pinned when it starts), and as under
+    # 2.78: the same pins in the same order, so one recording serves both; replayed by inputs in any order.
+    recorded: list[list[tuple[str, str]]] = []
+    for pinning in (PlacedWhereTheyStart, Pinning):
+        store = SQLiteEventStore(tmp_path / f"{pinning.__name__}.db")
+        ledger = PinLedger(store, types)
+        seeded = SeededRun("harbours")
+        live = in_threads(World(), [pinning(ledger, new_id=seeded.new_id, clock=seeded.now)], PORTS, named=False)
+        ledger.commit()
+        pins = [e.payload_json() for e in store.read() if e.type == "pin_promoted"]
+        # Each pin's kind, in order, and the value of each of the runs' ids, places and times (seeded).
+        recorded.append([(pin["kind"], pin["raw"] if pin["kind"].startswith("run_") else None) for pin in pins])
+        assert sum(kind == "run_place" for kind, _ in recorded[-1]) == len(PORTS)
+        replayed = World(refusing=True)
+        again = in_threads(replayed, [Pinning(ReplayPins.from_store(store, types))], PORTS[::-1], named=False)
+        assert again == live and replayed.effects == []
+    assert recorded[0] == recorded[1]
+
+
+def test_runs_not_named_are_placed_by_the_order_they_start_in_before_pydantic_ai_2_78(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # What pydantic-ai 2.78's inputs buy, and what naming runs buys before it: placed where it starts, a run started
+    # in another place takes that place's id and times (its calls are its own, found by what they ask).
+    ledger = PinLedger(store, types)
+    live = in_threads(World(), [PlacedWhereTheyStart(ledger)], PORTS, named=False)
+    ledger.commit()
+
+    again = in_threads(
+        World(refusing=True), [PlacedWhereTheyStart(ReplayPins.from_store(store, types))], PORTS[::-1], named=False
+    )
     assert again != live
-    assert in_threads(World(refusing=True), [Pinning(ReplayPins.from_store(store, types))], PORTS, named=False) == live
+    assert {port: _outputs(dump) for port, dump in again.items()} == {port: _outputs(d) for port, d in live.items()}
+    assert (
+        in_threads(
+            World(refusing=True), [PlacedWhereTheyStart(ReplayPins.from_store(store, types))], PORTS, named=False
+        )
+        == live
+    )
+
+
+@dataclass
+class RunIds(AbstractCapability[Any]):
+    """Notes the id of every run it sees start, by prompt."""
+
+    seen: dict[str, str] = field(default_factory=dict[str, str])
+
+    async def for_run(self, ctx: RunContext[Any]) -> RunIds:
+        self.seen[str(ctx.prompt)] = str(ctx.run_id)
+        return self
+
+
+def test_a_run_whose_inputs_moved_never_shares_a_place_with_a_recorded_run(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = in_threads(World(), [Pinning(ledger)], PORTS[:2], named=False)
+    ledger.commit()
+
+    # Hull was recorded second and starts first; Vigo, never recorded, starts second, where Hull was recorded.
+    replay, ids = ReplayPins.from_store(store, types), RunIds()
+    agent = port_agent(World(refusing=True), [Pinning(replay), ids])
+    hull = agent.run_port("Hull", None)  # type: ignore[attr-defined]
+    with pytest.raises(PinMiss):
+        agent.run_port("Vigo", None)  # type: ignore[attr-defined]
+    brest = agent.run_port("Brest", None)  # type: ignore[attr-defined]
+    assert len(set(ids.seen.values())) == 3  # Vigo never takes Hull's id, nor its calls and times
+    if says_run_inputs_before_its_id():
+        assert ModelMessagesTypeAdapter.dump_json(hull.all_messages()) == live["Hull"]
+        assert ModelMessagesTypeAdapter.dump_json(brest.all_messages()) == live["Brest"]

@@ -163,3 +163,23 @@ def test_allow_at_run_time_fails_loudly_when_the_flag_is_gone(monkeypatch: pytes
 
     with pytest.raises(RuntimeError, match="no longer has"):
         compat.allow_at_run_time(Mine)
+
+
+def test_the_run_id_hook_hands_a_capability_the_runs_inputs_where_the_compat_module_says() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+
+    seen: list[dict[str, Any]] = []
+
+    class Listening(AbstractCapability[Any]):
+        async def _get_default_run_id_for_inputs(self, get_inputs: Any) -> str | None:
+            seen.append(dict(get_inputs()))
+            return None
+
+    Agent(TestModel(), deps_type=str, capabilities=[Listening()]).run_sync("Brest?", deps="alice")
+    if compat.says_run_inputs_before_its_id():
+        assert [(s["prompt"], s["messages"], s["deps"]) for s in seen] == [("Brest?", [], "alice")], (
+            f"pydantic-ai changed what {compat.RUN_INPUTS_HOOK} hands a capability; update Pinning's override"
+        )
+    else:
+        assert seen == []  # before 2.78: runs are placed where they start, and their places pinned at the start

@@ -129,6 +129,34 @@ def test_calls_and_returns_paired_up_differently_are_a_difference() -> None:
     assert str(raised.value) == "the runs differ at messages[2].parts[0].tool_call_id: '<call 1>' != '<call 2>'"
 
 
+def test_diff_of_two_recordings_of_a_conversation_finds_them_the_same_though_its_runs_ids_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run's place is keyed on its inputs, its history's run ids among them: fresh ids in each recording.
+    recordings = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    for path in recordings:
+        session = RecordingSession(path, name="test_weather", rerecord="pytest --anagrapheus=rewrite", mode="rewrite")
+        try:
+            with session.active():
+                first = two_city_agent().run_sync("Weather?")
+                two_city_agent().run_sync("And tomorrow?", message_history=first.all_messages())
+            session.finish()
+        finally:
+            session.close()
+    places = [
+        [
+            e["payload"]["key"]
+            for e in map(json.loads, r.read_text().splitlines()[1:])
+            if e["payload"].get("kind") == "run_place"
+        ]
+        for r in recordings
+    ]
+    assert len(places[0]) == 2 and places[0][1] != places[1][1]
+
+    assert main(["diff", *map(str, recordings)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("same: 1 unit(s)")
+
+
 def test_diff_of_two_recordings_of_an_unchanged_agent_finds_them_the_same(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -146,7 +174,8 @@ def test_diff_of_two_recordings_of_an_unchanged_agent_finds_them_the_same(
 
     assert main(["diff", *map(str, recordings)]) == 0
     # The second run reads both cities again, as it does unpinned: its two tool calls are pins of its own (issue #34).
-    assert capsys.readouterr().out.splitlines()[-1] == "same: 1 unit(s), 14 pin(s)"
+    # Each run's place among the unit's runs is pinned under its inputs, the same in both recordings.
+    assert capsys.readouterr().out.splitlines()[-1] == "same: 1 unit(s), 16 pin(s)"
 
     # A run clock holding another number of instants still differs: only the values are volatile.
     lines = recordings[1].read_text().splitlines(keepends=True)
