@@ -31,7 +31,7 @@ from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, Semanti
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.provider.timing import time_from_pins, untime
-from anagrapheus.provider.typed import needs_type, rebuilt, typed
+from anagrapheus.provider.typed import holds_types, needs_type, rebuilt, typed, typed_tree, untyped_tree
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -140,7 +140,8 @@ def response_answer(response: ModelResponse) -> JSONValue:
 
 
 DETAIL_TYPES = "$anagrapheus.detail_types"
-"""Where a response's pin keeps the types of its provider details: `{"response" | part index: {name: typed}}`."""
+"""Where a response's pin keeps the types of its provider details: `{"response" | part index: {name: typed}}`; a
+list or dict holding such values is kept whole as `{"$t": "tree", "v": typed_tree(...)}`."""
 
 
 def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
@@ -152,11 +153,14 @@ def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
         if not isinstance(details, dict):
             continue
         values = cast(dict[str, object], details)
-        typed_here: dict[str, JSONValue] = {
-            name: typed(value, what=f"the provider details of a response held {name!r}:")
-            for name, value in values.items()
-            if needs_type(value)
-        }
+        typed_here: dict[str, JSONValue] = {}
+        for name, value in values.items():
+            what = f"the provider details of a response held {name!r}:"
+            if needs_type(value):
+                typed_here[name] = typed(value, what=what)
+            elif holds_types(value):
+                # A list or dict holding such values (a usage block stamped with a `datetime`): kept as a tree.
+                typed_here[name] = {"$t": "tree", "v": typed_tree(value, what=f"{what} a list or dict holding")}
         if typed_here:
             kept[where] = cast(JSONValue, typed_here)
     return kept
@@ -187,7 +191,8 @@ def _retyped(response: ModelResponse, kept: dict[str, JSONValue]) -> None:
         for name, node in typed_here.items():
             if not isinstance(node, dict):
                 raise PinResultError(f"a response pin keeps {node!r:.200} as the type of detail {name!r}")
-            cast(dict[str, object], details)[name] = rebuilt(node)
+            value = untyped_tree(node.get("v")) if node.get("$t") == "tree" else rebuilt(node)
+            cast(dict[str, object], details)[name] = value
 
 
 def _part_at(response: ModelResponse, where: str) -> object:

@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value
 
-__all__ = ["needs_type", "rebuilt", "typed"]
+__all__ = ["holds_types", "needs_type", "rebuilt", "typed", "typed_tree", "untyped_tree"]
 
 _JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, type(None))
 """The classes whose values JSON brings back as themselves (exactly these: a `str` enum is not one)."""
@@ -76,3 +76,43 @@ def rebuilt(node: dict[str, JSONValue]) -> Any:
         return TypeAdapter(cast(type[Any], found)).validate_python(jsonable)
     except (ValidationError, PydanticUserError, TypeError, ValueError) as e:
         raise PinResultError(f"a value of type {named} cannot be rebuilt from {jsonable!r:.200} ({e})") from e
+
+
+def holds_types(value: object) -> bool:
+    """Whether `value` is a list or dict holding, at any depth, a value JSON would not bring back as itself."""
+    if type(value) is list:
+        items: list[object] = cast("list[object]", value)
+    elif type(value) is dict:
+        items = list(cast("dict[object, object]", value).values())
+    else:
+        return False
+    return any(needs_type(item) or holds_types(item) for item in items)
+
+
+def typed_tree(value: object, *, what: str) -> JSONValue:
+    """`value` as a tree of nodes tagged as a tool result's are: `list`, `tuple`, `dict`, `typed` and `json`."""
+    if type(value) in (list, tuple):
+        items = [typed_tree(item, what=what) for item in cast("list[object]", value)]
+        return {"$t": "tuple" if type(value) is tuple else "list", "v": items}
+    if type(value) is dict:
+        entries = cast("dict[object, object]", value)
+        return {"$t": "dict", "v": {str(name): typed_tree(item, what=what) for name, item in entries.items()}}
+    if needs_type(value):
+        return {"$t": "typed", **typed(value, what=what)}
+    return {"$t": "json", "v": cast(JSONValue, value)}
+
+
+def untyped_tree(node: JSONValue) -> Any:
+    """The value `typed_tree` wrote as `node`; `PinResultError` for a node it could not have written."""
+    tag = node.get("$t") if isinstance(node, dict) else None
+    value = node.get("v") if isinstance(node, dict) else None
+    if tag == "json":
+        return value
+    if tag == "typed" and isinstance(node, dict):
+        return rebuilt(node)
+    if tag in ("list", "tuple") and isinstance(value, list):
+        items = [untyped_tree(item) for item in value]
+        return tuple(items) if tag == "tuple" else items
+    if tag == "dict" and isinstance(value, dict):
+        return {name: untyped_tree(item) for name, item in value.items()}
+    raise PinResultError(f"a typed tree holds a node anagrapheus cannot rebuild: {node!r:.200}")

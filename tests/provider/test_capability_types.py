@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
@@ -126,6 +126,42 @@ def stamped(details: dict[str, Any]) -> Callable[[list[ModelMessage], AgentInfo]
         return ModelResponse(parts=[TextPart("Fisheries hold.")], provider_details=dict(details))
 
     return answer
+
+
+def test_provider_details_nested_in_a_list_or_dict_keep_their_types_pinned_live_and_replayed(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    details = {
+        "usage": {"billed_at": LANDED, "cost": Decimal("0.0021"), "tiers": [Decimal("1.5"), "flat"]},
+        "windows": [(1, 2), {"from": LANDED}],
+        "finish_reason": "stop",
+    }
+    plain = Agent(FunctionModel(stamped(details), model_name="scripted-details")).run_sync("Hold?")
+
+    ledger = PinLedger(store, types)
+    pinned = Agent(
+        FunctionModel(stamped(details), model_name="scripted-details"), capabilities=[Pinning(ledger)]
+    ).run_sync("Hold?")
+    ledger.commit()
+    again = Agent(FunctionModel(stamped({}), model_name="scripted-details")).run_sync(
+        "Hold?", capabilities=[Pinning(ReplayPins.from_store(store, types))]
+    )
+
+    def shape(value: Any) -> Any:
+        """The value with the class of every leaf, list, tuple and dict beside it."""
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in cast(dict[str, Any], value).items()}
+        if isinstance(value, (list, tuple)):
+            return (type(value), [shape(v) for v in cast(list[Any], value)])
+        return (type(value), value)
+
+    for result in (plain, pinned, again):
+        response = result.all_messages()[-1]
+        assert isinstance(response, ModelResponse)
+        assert shape(response.provider_details) == shape(details)
+    assert ModelMessagesTypeAdapter.dump_json(again.all_messages()) == ModelMessagesTypeAdapter.dump_json(
+        pinned.all_messages()
+    )
 
 
 def test_provider_details_keep_their_types_pinned_live_and_replayed(
