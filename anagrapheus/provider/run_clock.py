@@ -136,9 +136,10 @@ class RunClocks:
             number = self.runs
             self.runs += 1
             occurrence = None if place is None else self._occurrence(place)
-        position: int | str = number
-        if place is not None and occurrence is not None:
-            position = self._take(self._placed(resolver, place, occurrence, number), place, occurrence)
+        if place is None or occurrence is None:
+            position = self._take(number, apart=f"{number}:started")
+        else:
+            position = self._take(self._placed(resolver, place, occurrence, number), apart=_apart(place, occurrence))
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
         answering = answering_position(resolver, key) if self.pinned else None
         if answering is None:
@@ -148,7 +149,6 @@ class RunClocks:
         with self.lock:
             self.by_id[run_id] = _Run(position, number=number, placed=place is not None)
             self.positions.setdefault(run_id, position)
-            self.taken.add(position)
         if place is not None and occurrence is not None:
             # Pinned after the run's id, as a run placed where it starts pins its place (`note_place`): a unit
             # recorded under either pydantic-ai holds the same pins in the same order. Read before it, unanswered.
@@ -188,10 +188,12 @@ class RunClocks:
         self.places[place] = occurrence + 1
         return occurrence
 
-    def _take(self, position: int | str, place: str, occurrence: int) -> int | str:
-        """`position`, or a place apart when a run drawn here holds it already: no two runs ever share one."""
-        with self.lock:
-            return _apart(place, occurrence) if position in self.taken else position
+    def _take(self, position: int | str, *, apart: str) -> int | str:
+        """Hold `position`, or `apart` when a run drawn here holds it already: no two runs ever share one."""
+        with self.lock:  # checked and held at once: two runs started together never both take one place
+            taken = apart if position in self.taken else position
+            self.taken.add(taken)
+            return taken
 
     def _pin_place(self, resolver: PinResolver, place: str, occurrence: int, position: int | str) -> None:
         """Pin `position` under the run's inputs, so a replay places the run asked the same there."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent, AgentRunResult, RunContext
@@ -478,3 +479,47 @@ def test_a_run_whose_inputs_moved_never_shares_a_place_with_a_recorded_run(
     if says_run_inputs_before_its_id():
         assert ModelMessagesTypeAdapter.dump_json(hull.all_messages()) == live["Hull"]
         assert ModelMessagesTypeAdapter.dump_json(brest.all_messages()) == live["Brest"]
+
+
+class Paced:
+    """A replay that holds two runs at once where each reads its place, and again where each draws its id."""
+
+    def __init__(self, replay: ReplayPins) -> None:
+        self._replay = replay
+        self.first_reading = threading.Event()
+        self._together = threading.Barrier(2, timeout=10)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replay, name)
+
+    def recorded(self, key: str) -> Any:
+        self.first_reading.set()
+        self._together.wait()
+        return self._replay.recorded(key)
+
+    def answering_position(self, key: str) -> Any:
+        if key.startswith("p1:run_id:"):
+            self._together.wait()
+        return self._replay.answering_position(key)
+
+
+@pytest.mark.skipif(not says_run_inputs_before_its_id(), reason="pydantic-ai < 2.78 says no run's inputs at its id")
+def test_two_runs_deciding_their_places_at_once_never_take_the_same_one(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    in_threads(World(), [Pinning(ledger)], PORTS[:2], named=False)
+    ledger.commit()
+
+    # Hull starts first (Brest's start place) and reads it was recorded second; Vigo, never recorded, starts second:
+    # its start place is the one Hull is about to take. They decide together.
+    paced, ids = Paced(ReplayPins.from_store(store, types)), RunIds()
+    agent = port_agent(World(refusing=True), [Pinning(cast(Any, paced)), ids])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        hull = pool.submit(agent.run_port, "Hull", None)  # type: ignore[attr-defined]
+        assert paced.first_reading.wait(10)
+        vigo = pool.submit(agent.run_port, "Vigo", None)  # type: ignore[attr-defined]
+        hull.result()
+        with pytest.raises(PinMiss):
+            vigo.result()
+    assert len(set(ids.seen.values())) == 2
