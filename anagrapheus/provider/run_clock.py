@@ -23,6 +23,7 @@ the second run would be answered with the first one's id and times.
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import weakref
@@ -443,6 +444,7 @@ def _times(raw: JSONValue) -> list[datetime]:
         raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e
 
 
+@functools.lru_cache(maxsize=256)  # asked twice per run: where it was placed is read, then pinned
 def place_key(unit: str | None, place: str, occurrence: int) -> str:
     """The key of where the `occurrence`th run whose inputs digest to `place` was placed among `unit`'s runs."""
     return pin_key(RUN_PLACE, {"unit": unit, "inputs": place, "n": occurrence})
