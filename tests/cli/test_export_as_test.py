@@ -241,3 +241,29 @@ def test_a_unit_id_holding_a_key_exported_with_redact_leaves_no_key_and_its_test
     ran = _pytest(test)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "1 passed" in ran.stdout
+
+
+def test_a_unit_of_named_runs_whose_id_holds_a_key_exports_with_redact_and_its_test_passes(tmp_path: Path) -> None:
+    # A named run's times are keyed on its name, not on a number: the alias keys them on the same name.
+    from anagrapheus import Pinning
+    from anagrapheus.provider import every_agent_run
+    from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+    from tests import rerun_agents
+
+    unit = "support-sk-ant-api03-" + "e" * 90
+    database = tmp_path / "prod.db"
+    with SQLiteEventStore(database) as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id=unit)
+        with every_agent_run(Pinning(ledger)):
+            first = rerun_agents.support.run_sync("Where is my parcel?", deps="ann", run_id="ticket-1")
+            rerun_agents.support.run_sync(
+                "And tomorrow?", message_history=first.all_messages(), deps="ann", run_id="ticket-2"
+            )
+        ledger.commit()
+    test = tmp_path / "project" / "test_named_unit.py"
+    argv = ["export", str(database), "--unit", unit, "--agent", "tests.rerun_agents:support", "--as-test", str(test)]
+
+    assert main([*argv, "--redact"]) == 0
+    ran = _pytest(test)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
