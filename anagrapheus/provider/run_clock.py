@@ -6,9 +6,11 @@ through the resolver, and the timestamps are pinned after the fact: at each stam
 model request, at the end of the run) every timestamp the run's requests gained since the last
 point is pinned, and written back into those messages, which are the run's own history objects.
 
-Nothing in a run says which run it is before it starts, so runs are numbered in the order they
-start through one resolver, and a stamp point by its order within its run: these keys are
-positions in a unit of work, as a durable engine's step ids are positions in a workflow. A
+Runs are numbered in the order they start through one resolver, and a stamp point by its order within
+its run: these keys are positions in a unit of work, as a durable engine's step ids are positions in a
+workflow. Where pydantic-ai says what a run was asked before its id is drawn (2.78 on), the run takes the
+position the recording's run asked the same took (`RUN_PLACE`, pinned under a digest of its inputs), so
+runs started at once from threads keep their ids and times whatever order they start in. A
 position the recording does not answer (it predates pinned clocks, or the replay spans several
 units and cannot tell whose position it is) is drawn fresh instead of missing: ids and times never
 make a replay leave its recording. Under `on_miss="record"` such a draw goes to the new unit.
