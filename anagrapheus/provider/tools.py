@@ -120,11 +120,16 @@ def _keyed_caller(deps: object, caller: CallerRule) -> str | None:
 
 
 def run_caller(deps: object, caller: CallerRule) -> str | None:
-    """The caller a run with `deps` is keyed as, for its recorded inputs: None where none is, or it cannot be keyed."""
+    """The caller a run with `deps` is keyed as, for its inputs and its place: None where none is, or none can be.
+
+    Read for every run, tool calls or none: a caller rule that fails on these deps (`lambda deps: deps.user_id`
+    given deps without one) fails the run's first tool call, where the key needs it, and never a run that makes
+    none, which runs unpinned all the same.
+    """
     try:
         return _keyed_caller(deps, caller)
-    except CanonicalError:
-        return None  # its first tool call is refused, saying why
+    except Exception:  # the rule's own error is raised where a tool call is keyed
+        return None
 
 
 @contextmanager

@@ -140,3 +140,25 @@ def test_a_pinned_tool_keys_its_caller_as_the_capability_does(
     with pytest.raises(PinMiss):
         replayed.run_sync("Balance?", deps="bob")
     assert reads == ["alice"]
+
+
+def test_a_caller_rule_failing_on_a_runs_deps_never_fails_a_run_that_calls_no_tool(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # The rule reads a field these deps lack. Unpinned, a run that calls no tool never reads it, and so runs.
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("no tool needed")])
+
+    def agent() -> Agent[object, str]:
+        return Agent(FunctionModel(answer, model_name="scripted-clerk"), deps_type=object)
+
+    plain = agent().run_sync("Hello?", deps=object())
+    ledger = PinLedger(store, types)
+    rule = Pinning(ledger, caller=lambda deps: deps.user_id)
+    pinned = agent().run_sync("Hello?", deps=object(), capabilities=[rule])
+    ledger.commit()
+    assert pinned.output == plain.output
+
+    replay = ReplayPins.from_store(store, types)
+    again = agent().run_sync("Hello?", deps=object(), capabilities=[Pinning(replay, caller=lambda deps: deps.user_id)])
+    assert again.all_messages() == pinned.all_messages()
