@@ -51,9 +51,9 @@ from anagrapheus.provider.tools import (
     answer_tool_call,
     caller_pin,
     is_pinned_tool,
-    needs_tags,
     tool_pin,
 )
+from anagrapheus.provider.typed import needs_tags
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7

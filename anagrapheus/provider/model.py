@@ -31,7 +31,7 @@ from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, Semanti
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.provider.timing import time_from_pins, untime
-from anagrapheus.provider.typed import holds_types, needs_type, rebuilt, typed, typed_tree, untyped_tree
+from anagrapheus.provider.typed import needs_tags, needs_type, rebuilt, typed, typed_tree, untyped_tree
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -158,7 +158,7 @@ def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
             what = f"the provider details of a response held {name!r}:"
             if needs_type(value):
                 typed_here[name] = typed(value, what=what)
-            elif holds_types(value):
+            elif needs_tags(value):
                 # A list or dict holding such values (a usage block stamped with a `datetime`): kept as a tree.
                 typed_here[name] = {"$t": "tree", "v": typed_tree(value, what=f"{what} a list or dict holding")}
         if typed_here:

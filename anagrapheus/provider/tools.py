@@ -36,7 +36,7 @@ from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.typed import needs_type, rebuilt, typed
+from anagrapheus.provider.typed import needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
@@ -382,20 +382,6 @@ _request_parts: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
 def _is_request_part(value: object) -> bool:
     """Whether `value` is a part of a model request (what a tool may enqueue), as pydantic-ai defines them."""
     return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
-
-
-def needs_tags(value: object) -> bool:
-    """Whether `value` is, or holds in a list, tuple or dict, something JSON alone would not bring back as itself.
-
-    That is what pydantic-ai sends the model as more than JSON (a `ToolReturn`, an image, a message part),
-    a tuple (JSON has only lists), and any other value that is not JSON itself (a `datetime`, a `Decimal`,
-    an enum member, a pydantic model, a dataclass): kept with its type, so the run receives it as itself.
-    """
-    if type(value) is list:
-        return any(needs_tags(item) for item in cast("list[object]", value))
-    if type(value) is dict:
-        return any(needs_tags(item) for item in cast("dict[object, object]", value).values())
-    return needs_type(value)
 
 
 def _tagged(tool: str, value: object) -> JSONValue:

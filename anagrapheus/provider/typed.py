@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.timeline.canonical import JSONValue, canonical_value
 
-__all__ = ["holds_types", "needs_type", "rebuilt", "typed", "typed_tree", "untyped_tree"]
+__all__ = ["needs_tags", "needs_type", "rebuilt", "typed", "typed_tree", "untyped_tree"]
 
 _JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, type(None))
 """The classes whose values JSON brings back as themselves (exactly these: a `str` enum is not one)."""
@@ -78,15 +78,18 @@ def rebuilt(node: dict[str, JSONValue]) -> Any:
         raise PinResultError(f"a value of type {named} cannot be rebuilt from {jsonable!r:.200} ({e})") from e
 
 
-def holds_types(value: object) -> bool:
-    """Whether `value` is a list or dict holding, at any depth, a value JSON would not bring back as itself."""
+def needs_tags(value: object) -> bool:
+    """Whether `value` is, or holds in a list or dict at any depth, something JSON alone would not bring back as itself.
+
+    That is any value that is not JSON itself: a `datetime`, a `Decimal`, an enum member, a pydantic model, a
+    dataclass, a tuple (JSON has only lists), and what pydantic-ai sends the model as more than JSON (a
+    `ToolReturn`, an image, a message part). Such a value is kept with its type, so the run receives it as itself.
+    """
     if type(value) is list:
-        items: list[object] = cast("list[object]", value)
-    elif type(value) is dict:
-        items = list(cast("dict[object, object]", value).values())
-    else:
-        return False
-    return any(needs_type(item) or holds_types(item) for item in items)
+        return any(needs_tags(item) for item in cast("list[object]", value))
+    if type(value) is dict:
+        return any(needs_tags(item) for item in cast("dict[object, object]", value).values())
+    return needs_type(value)
 
 
 def typed_tree(value: object, *, what: str) -> JSONValue:

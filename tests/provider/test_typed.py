@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anagrapheus.errors import PinResultError
-from anagrapheus.provider.typed import holds_types, typed_tree, untyped_tree
+from anagrapheus.provider.typed import needs_tags, typed_tree, untyped_tree
 from anagrapheus.timeline.canonical import canonical_json
 
 _leaves = st.one_of(
@@ -49,10 +49,10 @@ def test_a_tree_comes_back_from_its_pinned_json_with_every_class_it_held(value: 
     assert shape(untyped_tree(stored)) == shape(value)
 
 
-def test_only_a_list_or_dict_holding_a_typed_value_needs_a_tree() -> None:
-    assert holds_types({"usage": {"at": datetime(2026, 1, 5, tzinfo=UTC)}})
-    assert holds_types([1, (2, 3)]) and holds_types([[Decimal("1.5")]])
-    assert not holds_types({"usage": {"tokens": [1, 2]}}) and not holds_types((1, 2)) and not holds_types("a")
+def test_a_value_needs_tags_when_it_is_or_holds_at_any_depth_what_json_would_not_bring_back() -> None:
+    assert needs_tags({"usage": {"at": datetime(2026, 1, 5, tzinfo=UTC)}})
+    assert needs_tags([1, (2, 3)]) and needs_tags([[Decimal("1.5")]]) and needs_tags((1, 2))
+    assert not needs_tags({"usage": {"tokens": [1, 2]}}) and not needs_tags("a") and not needs_tags([None, 1.5])
 
 
 def test_a_node_no_tree_could_hold_is_refused() -> None:
