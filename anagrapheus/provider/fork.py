@@ -52,25 +52,24 @@ class ForkPins(DelegatingResolver):
         events = list(events)
         registry = EventTypeRegistry()
         self._pins = ReplayPins.from_events(events, registry, unit_id=origin, on_miss="record", into=into)
-        # The origin's model requests in the order asked: before the fork, the nth request is answered by the
-        # nth one even when its key moved (another model, a changed prompt), so the prefix is the origin's.
-        self._turn_keys = [
-            pin.key
+        origin_pins = [
+            pin
             for stored in events
             if stored.type == PinPromoted.event_type and stored.namespace == BUILTIN_NAMESPACE
             for pin in (PinPromoted.read(stored, registry),)
-            if pin.unit_id == origin and pin.kind == MODEL_CALL
+            if pin.unit_id == origin
         ]
+        # The origin's model requests in the order asked: before the fork, the nth request is answered by the
+        # nth one even when its key moved (another model, a changed prompt), so the prefix is the origin's.
+        self._turn_keys = [pin.key for pin in origin_pins if pin.kind == MODEL_CALL]
         self._positions = _position_keys(
             origin, runs=len(recorded_runs(events, unit_id=origin)), turns=len(self._turn_keys)
         )
         # Each place the origin's runs were pinned at under their inputs, keyed as this resolver's runs ask it.
         self._places = {
             place_key(None, *placed): pin.key
-            for stored in events
-            if stored.type == PinPromoted.event_type and stored.namespace == BUILTIN_NAMESPACE
-            for pin in (PinPromoted.read(stored, registry),)
-            if pin.unit_id == origin and pin.kind == RUN_PLACE and (placed := placed_as(pin.raw)) is not None
+            for pin in origin_pins
+            if pin.kind == RUN_PLACE and (placed := placed_as(pin.raw)) is not None
         }
         self._after_pins = after_pins
         self._after_turns = after_turns

@@ -138,8 +138,8 @@ class RunClocks:
         with self.lock:
             number = self.runs
             self.runs += 1
-            occurrence = None if place is None else self._occurrence(place)
-        if place is None or occurrence is None:
+            occurrence = 0 if place is None else self._occurrence(place)
+        if place is None:
             position = self._take(number, apart=f"{number}:started")
         else:
             position = self._take(self._placed(resolver, place, occurrence, number), apart=_apart(place, occurrence))
@@ -152,7 +152,7 @@ class RunClocks:
         with self.lock:
             self.by_id[run_id] = _Run(position, number=number, placed=place is not None)
             self.positions.setdefault(run_id, position)
-        if place is not None and occurrence is not None:
+        if place is not None:
             # Pinned after the run's id, as a run placed where it starts pins its place (`note_place`): a unit
             # recorded under either pydantic-ai holds the same pins in the same order. Read before it, unanswered.
             self._pin_place(resolver, place, occurrence, position)

@@ -275,7 +275,7 @@ def asked(resolver: PinResolver, key: str) -> int:
 def recorded(resolver: PinResolver, key: str) -> JSONValue | None:
     """What the recording `resolver` replays holds under `key`, read without answering it; None if it holds none."""
     said = getattr(resolver, "recorded", None)
-    return None if said is None else cast("JSONValue | None", said(key))
+    return cast("JSONValue | None", said(key)) if callable(said) else None
 
 
 def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:
