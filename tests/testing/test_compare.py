@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,20 +130,29 @@ def test_calls_and_returns_paired_up_differently_are_a_difference() -> None:
     assert str(raised.value) == "the runs differ at messages[2].parts[0].tool_call_id: '<call 1>' != '<call 2>'"
 
 
-def test_diff_of_two_recordings_of_a_conversation_finds_them_the_same_though_its_runs_ids_differ(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # A run's place is keyed on its inputs, its history's run ids among them: fresh ids in each recording.
+def recorded_twice(tmp_path: Path, runs: Callable[[], None]) -> list[Path]:
+    """Record `runs` into two recordings, as two sessions of one test would: their paths."""
     recordings = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
     for path in recordings:
         session = RecordingSession(path, name="test_weather", rerecord="pytest --anagrapheus=rewrite", mode="rewrite")
         try:
             with session.active():
-                first = two_city_agent().run_sync("Weather?")
-                two_city_agent().run_sync("And tomorrow?", message_history=first.all_messages())
+                runs()
             session.finish()
         finally:
             session.close()
+    return recordings
+
+
+def test_diff_of_two_recordings_of_a_conversation_finds_them_the_same_though_its_runs_ids_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run's place is keyed on its inputs, its history's run ids among them: fresh ids in each recording.
+    def conversation() -> None:
+        first = two_city_agent().run_sync("Weather?")
+        two_city_agent().run_sync("And tomorrow?", message_history=first.all_messages())
+
+    recordings = recorded_twice(tmp_path, conversation)
     places = [
         [
             e["payload"]["key"]
@@ -160,16 +170,11 @@ def test_diff_of_two_recordings_of_a_conversation_finds_them_the_same_though_its
 def test_diff_of_two_recordings_of_an_unchanged_agent_finds_them_the_same(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recordings = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
-    for path in recordings:
-        session = RecordingSession(path, name="test_weather", rerecord="pytest --anagrapheus=rewrite", mode="rewrite")
-        try:
-            with session.active():
-                two_city_agent().run_sync("Weather?")
-                two_city_agent().run_sync("Weather in Paris?")
-            session.finish()
-        finally:
-            session.close()
+    def two_runs() -> None:
+        two_city_agent().run_sync("Weather?")
+        two_city_agent().run_sync("Weather in Paris?")
+
+    recordings = recorded_twice(tmp_path, two_runs)
     assert recordings[0].read_bytes() != recordings[1].read_bytes()  # other run ids, clocks and tool call ids
 
     assert main(["diff", *map(str, recordings)]) == 0
