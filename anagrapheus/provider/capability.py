@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -150,7 +151,15 @@ class Pinning(AbstractCapability[Any]):
             if self._per_run is not None:
                 # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
                 return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
-            return await self._recorded(ctx, handler)
+            clocks = self._clocks(self.resolver)
+            try:
+                result = await self._recorded(ctx, handler)
+            except BaseException:
+                # An exception or a cancellation: the run did not finish, and a retry asked the same resumes it.
+                clocks.ended(ctx.run_id, failed=True)
+                raise
+            clocks.ended(ctx.run_id, failed=False)
+            return result
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Run `handler` in its replay scope, noting the run's inputs (and its output or error) unless turned off."""
@@ -212,8 +221,14 @@ class Pinning(AbstractCapability[Any]):
         """Number the run among the runs through `resolver`; pin where it was placed, if its id said nothing of it."""
         clocks = self._clocks(resolver)
         clocks.start(ctx.run_id)
+
+        @functools.cache
+        def inputs() -> str | None:
+            return place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller)
+
         with answers_untraced():
-            clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
+            clocks.note_place(resolver, ctx.run_id, inputs)
+            clocks.take_up(resolver, ctx.run_id, inputs)
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""

@@ -13,6 +13,7 @@ from pydantic_core import to_jsonable_python
 
 from anagrapheus.errors import AnagrapheusError, PinnedFailure
 from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
+from anagrapheus.provider.retries import inherited_failures, noted_failure
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
 from anagrapheus.timeline.resolver import PinResolver
@@ -128,20 +129,22 @@ class DrawSequence:
 
     The first draw of a call is keyed as always; the draw after n failures is keyed on the call's key
     and n. Replay raises the same failures in the same order, so the same retries reach the same draws.
+    A run that resumes a failed run's place (the retry rule) counts the failures that run met too.
     """
 
     def __init__(self) -> None:
         self._failed: dict[str, int] = {}
 
-    def key(self, key: str, *, kind: str) -> str:
-        """The key of the next draw of the call keyed `key`."""
-        failed = self._failed.get(key, 0)
+    def key(self, key: str, *, kind: str, resolver: PinResolver | None = None) -> str:
+        """The key of the next draw of the call keyed `key` (through `resolver`, which counts a retry's failures)."""
+        failed = max(self._failed.get(key, 0), inherited_failures(resolver, key))
         return key if failed == 0 else pin_key(kind, {"retry_of": key, "after_failures": failed})
 
-    def note(self, key: str, error: BaseException) -> None:
+    def note(self, key: str, error: BaseException, *, resolver: PinResolver | None = None) -> None:
         """Count `error` against `key` if it is a drawn failure (one the codec pins)."""
         if FAILURES.describe(error) is not None:
-            self._failed[key] = self._failed.get(key, 0) + 1
+            self._failed[key] = max(self._failed.get(key, 0), inherited_failures(resolver, key)) + 1
+            noted_failure(resolver, key)
 
     async def resolve(
         self,
@@ -167,7 +170,7 @@ class DrawSequence:
 
         try:
             return await resolver.aresolve(
-                self.key(key, kind=kind),
+                self.key(key, kind=kind, resolver=resolver),
                 kind=kind,
                 effect=draw,
                 interpret=interpret,
@@ -175,7 +178,7 @@ class DrawSequence:
                 failure=FAILURES,
             )
         except Exception as e:
-            self.note(key, e)
+            self.note(key, e, resolver=resolver)
             raise
         finally:
             record_durable_unit(executed=drawn)

@@ -344,8 +344,9 @@ class PinnedModel(WrapperModel):
         except PinMiss as miss:
             self._refuse_inexact_fallback()
             raise explained(miss, messages, model_request_parameters) from None
-        except Exception:
-            if not drawn:
+        except BaseException as e:
+            asking.failed()
+            if not drawn and isinstance(e, Exception):
                 self._refuse_inexact_fallback()
             raise
         asking.arrived()
@@ -381,7 +382,7 @@ class PinnedModel(WrapperModel):
         try:
             async with _exit_shielded(
                 self.resolver.resolve_stream(
-                    self._draws.key(asking.key, kind=MODEL_CALL),
+                    self._draws.key(asking.key, kind=MODEL_CALL, resolver=self.resolver),
                     kind=MODEL_CALL,
                     effect=open_stream,
                     # A stream is pinned as timed: its response is built anew from the live stream (with the
@@ -411,8 +412,11 @@ class PinnedModel(WrapperModel):
                     finally:
                         # A read waiting past where the recorded stream stopped need wait no longer: it is over.
                         await replayed.close_stream()
-        except Exception as e:
-            self._draws.note(asking.key, e)
+        except BaseException as e:
+            asking.failed()
+            if not isinstance(e, Exception):
+                raise
+            self._draws.note(asking.key, e, resolver=self.resolver)
             if not live:
                 self._refuse_inexact_fallback()
             if isinstance(e, PinMiss):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 
+from anagrapheus.provider.retries import take_up
 from anagrapheus.provider.run_clock import run_position
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import pin_key
@@ -70,6 +71,12 @@ class _Askers:
     runs: dict[str, dict[str, int]] = field(default_factory=dict[str, dict[str, int]])
     """Per key, each run that asked it (by id) to its place among them, in the order they first asked."""
     taken: dict[str, int] = field(default_factory=dict[str, int])
+    first: dict[str, str] = field(default_factory=dict[str, str])
+    """Per run (by id), the first key it asked: what a retry of it asks first too."""
+    resumes: dict[str, str] = field(default_factory=dict[str, str])
+    """Per run that took up a failed run's place (the retry rule), the run whose keys it asks under."""
+    failing: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    """Per first key, the runs that asked it first and whose last asking failed, oldest first: a retry's to take up."""
 
 
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
@@ -91,13 +98,62 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
     if ordinal is None:
+        as_run = _as_run(key, resolver=resolver, askers=askers, run_id=run_id)
         with _lock:
             runs = askers.runs.setdefault(key, {})
-            ordinal = runs.setdefault(run_id, len(runs))
+            ordinal = runs.setdefault(as_run, len(runs))
     own = run_key(key, kind=kind, ordinal=ordinal)
     if asked(resolver, own):
         return own
     return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers)
+
+
+def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) -> str:
+    """The run whose keys `run_id` asks under: its own, or the failed run asked the same it resumes (the retry rule).
+
+    Without `Pinning` a run is known to have failed when a pinned call of its raised and it asked nothing after;
+    a run whose first asking is a failed run's first takes that run's place, once.
+    """
+    with _lock:
+        resumed = askers.resumes.get(run_id)
+        if resumed is not None:
+            return resumed
+        if run_id in askers.first:
+            _went_on(askers, run_id)
+            return run_id
+        askers.first[run_id] = key
+        waiting = askers.failing.get(key)
+        failed = waiting.pop(0) if waiting else None
+    if failed is None:
+        return run_id
+    if not take_up(resolver, run_id, key):
+        with _lock:
+            askers.failing.setdefault(key, []).insert(0, failed)
+        return run_id
+    with _lock:
+        askers.resumes[run_id] = failed
+    return failed
+
+
+def _went_on(askers: _Askers, run: str) -> None:
+    """A run that asks again after a failure went on (pydantic-ai retried, a fallback answered): it did not fail."""
+    waiting = askers.failing.get(askers.first[run])
+    if waiting and run in waiting:
+        waiting.remove(run)
+
+
+def _failed(resolver: PinResolver, run_id: str) -> None:
+    """Note that the run's last asking failed: unless it asks again, a retry asked the same takes up its place."""
+    askers = attached(resolver, _ASKERS, _Askers)
+    if askers is None:
+        return
+    with _lock:
+        run = askers.resumes.get(run_id, run_id)
+        first = askers.first.get(run)
+        if first is not None:
+            waiting = askers.failing.setdefault(first, [])
+            if run not in waiting:
+                waiting.append(run)
 
 
 def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, askers: _Askers) -> str:
@@ -154,6 +210,8 @@ class Asking:
     _occurrence: int
     _counts: dict[tuple[str | None, str], int] | None
     _run_id: str | None
+    _resolver: PinResolver | None = None
+    """The resolver a run told apart without `Pinning` asks through: a failed asking is noted there."""
 
     def arrived(self) -> None:
         """Count the answer in: the run's next asking of the same key is the next occurrence."""
@@ -162,6 +220,11 @@ class Asking:
         with _lock:
             slot = (self._run_id, self._asked)
             self._counts[slot] = max(self._counts.get(slot, 0), self._occurrence)
+
+    def failed(self) -> None:
+        """Note that the asking raised: the run failed, unless it asks again (a retry then takes up its place)."""
+        if self._resolver is not None and self._run_id is not None:
+            _failed(self._resolver, self._run_id)
 
 
 def ask(
@@ -195,4 +258,6 @@ def ask(
     if own != key and not asked(resolver, own) and asked(resolver, key) >= occurrence:
         own = key
     _took(resolver, own)
-    return Asking(own, key, occurrence, counts, run.run_id)
+    # Told apart without `Pinning` (it records how its runs end), a run's failure is seen where a pinned call raises.
+    told_apart = None if run.run_id is None or run_position(resolver, run.run_id) is not None else resolver
+    return Asking(own, key, occurrence, counts, run.run_id, told_apart)

@@ -38,6 +38,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import PinResultError
+from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.resolver import (
     Attachment,
@@ -92,6 +93,10 @@ class _Run:
     seen: dict[int, object] | None = None
     messages: Sequence[ModelMessage] | None = None
     """The run's own history, as its last stamp point saw it: the list a failed run appended its last request to."""
+    asked_as: str | None = None
+    """The digest of the run's inputs (`place_of`), once known: a retry asked the same takes up its place."""
+    drawn: bool = True
+    """Whether the run's id was drawn here (not named by its caller): only such a run takes up a failed run's place."""
 
 
 @dataclass
@@ -111,6 +116,8 @@ class RunClocks:
     """Per digest of a run's inputs, how many runs asked with those inputs were placed: the next one's occurrence."""
     taken: set[int | str] = field(default_factory=set[int | str])
     """Every position a run drawn here holds: no two runs ever share one, so never each other's id, times or calls."""
+    failed: dict[str, list[int | str]] = field(default_factory=dict[str, list[int | str]])
+    """Per digest of the inputs, the positions of failed runs asked so that no retry took up yet, oldest first."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -150,7 +157,7 @@ class RunClocks:
         else:
             run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
-            self.by_id[run_id] = _Run(position, number=number, placed=place is not None)
+            self.by_id[run_id] = _Run(position, number=number, placed=place is not None, asked_as=place)
             self.positions.setdefault(run_id, position)
         if place is not None:
             # Pinned after the run's id, as a run placed where it starts pins its place (`note_place`): a unit
@@ -225,14 +232,50 @@ class RunClocks:
             if run is None and run_id in self.positions:
                 known = self.positions[run_id]
                 run = self.by_id[run_id] = _Run(
-                    known, number=known if isinstance(known, int) else self.runs, placed=True
+                    known, number=known if isinstance(known, int) else self.runs, placed=True, drawn=False
                 )
+                # Resumed by its id: a failure it met is no longer there for a retry to take up.
+                for positions in self.failed.values():
+                    if known in positions:
+                        positions.remove(known)
             elif run is None or run.started:
                 # The caller named the run (or named it again while it runs): it is placed by its id, numbered here.
-                run = self.by_id[run_id] = _Run(run_id if named else self.runs, number=self.runs, placed=True)
+                run = self.by_id[run_id] = _Run(
+                    run_id if named else self.runs, number=self.runs, placed=True, drawn=not named
+                )
                 self.positions.setdefault(run_id, run.position)
                 self.runs += 1
             run.started = True
+
+    def take_up(self, resolver: PinResolver, run_id: str | None, place: Callable[[], str | None]) -> None:
+        """Put a run that retries a failed run asked the same (its inputs' digest) in that run's place (issue #40).
+
+        Its model requests, tool calls and times are then keyed as the failed run's, and answered from its pins;
+        what failed is drawn again. Only a run whose id was drawn here takes a place up: a named run is its name's.
+        """
+        run = None if run_id is None else self.by_id.get(run_id)
+        if run is None or run_id is None or not run.drawn:
+            return
+        if run.asked_as is None:
+            # Known when its id was drawn from pydantic-ai 2.78 on; before, read now (its failure is offered by it).
+            run.asked_as = place()
+        asked_as = run.asked_as
+        if asked_as is None or not self.failed.get(asked_as) or not take_up(resolver, run_id, asked_as):
+            return
+        with self.lock:
+            waiting = self.failed[asked_as]
+            if waiting:  # else a retry started at once took it up first
+                run.position = waiting.pop(0)
+                self.positions[run_id] = run.position
+
+    def ended(self, run_id: str | None, *, failed: bool) -> None:
+        """Forget a run that ended; a failed one's place waits for the retry asked the same to take it up."""
+        if run_id is None:
+            return
+        with self.lock:
+            run = self.by_id.pop(run_id, None)
+            if failed and run is not None and run.asked_as is not None:
+                self.failed.setdefault(run.asked_as, []).append(run.position)
 
     def position_of(self, run_id: str) -> int | str | None:
         """The position of the running run `run_id` among the runs through the resolver; None if it is not one."""
@@ -247,14 +290,11 @@ class RunClocks:
         *,
         clock: Callable[[], datetime] | None,
     ) -> None:
-        """Pin the times of the requests made after the run's last model request, then forget the run."""
-        try:
-            await self.stamp(resolver, run_id, messages, clock=clock)
-            appended = _appended_after_the_run(run_id, messages)
-            if appended is not None:
-                await self.stamp(resolver, run_id, appended, clock=clock)
-        finally:
-            self.end(run_id)
+        """Pin the times of the requests made after the run's last model request."""
+        await self.stamp(resolver, run_id, messages, clock=clock)
+        appended = _appended_after_the_run(run_id, messages)
+        if appended is not None:
+            await self.stamp(resolver, run_id, appended, clock=clock)
 
     async def fail(
         self,
@@ -264,23 +304,13 @@ class RunClocks:
         *,
         clock: Callable[[], datetime] | None,
     ) -> None:
-        """Pin the times a failed run's requests gained after its last stamp point, then forget the run.
+        """Pin the times a failed run's requests gained after its last stamp point.
 
         pydantic-ai hands a failed run's hook a context without the run's history (`messages` is then empty): the
         history the run's last stamp point saw is the list the run went on appending to.
         """
-        try:
-            run = self.by_id.get(run_id)
-            await self.stamp(
-                resolver, run_id, run.messages if run and run.messages is not None else messages, clock=clock
-            )
-        finally:
-            self.end(run_id)
-
-    def end(self, run_id: str) -> None:
-        """Forget a run that ended."""
-        with self.lock:
-            self.by_id.pop(run_id, None)
+        run = self.by_id.get(run_id)
+        await self.stamp(resolver, run_id, run.messages if run and run.messages is not None else messages, clock=clock)
 
     async def stamp(
         self,

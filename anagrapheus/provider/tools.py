@@ -582,14 +582,18 @@ async def answer_tool_call(
         drawn = True
         return await draw()
 
-    answer = await draws.resolve(
-        resolver,
-        asking.key,
-        kind=TOOL_CALL,
-        effect=effect,
-        interpret=tool_answer_from_raw,
-        fingerprint=call.fingerprint,
-    )
+    try:
+        answer = await draws.resolve(
+            resolver,
+            asking.key,
+            kind=TOOL_CALL,
+            effect=effect,
+            interpret=tool_answer_from_raw,
+            fingerprint=call.fingerprint,
+        )
+    except BaseException:
+        asking.failed()
+        raise
     asking.arrived()
     settle(ctx, answer, resolver, drawn=drawn)
     return answer.value

@@ -27,6 +27,7 @@ from anagrapheus import Pinning
 from anagrapheus.errors import PinMiss, PinnedFailure, PinResultError
 from anagrapheus.provider.capability import ATTEMPT_TIMES
 from anagrapheus.provider.model import response_raw
+from anagrapheus.provider.retries import RUN_RETRY
 from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.provider.timing import untimed
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
@@ -69,8 +70,8 @@ def replaying(store: SQLiteEventStore, types: EventTypeRegistry) -> Pinning:
 
 
 def calls_pinned(ledger: PinLedger) -> list[str]:
-    """The kinds of the ledger's pins in order, without the runs' clocks (ids and timestamps)."""
-    return [pin.kind for pin in ledger.pins() if pin.kind not in RUN_POSITIONS]
+    """The kinds of the ledger's pins in order, without the runs' clocks (ids and timestamps) and retries taken up."""
+    return [pin.kind for pin in ledger.pins() if pin.kind not in RUN_POSITIONS and pin.kind != RUN_RETRY]
 
 
 def messages_json(messages: list[ModelMessage]) -> bytes:
