@@ -1,6 +1,5 @@
 """anagrapheus: pin every model and tool call of a pydantic-ai agent, and replay runs offline, exactly."""
 
-from anagrapheus.deprecation import moved_names
 from anagrapheus.durable import OpenRun, aresume, open_runs, resume
 from anagrapheus.errors import AnagrapheusError, PinMiss
 from anagrapheus.identity import mint_entity_id
@@ -11,10 +10,10 @@ from anagrapheus.provider.policy import SemanticCallPolicy
 from anagrapheus.provider.provenance import VERIFIED_PYDANTIC_AI, provenance_of_pins
 from anagrapheus.provider.tools import pinned_tool
 from anagrapheus.timeline.canonical import use_key_walk
-from anagrapheus.timeline.events import EventTypeRegistry
+from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import use_stamp
-from anagrapheus.timeline.recording import read_recording, write_recording
+from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 
@@ -39,18 +38,10 @@ __all__ = [
     "aresume",
     "mint_entity_id",
     "open_runs",
+    "pin_events",
     "pinned_tool",
     "read_recording",
+    "register_builtin_events",
     "resume",
     "write_recording",
 ]
-
-# Deprecated functions, still importable from here for one release; each warns when called.
-__getattr__ = moved_names(
-    __name__,
-    {},
-    warned={
-        "pin_events": "anagrapheus.timeline.recording",
-        "register_builtin_events": "anagrapheus.timeline.events",
-    },
-)

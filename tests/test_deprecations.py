@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -10,38 +11,44 @@ import pytest
 import anagrapheus
 import anagrapheus.timeline
 from anagrapheus.errors import UnitClosed
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, events_of
+from anagrapheus.timeline.events import (
+    BUILTIN_NAMESPACE,
+    EventTypeRegistry,
+    PinPromoted,
+    events_of,
+    register_builtin_events,
+)
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.recording import pin_events
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import ScratchPin
 
 
-def test_register_builtin_events_warns_and_changes_nothing() -> None:
-    from anagrapheus.timeline.events import register_builtin_events
-
+def test_register_builtin_events_is_the_seeds_own_and_warns_of_nothing() -> None:
+    # The reference page's worked example calls it (#40): kept, quiet, and still changing nothing.
     types = EventTypeRegistry()
-    with pytest.warns(DeprecationWarning, match="register_builtin_events is deprecated.*knows the built-in events"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         register_builtin_events(types)
     assert types.lookup(BUILTIN_NAMESPACE, "pin_promoted") is PinPromoted
 
 
-def test_pin_events_warns_and_names_the_read_that_replaces_it(tmp_path: Path) -> None:
+def test_pin_events_is_the_seeds_own_and_reads_what_the_store_reads_in_sql(tmp_path: Path) -> None:
     with SQLiteEventStore(tmp_path / "log.db") as store:
         ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
         ledger.resolve("k", kind="tool_call", effect=lambda: 1, interpret=lambda raw: raw)
         committed = ledger.commit()
-        with pytest.warns(DeprecationWarning, match=r'store\.read\(namespace="anagrapheus", type="pin_promoted"\)'):
-            old = list(pin_events(store.read()))
-        assert old == list(store.read(namespace="anagrapheus", type="pin_promoted")) == committed
-        with pytest.warns(DeprecationWarning):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            seeded = list(pin_events(store.read()))
             assert list(pin_events(committed, with_inputs=True)) == list(events_of(committed, PinPromoted))
+        assert seeded == list(store.read(namespace="anagrapheus", type="pin_promoted")) == committed
 
 
 @pytest.mark.parametrize("name", ["pin_events", "register_builtin_events"])
 @pytest.mark.parametrize("package", [anagrapheus, anagrapheus.timeline])
-def test_the_deprecated_functions_stay_importable_from_the_packages(package: object, name: str) -> None:
-    assert name not in package.__all__  # type: ignore[attr-defined]
+def test_the_seeds_functions_are_exported_by_the_packages(package: object, name: str) -> None:
+    assert name in package.__all__  # type: ignore[attr-defined]
     assert getattr(package, name) is getattr(importlib.import_module(f"anagrapheus.timeline.{_home(name)}"), name)
 
 

@@ -13,11 +13,12 @@ from anagrapheus.timeline.events import (
     PinsAbandoned,
     ReplayDiverged,
     StoredEvent,
+    register_builtin_events,
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceWarning
-from anagrapheus.timeline.recording import Recording, RecordingHeader, read_recording, write_recording
+from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.resolver import PinResolver
 from anagrapheus.timeline.secrets import (
@@ -69,8 +70,10 @@ __all__ = [
     "fingerprint_of",
     "moved_fields",
     "open_store",
+    "pin_events",
     "pin_key",
     "read_recording",
+    "register_builtin_events",
     "write_recording",
 ]
 
@@ -94,9 +97,5 @@ __getattr__ = moved_names(
         "PinScratchStore": "anagrapheus.timeline.store",
         "ScratchPin": "anagrapheus.timeline.store",
         "UnitOutcome": "anagrapheus.timeline.store",
-    },
-    warned={
-        "pin_events": "anagrapheus.timeline.recording",
-        "register_builtin_events": "anagrapheus.timeline.events",
     },
 )

@@ -504,7 +504,10 @@ def events_of(events: Iterable[StoredEvent], *types: type[Event]) -> Iterator[St
 
 
 def register_builtin_events(registry: EventTypeRegistry) -> None:
-    """Deprecated, does nothing: every `EventTypeRegistry` knows the built-in events already."""
-    deprecated("register_builtin_events", "it does nothing; every EventTypeRegistry knows the built-in events")
+    """Register the built-in events on `registry`, as the reference page's example does; a no-op kept for it.
+
+    Every `EventTypeRegistry` knows the built-in events already, so new code need not call it. It is the seed's
+    own API (issue #40): it stays, and never warns.
+    """
     for cls in BUILTIN_EVENTS:
         registry.register(cls, _builtin=True)

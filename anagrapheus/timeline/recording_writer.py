@@ -8,7 +8,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised
 from anagrapheus.timeline.durable_file import replace_durably
@@ -21,11 +20,11 @@ __all__ = ["pin_events", "write_recording"]
 
 
 def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> Iterator[StoredEvent]:
-    """Deprecated: read the pins with `store.read(namespace="anagrapheus", type="pin_promoted")`.
+    """Filter a stream down to its pins, the `PinPromoted` events (and each run's `RunInputs` with `with_inputs=True`).
 
-    Yields only the `PinPromoted` events of a stream (and each run's `RunInputs` with `with_inputs=True`).
+    The reference page's way, kept and never warning (issue #40). Over a store, the same read is done in SQL by
+    `store.read(namespace="anagrapheus", type="pin_promoted")`.
     """
-    deprecated("pin_events", 'read the pins with store.read(namespace="anagrapheus", type="pin_promoted")')
     return events_of(events, PinPromoted, RunInputs) if with_inputs else events_of(events, PinPromoted)
 
 
