@@ -1,4 +1,4 @@
-"""The peer page "Pass, fail, or diverged" (../shared/reference/peers/replaygate.md): the claims the project makes its own.
+"""The peer page "Pass, fail, or diverged" (../shared/reference/peers/replaygate.md): the claims made our own.
 
 `anagrapheus.testing.regress` is the project's gate: a candidate replayed against a recorded conversation is
 passed, failed or diverged. The conversation and agents are tests/testing/test_regress.py's, reused.
