@@ -260,20 +260,23 @@ class RunClocks:
             # Known when its id was drawn from pydantic-ai 2.78 on; before, read now (its failure is offered by it).
             run.asked_as = place()
         asked_as = run.asked_as
-        if asked_as is None or not self.failed.get(asked_as) or not take_up(resolver, run_id, asked_as):
+        with self.lock:  # taken off at once: two retries started together never take up one place
+            waiting = None if asked_as is None else self.failed.get(asked_as)
+            position = waiting.pop(0) if waiting else None
+        if asked_as is None or position is None:
+            return
+        if not take_up(resolver, run_id, asked_as):
+            with self.lock:
+                self.failed[asked_as].insert(0, position)
             return
         with self.lock:
-            waiting = self.failed[asked_as]
-            if waiting:  # else a retry started at once took it up first
-                run.position = waiting.pop(0)
-                self.positions[run_id] = run.position
+            run.position = position
+            self.positions[run_id] = position
 
     def ended(self, run_id: str | None, *, failed: bool) -> None:
         """Forget a run that ended; a failed one's place waits for the retry asked the same to take it up."""
-        if run_id is None:
-            return
         with self.lock:
-            run = self.by_id.pop(run_id, None)
+            run = None if run_id is None else self.by_id.pop(run_id, None)
             if failed and run is not None and run.asked_as is not None:
                 self.failed.setdefault(run.asked_as, []).append(run.position)
 

@@ -6,11 +6,18 @@ Each test runs both ways a unit is pinned: `PinnedModel` and `pinned_tool` over 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from anagrapheus import Pinning
+from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore, read_recording
+from tests.conftest import SaysNothing
 from tests.retry_turn import PROMPT, WAYS, Harbour, try_until_done
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -94,3 +101,75 @@ def test_a_named_run_is_not_taken_up_by_a_retry_it_did_not_name(ledger: PinLedge
     # A run its caller named is its name's: an unnamed run asked the same is a run of its own.
     agent.run_sync(PROMPT)
     assert harbour.reached == {"model": 3, "tide": 2, "radio": 2}
+
+
+def test_a_resolver_that_keeps_no_attachments_tells_no_runs_apart_and_takes_no_place_up(ledger: PinLedger) -> None:
+    # One with the protocol's three methods only: no run rule (every run shares the unit's keys), so no retry rule.
+    says_nothing = SaysNothing(ledger)
+    assert not take_up(says_nothing, "019b8d62-0000-7000-8000-00000000b0a7", "p1:run_place:x")
+    harbour = Harbour()
+    with pytest.warns(DeprecationWarning, match="carries no `attachments`"):  # its runs are numbered the old way
+        try_until_done(harbour.agent("pinned", says_nothing))
+    assert harbour.reached == {"model": 2, "tide": 1, "radio": 2}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_run_whose_calls_all_failed_at_once_is_taken_up_once(way: str, ledger: PinLedger) -> None:
+    harbour = Harbour()
+    tide = harbour.tide
+    dropped = {"tide": True}
+
+    def tide_or_drop(port: str) -> str:
+        """Read the tide table."""
+        if dropped.pop("tide", False):
+            raise ConnectionError("the tide service dropped")
+        return tide(port)
+
+    tide_or_drop.__name__ = "tide"
+    harbour.tide = tide_or_drop  # type: ignore[method-assign]
+    # The tide fails; the radio call beside it drops, or is cancelled with it before it is made (as the event loop
+    # has it), and a second retry draws it. The first request is drawn once through it all, the tide read once.
+    failures, output = try_until_done(harbour.agent(way, ledger))
+    assert failures in (1, 2) and output == "berth 4 at high tide, pilot told"
+    assert harbour.reached["model"] == 2 and harbour.reached["tide"] == 1
+
+
+def test_a_failed_run_resumed_by_its_id_is_no_longer_there_for_a_retry(ledger: PinLedger) -> None:
+    harbour = Harbour()
+    seen: list[str] = []
+    radio = harbour.radio
+
+    def radio_seen(ctx: RunContext[None], to: str) -> str:
+        """Call someone on the radio."""
+        seen.append(str(ctx.run_id))
+        return radio(to)
+
+    model = FunctionModel(_asking_radio_seen(harbour), model_name="scripted-harbour")
+    agent = Agent(model, tools=[harbour.tide, radio_seen], capabilities=[Pinning(ledger)])
+    with pytest.raises(ConnectionError):
+        agent.run_sync(PROMPT)
+    # Resumed by its id (it fails again: the failure it met is its answer, as #34 keeps it) ...
+    with pytest.raises(ConnectionError):
+        agent.run_sync(PROMPT, run_id=seen[0])
+    # ... and being its caller's now, it is no retry's to take up: a later unnamed run asked the same is a new run.
+    assert agent.run_sync(PROMPT).output == "berth 4 at high tide, pilot told"
+    assert harbour.reached == {"model": 3, "tide": 2, "radio": 2}
+
+
+def _asking_radio_seen(harbour: Harbour) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
+    """The harbour's model, asking for `radio_seen` where it asks for `radio`."""
+    answer = harbour.model().function
+    assert answer is not None
+
+    def renamed(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        response = answer(messages, info)
+        assert isinstance(response, ModelResponse)
+        parts = [
+            ToolCallPart("radio_seen", part.args)
+            if isinstance(part, ToolCallPart) and part.tool_name == "radio"
+            else part
+            for part in response.parts
+        ]
+        return ModelResponse(parts=parts)
+
+    return renamed
