@@ -59,7 +59,8 @@ def take_up(resolver: PinResolver, run_id: str, asked_as: str) -> bool:
     """Whether the run `run_id` may take up a failed run's place whose asking digests to `asked_as`; pins it if so.
 
     A replay takes it up only where its recording says the recorded run did (a recording made before the rule
-    replays its retries as new runs). A resolver that keeps no attachments cannot tell its runs apart: no.
+    replays its retries as new runs), or once it left its recording (`on_miss="record"`, drawing what it misses).
+    A resolver that keeps no attachments cannot tell its runs apart: no.
     """
     retries = _retries(resolver)
     if retries is None:
@@ -67,7 +68,7 @@ def take_up(resolver: PinResolver, run_id: str, asked_as: str) -> bool:
     with retries.lock:
         taken = retries.taken.get(asked_as, 0)
         key = retry_key(asked_as, taken)
-        if replays(resolver) and not asked(resolver, key):
+        if replays(resolver) and not asked(resolver, key) and not _left_its_recording(resolver):
             return False
         retries.taken[asked_as] = taken + 1
         retries.retrying.add(run_id)
@@ -76,6 +77,11 @@ def take_up(resolver: PinResolver, run_id: str, asked_as: str) -> bool:
         raw: JSONValue = {"retry_of": asked_as, "n": taken}
         answering.resolve(key, kind=RUN_RETRY, effect=lambda: raw, interpret=lambda held: held)
     return True
+
+
+def _left_its_recording(resolver: PinResolver) -> bool:
+    """Whether a replay in record mode met its first miss: what follows is drawn, as a live run draws it."""
+    return getattr(resolver, "divergence", None) is not None
 
 
 def noted_failure(resolver: PinResolver | None, key: str) -> None:

@@ -634,3 +634,52 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     rerecord = next(line for line in shown[1] if "re-record: " in line)
     pytester.runpytest(*rerecord.split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+RETRYING_TEST = """
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+
+import app
+
+dropped = {"once": True}
+
+
+def radio(to: str) -> str:
+    \"\"\"Call someone on the radio.\"\"\"
+    app._count("radio")
+    if dropped.pop("once", False):
+        raise ConnectionError("the radio link dropped")
+    return f"{to} acknowledged"
+
+
+def _answer(messages, info):
+    app._count("model")
+    if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+        return ModelResponse(parts=[TextPart("berth 4")])
+    return ModelResponse(parts=[ToolCallPart("forecast", {"city": "Brest"}), ToolCallPart("radio", {"to": "pilot"})])
+
+
+@pytest.mark.anagrapheus
+def test_booking_retried():
+    agent = Agent(FunctionModel(_answer, model_name="scripted-harbour"), tools=[app.forecast, radio])
+    with pytest.raises(ConnectionError):
+        agent.run_sync("Book a berth")
+    assert agent.run_sync("Book a berth").output == "berth 4"
+"""
+
+
+def test_a_retry_of_a_failed_run_takes_the_same_place_recorded_and_replayed(project: pytest.Pytester) -> None:
+    # The retry rule (#40) under the plugin: the retry resumes the failed run live; a replay takes the same places.
+    project.makepyfile(test_retry=RETRYING_TEST)
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    assert calls(project) == ["model", "tool", "radio", "radio", "model"]
+    recorded = (project.path / "recordings/test_retry/test_booking_retried.jsonl").read_bytes()
+    project.runpytest().assert_outcomes(passed=1)
+    assert calls(project) == []
+    # Recorded again unchanged: every call answered from the file, the same bytes written.
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    assert calls(project) == []
+    assert (project.path / "recordings/test_retry/test_booking_retried.jsonl").read_bytes() == recorded
