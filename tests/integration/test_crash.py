@@ -7,6 +7,7 @@ its own, with its own connection, killed by a real SIGKILL, without a second of 
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import signal
@@ -143,3 +144,57 @@ while True:
                 landed_in_commit += unit.pins == COMMIT_PINS
                 PinLedger(store, types, unit_id=unit.unit_id).abandon(reason="killed mid-commit")
     assert landed_in_commit > 0, "no kill landed while a commit was under way"
+
+
+RETRYING = """
+import os, sys, warnings
+from collections import Counter
+from anagrapheus.timeline import PinLedger, SQLiteEventStore
+from tests.retry_turn import Harbour, try_until_done
+
+way, where, crash = sys.argv[1], sys.argv[2], sys.argv[3] == "crash"
+harbour = Harbour(drops=1 if crash else 0)
+if crash:
+    # The retry's radio call kills the process while it is out: nothing after it is drawn or pinned.
+    radio = harbour.radio
+    def radio_then_die(to: str) -> str:
+        \"\"\"Call someone on the radio.\"\"\"
+        if harbour.reached["radio"] == 1:
+            harbour.reached["radio"] += 1
+            print(dict(harbour.reached), flush=True)
+            os._exit(9)
+        return radio(to)
+    radio_then_die.__name__ = "radio"
+    harbour.radio = radio_then_die
+    # The resumed process meets the first run's pinned failure again: its radio does not drop a second time.
+store = SQLiteEventStore(where)
+ledger = PinLedger(store, unit_id="berth-booking")
+print(try_until_done(harbour.agent(way, ledger))[1], flush=True)
+ledger.commit()
+print(dict(harbour.reached), flush=True)
+"""
+
+
+@pytest.mark.parametrize("way", ["pinned", "pinning"])
+def test_a_retry_killed_midway_is_resumed_by_the_next_process_from_its_pins(
+    tmp_path: Path, forks: ForkServer, way: str
+) -> None:
+    # The retry rule (#40) across a crash: the next process takes the same places, so what was drawn is not redrawn.
+    where = str(tmp_path / "berth.db")
+
+    def run(mode: str) -> tuple[int, list[str]]:
+        child = forks.start(RETRYING, way, where, mode)
+        out, errors = child.communicate(timeout=120)
+        assert child.returncode in (0, 9), errors
+        return child.returncode, out.splitlines()
+
+    code, said = run("crash")
+    assert code == 9
+    first = ast.literal_eval(said[-1])
+    code, said = run("resume")
+    assert code == 0 and said[-2] == "berth 4 at high tide, pilot told"
+    second = ast.literal_eval(said[-1])
+    # The first request was drawn once (in the first process), the tide read once; the radio call the kill cut short
+    # is drawn again by the second process, and the closing request once. Before the rule: the model three times.
+    assert (first["model"] + second["model"], first["tide"] + second["tide"]) == (2, 1)
+    assert second["radio"] == 1
