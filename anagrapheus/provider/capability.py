@@ -169,7 +169,8 @@ class Pinning(AbstractCapability[Any]):
         inputs, token = self._inputs.begin(ctx, resolver)
         try:
             result = await self._scoped(handler)
-        except Exception as e:
+        except BaseException as e:
+            # A cancellation too: how the run ended is noted on its unit, whatever ended it (issue #40).
             self._inputs.end(resolver, ctx.run_id, inputs, token, error=e)
             raise
         self._inputs.end(resolver, ctx.run_id, inputs, token, output=result.output)

@@ -133,6 +133,32 @@ def test_a_failed_run_records_its_inputs_and_the_failure(tmp_path: Path) -> None
     assert run.output is None
 
 
+def test_a_cancelled_run_records_that_it_did_not_finish(tmp_path: Path) -> None:
+    # How a run ended is an event of its unit whatever ended it (#40): a cancellation is a failure too.
+    import asyncio
+
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        agent = Agent(Scripted("m").model, capabilities=[Pinning(ledger)])
+
+        @agent.tool_plain
+        async def weather(city: str) -> str:
+            """Read the weather in a city."""
+            await asyncio.sleep(60)
+            return "never"
+
+        async def cancelled() -> None:
+            task = asyncio.ensure_future(agent.run("Where?"))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        (run,) = recorded_runs(ledger.commit())
+    assert run.outcome == "failed" and run.error is not None and run.error.startswith("CancelledError")
+
+
 def test_a_run_started_by_a_tool_is_marked_nested(tmp_path: Path) -> None:
     with SQLiteEventStore(tmp_path / "log.db") as store:
         ledger = PinLedger(store, EventTypeRegistry())
