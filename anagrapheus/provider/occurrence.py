@@ -82,21 +82,26 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> str:
-    """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule)."""
+def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> tuple[str, bool]:
+    """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule).
+
+    Also whether the run is told apart here, in the order runs first ask (no `Pinning` numbered it): its failed
+    askings are then what says it failed (the retry rule).
+    """
     run_id = run.run_id
     if run_id is None:
-        return key
+        return key, False
     server = run_server(resolver)
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
         resolver = server.ledger_for(run)
     askers = attached(resolver, _ASKERS, _Askers)
     if askers is None:
-        return key
+        return key, False
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
+    told_apart = ordinal is None
     if ordinal is None:
         as_run = _as_run(key, resolver=resolver, askers=askers, run_id=run_id)
         with _lock:
@@ -104,8 +109,8 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
             ordinal = runs.setdefault(as_run, len(runs))
     own = run_key(key, kind=kind, ordinal=ordinal)
     if asked(resolver, own):
-        return own
-    return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers)
+        return own, told_apart
+    return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers), told_apart
 
 
 def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) -> str:
@@ -117,6 +122,7 @@ def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) ->
     with _lock:
         resumed = askers.resumes.get(run_id)
         if resumed is not None:
+            _went_on(askers, resumed)
             return resumed
         if run_id in askers.first:
             _went_on(askers, run_id)
@@ -247,7 +253,7 @@ def ask(
     usage: object = getattr(run, "usage", None)
     if not per_run or run is None or usage is None:
         return Asking(key, key, 1, None, None)
-    key = _run_own(key, kind=kind, resolver=resolver, run=run)
+    key, told_apart = _run_own(key, kind=kind, resolver=resolver, run=run)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:
@@ -258,6 +264,5 @@ def ask(
     if own != key and not asked(resolver, own) and asked(resolver, key) >= occurrence:
         own = key
     _took(resolver, own)
-    # Told apart without `Pinning` (it records how its runs end), a run's failure is seen where a pinned call raises.
-    told_apart = None if run.run_id is None or run_position(resolver, run.run_id) is not None else resolver
-    return Asking(own, key, occurrence, counts, run.run_id, told_apart)
+    # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.
+    return Asking(own, key, occurrence, counts, run.run_id, resolver if told_apart else None)

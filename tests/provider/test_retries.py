@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -173,3 +173,28 @@ def _asking_radio_seen(harbour: Harbour) -> Callable[[list[ModelMessage], AgentI
         return ModelResponse(parts=parts)
 
     return renamed
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_retry_that_meets_a_model_retry_and_finishes_leaves_no_failure_to_take_up(
+    way: str, ledger: PinLedger
+) -> None:
+    harbour = Harbour()
+    radio = harbour.radio
+    calls = {"n": 0}
+
+    def radio_or_retry(to: str) -> str:
+        """Call someone on the radio."""
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ModelRetry("say who is calling")  # pydantic-ai asks the model again: the run goes on
+        return radio(to)
+
+    radio_or_retry.__name__ = "radio"
+    harbour.radio = radio_or_retry  # type: ignore[method-assign]
+    agent = harbour.agent(way, ledger)
+    assert try_until_done(agent)[0] == 1
+    reached = dict(harbour.reached)
+    # The retry went on past its own failed call and finished: the next run asked the same is a run of its own.
+    agent.run_sync(PROMPT)
+    assert harbour.reached["model"] == reached["model"] + 2 and harbour.reached["tide"] == reached["tide"] + 1
