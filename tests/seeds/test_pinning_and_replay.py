@@ -39,6 +39,7 @@ from pydantic_ai.tools import ToolDefinition
 from anagrapheus import Pinning, mint_entity_id, register_builtin_events
 from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider import PinnedModel, PinnedStreamedResponse, SemanticCallPolicy, pinned_tool
+from anagrapheus.provider.tools import WHOLE_DEPS
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
@@ -777,7 +778,7 @@ def test_project_rule_a_new_run_after_a_finished_one_reaches_the_world_again(led
     assert [agent.run_sync("Round 1").output for _ in range(2)] == ["answer #1 to Round 1", "answer #2 to Round 1"]
 
 
-def test_project_rule_a_tool_call_is_keyed_on_its_caller_too(ledger: PinLedger) -> None:
+def test_project_rule_a_tool_call_is_keyed_on_its_caller_too(store: SQLiteEventStore) -> None:
     """§ Tools, where the project differs: besides name and arguments, what identifies the caller joins the key.
 
     The page keys a tool on its name and arguments. The project adds a digest of the run's deps (the caller rule,
@@ -793,11 +794,14 @@ def test_project_rule_a_tool_call_is_keyed_on_its_caller_too(ledger: PinLedger) 
             return ModelResponse(parts=[TextPart(str(messages[-1].parts[0].content))])  # type: ignore[union-attr]
         return ModelResponse(parts=[ToolCallPart("balance", {})])
 
-    agent = Agent(FunctionModel(answer, model_name="m"), deps_type=str, tools=[pinned_tool(ledger, balance)])
-    assert [agent.run_sync("Balance?", deps=user).output for user in ("alice", "bob")] == [
-        "alice's balance",
-        "bob's balance",
-    ]
+    def asked_by_each(caller: Any) -> list[str]:
+        # `dedupe_repeats=True` takes the run and repeat rules out: only what the key holds tells the calls apart.
+        tool = pinned_tool(PinLedger(store), balance, dedupe_repeats=True, caller=caller)
+        agent = Agent(FunctionModel(answer, model_name="m"), deps_type=str, tools=[tool])
+        return [agent.run_sync("Balance?", deps=user).output for user in ("alice", "bob")]
+
+    assert asked_by_each(WHOLE_DEPS) == ["alice's balance", "bob's balance"]
+    assert asked_by_each(None) == ["alice's balance", "alice's balance"]  # the page's key: bob told alice's
 
 
 def test_project_rule_a_retry_draws_again_the_call_that_failed(ledger: PinLedger) -> None:
