@@ -151,17 +151,21 @@ class Pinning(AbstractCapability[Any]):
             if self._per_run is not None:
                 # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
                 return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
-            clocks = self._clocks(self.resolver)
-            try:
-                result = await self._recorded(ctx, handler)
-            except BaseException:
-                # An exception or a cancellation: the run did not finish, and a retry asked the same resumes it.
-                clocks.ended(ctx.run_id, failed=True)
-                raise
-            clocks.ended(ctx.run_id, failed=False)
-            return result
+            return await self._recorded(ctx, handler)
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Run `handler` as `_noted` does, and say how it ended to the runs' clocks (the retry rule)."""
+        clocks = self._clocks(self._clocked(ctx))
+        try:
+            result = await self._noted(ctx, handler)
+        except BaseException:
+            # An exception or a cancellation: the run did not finish, and a retry asked the same resumes it.
+            clocks.ended(ctx.run_id, failed=True)
+            raise
+        clocks.ended(ctx.run_id, failed=False)
+        return result
+
+    async def _noted(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Run `handler` in its replay scope, noting the run's inputs (and its output or error) unless turned off."""
         if not self.record_inputs:
             return await self._scoped(handler)
