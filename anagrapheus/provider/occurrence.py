@@ -75,33 +75,33 @@ class _Askers:
     """Per run (by id), the first key it asked: what a retry of it asks first too."""
     resumes: dict[str, str] = field(default_factory=dict[str, str])
     """Per run that took up a failed run's place (the retry rule), the run whose keys it asks under."""
-    failing: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    failing: dict[str, dict[str, None]] = field(default_factory=dict[str, dict[str, None]])
     """Per first key, the runs that asked it first and whose last asking failed, oldest first: a retry's to take up."""
 
 
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> tuple[str, bool]:
+def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> tuple[str, _Askers | None]:
     """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule).
 
-    Also whether the run is told apart here, in the order runs first ask (no `Pinning` numbered it): its failed
-    askings are then what says it failed (the retry rule).
+    Also the askers that tell the run apart, in the order runs first ask, when no `Pinning` numbered it: its
+    failed askings are then what says it failed (the retry rule).
     """
     run_id = run.run_id
     if run_id is None:
-        return key, False
+        return key, None
     server = run_server(resolver)
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
         resolver = server.ledger_for(run)
     askers = attached(resolver, _ASKERS, _Askers)
     if askers is None:
-        return key, False
+        return key, None
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
-    told_apart = ordinal is None
+    told_apart = askers if ordinal is None else None
     if ordinal is None:
         as_run = _as_run(key, resolver=resolver, askers=askers, run_id=run_id)
         with _lock:
@@ -128,13 +128,15 @@ def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) ->
             _went_on(askers, run_id)
             return run_id
         askers.first[run_id] = key
-        waiting = askers.failing.get(key)
-        failed = waiting.pop(0) if waiting else None
+        waiting = askers.failing.get(key) or {}
+        failed = next(iter(waiting), None)
+        if failed is not None:
+            del waiting[failed]
     if failed is None:
         return run_id
     if not take_up(resolver, run_id, key):
         with _lock:
-            askers.failing.setdefault(key, []).insert(0, failed)
+            askers.failing[key] = {failed: None, **askers.failing.get(key, {})}
         return run_id
     with _lock:
         askers.resumes[run_id] = failed
@@ -143,23 +145,16 @@ def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) ->
 
 def _went_on(askers: _Askers, run: str) -> None:
     """A run that asks again after a failure went on (pydantic-ai retried, a fallback answered): it did not fail."""
-    waiting = askers.failing.get(askers.first[run])
-    if waiting and run in waiting:
-        waiting.remove(run)
+    askers.failing.get(askers.first[run], {}).pop(run, None)
 
 
-def _failed(resolver: PinResolver, run_id: str) -> None:
+def _failed(askers: _Askers, run_id: str) -> None:
     """Note that the run's last asking failed: unless it asks again, a retry asked the same takes up its place."""
-    askers = attached(resolver, _ASKERS, _Askers)
-    if askers is None:
-        return
     with _lock:
         run = askers.resumes.get(run_id, run_id)
         first = askers.first.get(run)
         if first is not None:
-            waiting = askers.failing.setdefault(first, [])
-            if run not in waiting:
-                waiting.append(run)
+            askers.failing.setdefault(first, {})[run] = None
 
 
 def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, askers: _Askers) -> str:
@@ -216,8 +211,8 @@ class Asking:
     _occurrence: int
     _counts: dict[tuple[str | None, str], int] | None
     _run_id: str | None
-    _resolver: PinResolver | None = None
-    """The resolver a run told apart without `Pinning` asks through: a failed asking is noted there."""
+    _askers: _Askers | None = None
+    """What tells the run apart without `Pinning`, in the order runs first ask: a failed asking is noted there."""
 
     def arrived(self) -> None:
         """Count the answer in: the run's next asking of the same key is the next occurrence."""
@@ -229,8 +224,8 @@ class Asking:
 
     def failed(self) -> None:
         """Note that the asking raised: the run failed, unless it asks again (a retry then takes up its place)."""
-        if self._resolver is not None and self._run_id is not None:
-            _failed(self._resolver, self._run_id)
+        if self._askers is not None and self._run_id is not None:
+            _failed(self._askers, self._run_id)
 
 
 def ask(
@@ -265,4 +260,4 @@ def ask(
         own = key
     _took(resolver, own)
     # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.
-    return Asking(own, key, occurrence, counts, run.run_id, resolver if told_apart else None)
+    return Asking(own, key, occurrence, counts, run.run_id, told_apart)
