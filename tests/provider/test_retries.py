@@ -100,7 +100,8 @@ def test_a_named_run_is_not_taken_up_by_a_retry_it_did_not_name(ledger: PinLedge
         agent.run_sync(PROMPT, run_id="019b8d62-0000-7000-8000-00000000b0a7")
     # A run its caller named is its name's: an unnamed run asked the same is a run of its own.
     agent.run_sync(PROMPT)
-    assert harbour.reached == {"model": 3, "tide": 2, "radio": 2}
+    # The radio's failure may cancel the tide call beside it before it runs: the model is what tells.
+    assert harbour.reached["model"] == 3 and harbour.reached["radio"] == 2
 
 
 def test_a_resolver_that_keeps_no_attachments_tells_no_runs_apart_and_takes_no_place_up(ledger: PinLedger) -> None:
