@@ -18,6 +18,7 @@ __all__ = [
     "CorruptEvent",
     "EventTypeError",
     "FutureSchemaVersion",
+    "HiddenCallerField",
     "ManifestError",
     "PartialPin",
     "PinMiss",
@@ -130,6 +131,24 @@ class UnkeyedCaller(UsageError):
         """The type of the run's deps."""
         self.reason = reason
         """Why the deps cannot be keyed."""
+
+
+class HiddenCallerField(UnkeyedCaller):
+    """A field of the caller's identity that its dump hides (excluded, private) holds nothing a key can see."""
+
+    def __init__(self, tool: str, *, deps_type: str, field: str, how: str, reason: str) -> None:
+        super().__init__(tool, deps_type=deps_type, reason=f"{field}: {reason}")
+        # The sentence says which field and why, then what to declare: the base's advice, reworded for the field.
+        self.args = (
+            f"tool {tool!r} was called with deps of type {deps_type} whose field {field} is {how}, and it cannot"
+            f" join the key ({reason}). Two callers differing only there would be answered with each other's data,"
+            " so the call is refused: declare what identifies the caller with Pinning(caller=lambda deps:"
+            " deps.user_id) (or pinned_tool(..., caller=...)), or key no caller with caller=None",
+        )
+        self.field = field
+        """The path of the hidden field in the deps (`$.client`, `$.account._token`)."""
+        self.how = how
+        """How the dump hides it (`Field(exclude=True)`, a private attribute, ...)."""
 
 
 class CanonicalError(AnagrapheusError, TypeError):

@@ -30,8 +30,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from anagrapheus.errors import CanonicalError, PinResultError, UnkeyedCaller, UsageError
+from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.keying.caller import HiddenField, identity_material
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
@@ -110,7 +111,8 @@ def caller_of(deps: object, caller: CallerRule) -> str | None:
     if caller is None or deps is None:
         return None
     identity = deps if isinstance(caller, _WholeDeps) else caller(deps)
-    return pin_key(CALLER, identity)
+    # The whole identity, what its dump hides included: two callers it tells apart never share a key.
+    return pin_key(CALLER, identity_material(identity), normalised=True)
 
 
 def _keyed_caller(deps: object, caller: CallerRule) -> str | None:
@@ -162,6 +164,9 @@ def caller_pin(
     deps: object = getattr(run if run is not None else ctx, "deps", None)
     try:
         named = _keyed_caller(deps, caller)
+    except HiddenField as e:
+        deps_type = type(deps).__qualname__
+        raise HiddenCallerField(tool, deps_type=deps_type, field=e.path, how=e.how, reason=e.reason) from e
     except CanonicalError as e:
         raise UnkeyedCaller(tool, deps_type=type(deps).__qualname__, reason=f"{e.path}: {e.reason}") from e
     if named is None:
