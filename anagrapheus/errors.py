@@ -35,6 +35,7 @@ __all__ = [
     "StoreError",
     "StoreIntegrityError",
     "StoreUnavailable",
+    "UndeclaredType",
     "UnitBusy",
     "UnitClosed",
     "UnkeyedCaller",
@@ -279,9 +280,30 @@ class SchemaTooNew(StoreError):
 class CorruptEvent(StoreError):
     """A stored event's row cannot be decoded."""
 
-    def __init__(self, message: str, *, seq: int) -> None:
-        super().__init__(f"corrupt event at seq {seq}: {message}")
+    def __init__(self, message: str, *, seq: int | None, key: str | None = None) -> None:
+        where = f"at seq {seq}" if seq is not None else f"in pin {key}" if key is not None else "in a pin"
+        super().__init__(f"corrupt event {where}: {message}")
         self.seq = seq
+        """The event's position in its log, when known."""
+        self.key = key
+        """The key of the pin the event holds, when its position is not known (a pin read back by key)."""
+
+
+class UndeclaredType(CorruptEvent):
+    """A pin tags a value with a class that what answered it never declares: a recording does not choose a class."""
+
+    def __init__(self, named: str, *, source: str, key: str | None = None) -> None:
+        super().__init__(
+            f"a value is tagged as type {named!r}, which {source} does not declare, so nothing is built from it:"
+            " the recording was edited, or the tool's return annotation changed since it was recorded (record"
+            " it again)",
+            seq=None,
+            key=key,
+        )
+        self.named = named
+        """The `module:qualname` the tag names."""
+        self.source = source
+        """What declares the types the value may be rebuilt as (`tool 'survey'`, `the provider details`)."""
 
 
 class PinResultError(AnagrapheusError):

@@ -53,7 +53,7 @@ from anagrapheus.provider.tools import (
     is_pinned_tool,
     tool_pin,
 )
-from anagrapheus.provider.typed import needs_tags
+from anagrapheus.provider.typed import DeclaredTypes, needs_tags
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
@@ -401,10 +401,12 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
                 result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
             # Content pydantic-ai sends as more than JSON (an image) and tuples are kept as themselves; anything else
             # as its JSON, in its own key order.
-            return watch.raw(name, result if needs_tags(result) else _jsonable(name, result))
+            return watch.raw(name, result if needs_tags(result) else _jsonable(name, result), declared)
 
+        # The classes a replay may rebuild the tool's typed results as: its function's signature's, never the file's.
+        declared = DeclaredTypes.returned_by(function, source=f"the signature of tool {name!r}")
         per_run = not _dedupes(self.dedupe_repeats, name)
-        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run)
+        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run, declared=declared)
 
 
 def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:

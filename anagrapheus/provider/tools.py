@@ -37,7 +37,7 @@ from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.typed import needs_tags, rebuilt, typed
+from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
@@ -262,6 +262,7 @@ def tool_result_raw(
     usage: RunUsage | None = None,
     runs: int = 0,
     within: Sequence[str] = (),
+    declared: DeclaredTypes | None = None,
 ) -> JSONValue:
     """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
 
@@ -269,11 +270,13 @@ def tool_result_raw(
     to its run, written as JSON text in the result's own key order, floats and strings as they were, so
     the model is sent the very tool return it would be sent unpinned. A result holding what pydantic-ai
     sends the model as more than JSON (a `ToolReturn`, an image or other `BinaryContent`, a URL to a file),
-    or a tuple, is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
+    or a tuple, is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects. A typed value's class
+    must be one `declared` holds (the tool's return annotation's; only `VALUE_TYPES` when None).
     """
+    declared = DeclaredTypes(source=f"the signature of tool {tool!r}") if declared is None else declared
     envelope: dict[str, JSONValue]
     if enqueued or usage is not None or runs or within or needs_tags(result):
-        envelope = {"value": _tagged(tool, result)}
+        envelope = {"value": _tagged(tool, result, declared)}
     else:
         try:
             # Checked as canonical JSON would write it (which refuses what JSON cannot hold), kept as it is.
@@ -286,7 +289,7 @@ def tool_result_raw(
         envelope = {"value": {"$t": "json", "v": cast(JSONValue, result)}}
     # What the call did to its run besides returning: kept with the result, only when it did anything.
     if enqueued:
-        envelope["enqueued"] = enqueued_raw(tool, enqueued)
+        envelope["enqueued"] = enqueued_raw(tool, enqueued, declared)
     if usage is not None:
         envelope["usage"] = _usages.dump_python(usage, mode="json")
     if runs:
@@ -296,12 +299,13 @@ def tool_result_raw(
     return {_TAGGED: _ORDERED_VERSION, ORDERED_FIELD: ordered_json(envelope)}
 
 
-def tool_result_from_raw(raw: JSONValue) -> Any:
+def tool_result_from_raw(raw: JSONValue, declared: DeclaredTypes | None = None) -> Any:
     """Return a tool pin's raw JSON as the run receives it, on every path, so a replay sees what the run saw.
 
-    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
+    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned, each
+    only as a class `declared` holds (only `VALUE_TYPES` when None): any other tag is `UndeclaredType`.
     """
-    return tool_answer_from_raw(raw).value
+    return tool_answer_from_raw(raw, declared).value
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,8 +327,9 @@ class ToolAnswer:
 _ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
 
 
-def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
+def tool_answer_from_raw(raw: JSONValue, declared: DeclaredTypes | None = None) -> ToolAnswer:
     """A tool pin's result as the run receives it, with what the call did to its run besides."""
+    declared = DeclaredTypes(source="the tool (no signature given)") if declared is None else declared
     if isinstance(raw, dict) and raw.get(_TAGGED) == _ORDERED_VERSION and raw.keys() == {_TAGGED, ORDERED_FIELD}:
         text = raw[ORDERED_FIELD]
         raw = read_ordered(raw)
@@ -335,7 +340,7 @@ def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
         isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE
     ):
         return ToolAnswer(raw)
-    enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
+    enqueued = enqueued_from_raw(raw["enqueued"], declared) if "enqueued" in raw else []
     try:
         usage = _usages.validate_python(raw["usage"]) if "usage" in raw else None
     except ValueError as e:
@@ -346,17 +351,18 @@ def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
     within = raw.get("within", [])
     if not (isinstance(within, list) and all(isinstance(key, str) for key in within)):
         raise PinResultError(f"a tool pin's keys asked within are {within!r}, not a list of keys")
-    return ToolAnswer(_untagged(raw["value"]), enqueued, usage, runs, cast("list[str]", within))
+    return ToolAnswer(_untagged(raw["value"], declared), enqueued, usage, runs, cast("list[str]", within))
 
 
-def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]]) -> JSONValue:
+def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]], declared: DeclaredTypes) -> JSONValue:
     """What a tool enqueued into its run (`ctx.enqueue`), each call's content type-tagged with its priority."""
     return [
-        {"content": [_tagged(tool, item) for item in content], "priority": priority} for content, priority in enqueued
+        {"content": [_tagged(tool, item, declared) for item in content], "priority": priority}
+        for content, priority in enqueued
     ]
 
 
-def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
+def enqueued_from_raw(raw: JSONValue, declared: DeclaredTypes) -> list[tuple[list[Any], str]]:
     """Rebuild what `enqueued_raw` wrote: each `ctx.enqueue` call's content and priority, in order."""
     if not isinstance(raw, list):
         raise PinResultError(f"a tool pin's enqueued messages are {raw!r}, not a list")
@@ -367,7 +373,7 @@ def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
         ):
             raise PinResultError(f"a tool pin's enqueued message is {call!r}, not its content and priority")
         content = cast("list[JSONValue]", call["content"])
-        calls.append(([_untagged(item) for item in content], cast(str, call["priority"])))
+        calls.append(([_untagged(item, declared) for item in content], cast(str, call["priority"])))
     return calls
 
 
@@ -377,6 +383,8 @@ _TAGGED = "$anagrapheus.tool_result"
 # Marks a result kept as ordered text (see `tool_result_raw`); 1 marked a tagged result kept as canonical JSON.
 _ORDERED_VERSION = 2
 _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
+# A content node names its class; it is looked up here, never in a module.
+_CONTENT_CLASSES: dict[str, type] = {kind.__name__: kind for kind in _CONTENT_TYPES}
 
 
 _messages = ModelMessagesTypeAdapter
@@ -389,12 +397,12 @@ def _is_request_part(value: object) -> bool:
     return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
 
 
-def _tagged(tool: str, value: object) -> JSONValue:
+def _tagged(tool: str, value: object, declared: DeclaredTypes) -> JSONValue:
     """`value` as a tree of type-tagged JSON nodes."""
     if isinstance(value, ToolReturn):
         returned = cast("ToolReturn[object]", value)
         names = [f.name for f in dataclasses.fields(returned) if f.name != "kind"]
-        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name)) for name in names}}
+        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name), declared) for name in names}}
     if isinstance(value, _CONTENT_TYPES):
         dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
         return {"$t": "content", "class": type(value).__name__, "v": dumped}
@@ -404,18 +412,22 @@ def _tagged(tool: str, value: object) -> JSONValue:
         return {"$t": "request_part", "v": _request_parts.dump_python(cast(Any, value), mode="json")}
     if isinstance(value, (list, tuple)):
         items = cast("list[object] | tuple[object, ...]", value)
-        return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
+        return {
+            "$t": "tuple" if isinstance(value, tuple) else "list",
+            "v": [_tagged(tool, item, declared) for item in items],
+        }
     if isinstance(value, dict):
         entries = cast("dict[object, object]", value)
         if needs_tags(entries):
-            return {"$t": "dict", "v": {str(name): _tagged(tool, item) for name, item in entries.items()}}
-    return _json_leaf(tool, cast(object, value))
+            tree = {str(name): _tagged(tool, item, declared) for name, item in entries.items()}
+            return {"$t": "dict", "v": tree}
+    return _json_leaf(tool, cast(object, value), declared)
 
 
-def _json_leaf(tool: str, value: object) -> JSONValue:
+def _json_leaf(tool: str, value: object, declared: DeclaredTypes) -> JSONValue:
     """A part of a tagged result that holds no message content, as its JSON, with its type where JSON loses it."""
     if needs_tags(value):
-        return _typed_leaf(tool, value)
+        return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned", declared=declared)}
     try:
         jsonable: JSONValue = to_jsonable_python(value)
         # Refused as canonical JSON refuses it; kept in its own key order, its floats and strings as they were.
@@ -426,12 +438,7 @@ def _json_leaf(tool: str, value: object) -> JSONValue:
         raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e
 
 
-def _typed_leaf(tool: str, value: object) -> JSONValue:
-    """A value JSON would not bring back as itself, as its JSON and its type; refused if it cannot be rebuilt."""
-    return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned")}
-
-
-def _untagged(node: JSONValue) -> Any:
+def _untagged(node: JSONValue, declared: DeclaredTypes) -> Any:
     """Rebuild what `_tagged` wrote, or raise `PinResultError` for a node it could not have written."""
     if not isinstance(node, dict):
         raise PinResultError(f"a tagged tool result holds {node!r}, not a tagged node")
@@ -439,22 +446,22 @@ def _untagged(node: JSONValue) -> Any:
     if tag == "json":
         return value
     if tag == "typed":
-        return rebuilt(node)
+        return rebuilt(node, declared)
     if tag == "list" and isinstance(value, list):
-        return [_untagged(item) for item in value]
+        return [_untagged(item, declared) for item in value]
     if tag == "tuple" and isinstance(value, list):
-        return tuple(_untagged(item) for item in value)
+        return tuple(_untagged(item, declared) for item in value)
     if tag == "dict" and isinstance(value, dict):
-        return {name: _untagged(item) for name, item in value.items()}
+        return {name: _untagged(item, declared) for name, item in value.items()}
     if tag == "ToolReturn" and isinstance(value, dict):
-        return ToolReturn(**{name: _untagged(item) for name, item in value.items()})
+        return ToolReturn(**{name: _untagged(item, declared) for name, item in value.items()})
     if tag == "message":
         return _messages.validate_python([value])[0]
     if tag == "request_part":
         return _request_parts.validate_python(value)
     if tag == "content":
-        found = getattr(messages, str(node.get("class")), None)
-        if isinstance(found, type) and issubclass(found, _CONTENT_TYPES):
+        found = _CONTENT_CLASSES.get(str(node.get("class")))
+        if found is not None:
             return TypeAdapter(found).validate_python(value)
     raise PinResultError(f"a tagged tool result holds a node anagrapheus cannot rebuild: {node!r}")
 
@@ -484,6 +491,8 @@ def pinned_tool(
         raise UsageError("pinned_tool needs name=... for a callable without a __name__")
     signature = inspect.signature(func)
     is_async = inspect.iscoroutinefunction(func)
+    # The classes a replay may rebuild the tool's typed results as: its signature's, never the recording's.
+    declared = DeclaredTypes.returned_by(func, source=f"the signature of tool {tool!r}")
     # A call retried after it failed (a `ModelRetry`, say) is drawn anew; its failures are pinned in order.
     draws = DrawSequence()
 
@@ -505,9 +514,11 @@ def pinned_tool(
                     result = await anyio.to_thread.run_sync(
                         functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
                     )
-            return watch.raw(tool, result)
+            return watch.raw(tool, result, declared)
 
-        return await answer_tool_call(draws, resolver, call, context, draw, per_run=not dedupe_repeats)
+        return await answer_tool_call(
+            draws, resolver, call, context, draw, per_run=not dedupe_repeats, declared=declared
+        )
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
@@ -556,15 +567,17 @@ class CallWatch:
             yield
         self._within = noted
 
-    def raw(self, tool: str, result: object) -> JSONValue:
-        """The call's result as its pin keeps it, with what the call did to its run."""
+    def raw(self, tool: str, result: object, declared: DeclaredTypes) -> JSONValue:
+        """The call's result as its pin keeps it, with what the call did to its run (typed as `declared` allows)."""
         usage = None
         if self._usage is not None:
             before, after = self._usage
             added = after - before
             usage = added if added != RunUsage() else None
         runs = 0 if self._clocks is None else self._clocks.runs - self._runs
-        return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
+        return tool_result_raw(
+            tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within, declared=declared
+        )
 
 
 async def answer_tool_call(
@@ -575,8 +588,12 @@ async def answer_tool_call(
     draw: Callable[[], Awaitable[JSONValue]],
     *,
     per_run: bool,
+    declared: DeclaredTypes,
 ) -> Any:
-    """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning."""
+    """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning.
+
+    Its typed values are rebuilt only as classes `declared` holds, on every path.
+    """
     # Identical calls in one model response are keyed apart first, so each runs; then the repeat rule numbers each.
     key = twin_key(call.key, kind=TOOL_CALL, twin=twin_of(ctx), resolver=resolver) if per_run else call.key
     asking = ask(key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
@@ -592,7 +609,7 @@ async def answer_tool_call(
         asking.key,
         kind=TOOL_CALL,
         effect=effect,
-        interpret=tool_answer_from_raw,
+        interpret=lambda raw: tool_answer_from_raw(raw, declared.for_pin(asking.key)),
         fingerprint=call.fingerprint,
     )
     asking.arrived()
