@@ -47,6 +47,7 @@ from anagrapheus.errors import (
     UsageError,
     _OfEventType,  # pyright: ignore[reportPrivateUsage]  # the base of the errors about one event type
 )
+from anagrapheus.provider.keying.caller import HiddenField
 from anagrapheus.timeline.divergence import Divergence, MovedValue
 
 # One instance of every error class, built as the package builds it (keyword arguments and all).
@@ -62,6 +63,7 @@ SAMPLES: list[AnagrapheusError] = [
     HiddenCallerField("balance", deps_type="Bank", field="$.lock", how="a private attribute", reason="no JSON form"),
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
     CanonicalError("a float nan", path="$.a[0]"),
+    HiddenField("Lock has no JSON form", path="$.lock", how="a private attribute (PrivateAttr)"),
     EventTypeError("registered twice"),
     _OfEventType("about ns:t", "ns", "t"),
     UnknownEventType("ns", "t", seq=3),
