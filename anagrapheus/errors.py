@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AmbiguousPin",
     "AnagrapheusError",
+    "CallerKeyMissing",
     "CanonicalError",
     "CorruptEvent",
     "EventTypeError",
@@ -150,6 +151,18 @@ class HiddenCallerField(UnkeyedCaller):
         """The path of the hidden field in the deps (`$.client`, `$.account._token`)."""
         self.how = how
         """How the dump hides it (`Field(exclude=True)`, a private attribute, ...)."""
+
+
+class CallerKeyMissing(UsageError):
+    """A unit keys its callers with the key in an environment variable that this process does not set."""
+
+    def __init__(self, variable: str) -> None:
+        super().__init__(
+            f"this unit keys its callers with the key in {variable}, which is not set: set it to the key the unit was"
+            " recorded with (anagrapheus never writes it anywhere), or record the unit again without it"
+        )
+        self.variable = variable
+        """The environment variable that holds the key."""
 
 
 class CanonicalError(AnagrapheusError, TypeError):

@@ -14,6 +14,7 @@ from anagrapheus.cli.report import BadInput
 from anagrapheus.errors import (
     AmbiguousPin,
     AnagrapheusError,
+    CallerKeyMissing,
     CanonicalError,
     CorruptEvent,
     EventTypeError,
@@ -54,6 +55,7 @@ from anagrapheus.timeline.divergence import Divergence, MovedValue
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    CallerKeyMissing("ANAGRAPHEUS_CALLER_KEY"),
     UnresolvedName("app:agnet", "app has no agnet"),
     ManifestError("unknown key", path="pyproject.toml", key="clock.speed"),
     StoreUnavailable("the server did not answer within 30 s"),

@@ -183,9 +183,11 @@ class Pinning(AbstractCapability[Any]):
         """The run's id, pinned where its inputs place it among the runs: `compat.RUN_INPUTS_HOOK`, from 2.78 on."""
         if type(self).get_default_run_id is not Pinning.get_default_run_id:
             return self.get_default_run_id()  # a subclass's own id, as pydantic-ai's capabilities keep theirs
+        if self._per_run is not None:
+            return self._draw_run_id(None)  # no unit before the run starts: nothing to place it among
         inputs = get_inputs()
         return self._draw_run_id(
-            place_of(inputs.get("prompt"), inputs.get("messages") or (), inputs.get("deps"), self.caller)
+            place_of(inputs.get("prompt"), inputs.get("messages") or (), inputs.get("deps"), self.caller, self.resolver)
         )
 
     def _draw_run_id(self, place: str | None) -> str | None:
@@ -213,7 +215,9 @@ class Pinning(AbstractCapability[Any]):
         clocks = self._clocks(resolver)
         clocks.start(ctx.run_id)
         with answers_untraced():
-            clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
+            clocks.note_place(
+                resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
+            )
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""

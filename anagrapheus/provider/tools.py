@@ -31,6 +31,7 @@ from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
+from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.caller import HiddenField, identity_material
 from anagrapheus.provider.keying.keys import key_of, walked
@@ -38,7 +39,7 @@ from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, encode_normalised
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.resolver import PinResolver, answered_within, asked, replays
@@ -95,33 +96,45 @@ CallerRule = Callable[[Any], object] | _WholeDeps | None
 """What identifies a tool call's caller: `WHOLE_DEPS`, a function of the run's deps, or None for no caller."""
 
 
-CALLER = "caller"
-"""The kind a caller's identity is digested under (`p1:caller:<sha256>`), the form it joins a tool call's key in."""
-
 # The caller of a recorded run asked again without its deps (`anagrapheus rerun`, `fork_run`, `rekey`): its digest,
 # as the run's inputs recorded it, so its tool calls are keyed as they were.
 _ASKING_AS: ContextVar[str | None] = ContextVar("anagrapheus_asking_as", default=None)
 
 
-def caller_of(deps: object, caller: CallerRule) -> str | None:
+def caller_of(deps: object, caller: CallerRule, *, salt: CallerSalt | None = None) -> str | None:
     """The digest naming the caller of a run with `deps` under the rule `caller`; None when no caller is keyed.
 
-    Raises `CanonicalError` when the identity has no JSON form to key.
+    `salt` is the caller salt of the run's unit (`unit_salt`); None gives the unsalted form of recordings made
+    before salts. Raises `CanonicalError` when the identity has no JSON form to key.
     """
+    identity = _identity(deps, caller)
+    return None if identity is None else caller_digest(identity, salt)
+
+
+def _identity(deps: object, caller: CallerRule) -> str | None:
+    """The canonical JSON of the identity `caller` draws from `deps`; None when no caller is keyed."""
     if caller is None or deps is None:
         return None
     identity = deps if isinstance(caller, _WholeDeps) else caller(deps)
     # The whole identity, what its dump hides included: two callers it tells apart never share a key.
-    return pin_key(CALLER, identity_material(identity), normalised=True)
+    return encode_normalised(identity_material(identity))
 
 
-def _keyed_caller(deps: object, caller: CallerRule) -> str | None:
-    """The caller a run with `deps` keys its tool calls as: `caller_of`, else the recorded caller it is asked as."""
-    named = caller_of(deps, caller)
-    return _ASKING_AS.get() if named is None and caller is not None else named
+def _keyed_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> tuple[str | None, str | None]:
+    """The caller a run with `deps` keys its tool calls as, and its identity's JSON (None when asked as recorded).
+
+    `caller_of` under the unit's salt, else the recorded caller the run is asked as (`asking_as`).
+    """
+    identity = _identity(deps, caller)
+    if identity is None:
+        recorded = _ASKING_AS.get() if caller is not None else None
+        if recorded is not None and is_salted(recorded):
+            unit_salt(resolver)  # asked as the recorded run asked it: the unit keeps its salt, in its place
+        return recorded, None
+    return caller_digest(identity, unit_salt(resolver)), identity
 
 
-def run_caller(deps: object, caller: CallerRule) -> str | None:
+def run_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> str | None:
     """The caller a run with `deps` is keyed as, for its inputs and its place: None where none is, or none can be.
 
     Read for every run, tool calls or none: a caller rule that fails on these deps (`lambda deps: deps.user_id`
@@ -129,7 +142,7 @@ def run_caller(deps: object, caller: CallerRule) -> str | None:
     none, which runs unpinned all the same.
     """
     try:
-        return _keyed_caller(deps, caller)
+        return _keyed_caller(deps, caller, resolver)[0]
     except Exception:  # the rule's own error is raised where a tool call is keyed
         return None
 
@@ -163,7 +176,7 @@ def caller_pin(
     """
     deps: object = getattr(run if run is not None else ctx, "deps", None)
     try:
-        named = _keyed_caller(deps, caller)
+        named, identity = _keyed_caller(deps, caller, resolver)
     except HiddenField as e:
         deps_type = type(deps).__qualname__
         raise HiddenCallerField(tool, deps_type=deps_type, field=e.path, how=e.how, reason=e.reason) from e
@@ -174,6 +187,11 @@ def caller_pin(
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
     if not replays(resolver) or asked(resolver, call.key):
         return call  # a live resolver, or a recording keyed with the caller
+    # A recording made before callers were salted holds the unsalted digest; one made before they were keyed, none.
+    if identity is not None:
+        unsalted = tool_pin(tool, arguments, ctx=ctx, caller=caller_digest(identity, None))
+        if unsalted.key != call.key and asked(resolver, unsalted.key):
+            return unsalted
     before = tool_pin(tool, arguments, ctx=ctx)
     return before if asked(resolver, before.key) else call
 
