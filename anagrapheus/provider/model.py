@@ -21,7 +21,7 @@ from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
 from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
@@ -167,11 +167,8 @@ def _value_types_only(value: object) -> object:
     if type(value) is dict:
         return {name: _value_types_only(item) for name, item in cast("dict[object, object]", value).items()}
     if needs_type(value) and type(value) not in VALUE_TYPES:
-        try:
-            return to_jsonable_python(value)
-        except PydanticSerializationError as e:
-            held = type(value).__qualname__
-            raise PinResultError(f"the provider details of a response held {held}, which has no JSON form") from e
+        # (The response's dump wrote this value's JSON already: it has one.)
+        return to_jsonable_python(value)
     return value
 
 

@@ -16,6 +16,7 @@ runs a module's `__getattr__`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -109,16 +110,19 @@ class DeclaredTypes:
 
 
 def _return_annotation(func: Callable[..., object]) -> object:
-    """`func`'s return annotation, its string forms resolved where they can be; None where it has none."""
+    """`func`'s return annotation, resolved (through `functools.partial` and callable objects); None where it has none.
+
+    An annotation that does not resolve (a name defined inside a function) declares nothing.
+    """
+    target: object = func
+    while isinstance(target, functools.partial):
+        target = cast("functools.partial[object]", target).func
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        target = type(target).__call__  # a callable object: its method's annotation
     try:
-        return typing.get_type_hints(func, include_extras=True).get("return")
+        return typing.get_type_hints(target, include_extras=True).get("return")
     except Exception:
-        pass  # a forward reference that does not resolve, a callable object: its signature, as written
-    try:
-        annotation = inspect.signature(func).return_annotation
-    except (TypeError, ValueError):
         return None
-    return None if annotation is inspect.Signature.empty else annotation
 
 
 def _declared(annotation: object, found: dict[str, type], seen: set[int], depth: int) -> None:

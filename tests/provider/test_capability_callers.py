@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_serializer
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -16,6 +16,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from anagrapheus import Pinning
 from anagrapheus.errors import HiddenCallerField, PinMiss, UnkeyedCaller
 from anagrapheus.provider import pinned_tool
+from anagrapheus.provider.keying.caller import identity_material
+from anagrapheus.provider.keying.keys import walked
 from anagrapheus.provider.tools import CALLER, WHOLE_DEPS, caller_of, tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import pin_key
@@ -294,3 +296,42 @@ def test_deps_whose_dump_hides_nothing_key_their_caller_as_before() -> None:
     assert pin_key(CALLER, {"user": "alice"}) == before
     assert caller_of(Teller(user="alice"), WHOLE_DEPS) == before
     assert caller_of(Login(bank="north", account="alice"), WHOLE_DEPS) != pin_key(CALLER, {"bank": "north"})
+
+
+class Aliased(BaseModel):
+    """A model dumped by its aliases: an aliased field is in the dump, not hidden."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    account: str = Field(serialization_alias="acct")
+    token: str = Field(exclude=True, default="")
+
+
+class Masked(BaseModel):
+    """A model whose own serializer writes no field: every field is hidden from its dump."""
+
+    account: str
+
+    @model_serializer
+    def _masked(self) -> str:
+        return "masked"
+
+
+def test_hidden_state_is_found_inside_containers_under_aliases_and_behind_a_custom_serializer() -> None:
+    def digest(deps: object) -> str | None:
+        return caller_of(deps, WHOLE_DEPS)
+
+    # Inside a dict or a list: each caller keys apart.
+    assert digest({"who": [Login(account="alice")]}) != digest({"who": [Login(account="bob")]})
+    assert identity_material({"who": [Login(account="alice")]})["$hidden"] == {"$.who[0].account": "alice"}
+    # An aliased field is in the dump, not hidden; the excluded one is.
+    assert identity_material(Aliased(account="alice", token="t1"))["$hidden"] == {"$.token": "t1"}
+    # A serializer writing the same for every caller hides every field: the fields join the digest.
+    assert digest(Masked(account="alice")) != digest(Masked(account="bob"))
+    # A pydantic-ai message is keyed by its own layout, which hides nothing.
+    assert identity_material({"part": TextPart("hello")}) == walked({"part": TextPart("hello")})
+
+
+def test_a_caller_rule_drawing_an_identity_sees_what_that_identity_hides() -> None:
+    by_login = caller_of(Teller(user="x"), lambda deps: Login(account=deps.user))
+    assert by_login != caller_of(Teller(user="y"), lambda deps: Login(account=deps.user))

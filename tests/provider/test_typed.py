@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import json
 import subprocess
 import sys
 import types as types_module
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
+from uuid import UUID
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturn
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from typing_extensions import TypeAliasType
 
 from anagrapheus import Pinning
 from anagrapheus.errors import CorruptEvent, PinResultError, UndeclaredType
+from anagrapheus.provider.tools import tool_result_raw
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, typed_tree, untyped_tree
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, RecordingHeader, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import canonical_json
@@ -90,6 +95,11 @@ class Audit:
         BUILT.append(self.path)
         if self.path:
             Path(self.path).write_text("built by a recording", encoding="utf-8")
+
+
+class Species(enum.Enum):
+    COD = "cod"
+    HADDOCK = "haddock"
 
 
 class Catch(BaseModel):
@@ -272,3 +282,86 @@ print("pydantic.networks" in sys.modules)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Pair(Generic[T]):
+    """A generic dataclass: its parameter is declared where it is named."""
+
+    first: T
+    second: T
+
+
+@dataclass
+class Unresolved:
+    """A dataclass whose field names a class nothing can resolve: its fields declare nothing."""
+
+    catch: Catch
+    later: Nowhere  # type: ignore[name-defined]  # noqa: F821  # pyright: ignore[reportUndefinedVariable]
+
+
+Aliased = TypeAliasType("Aliased", list[Quota])
+
+
+def test_a_return_annotation_declares_every_class_it_names_through_containers_unions_and_fields() -> None:
+    shapes = Annotated[list[Catch | None], "meta"] | dict[str, tuple[Pair[Species], ...]] | Literal["none"]
+    declared = DeclaredTypes(shapes, source="a test")
+    for kind in (Catch, Pair, Species, datetime, Decimal, UUID, date, time, timedelta):
+        assert declared.declares(kind), kind
+    assert not declared.declares(Audit) and not declared.declares(Quota)
+    assert DeclaredTypes(Aliased, source="an alias").declares(Quota)
+    assert DeclaredTypes(ToolReturn[Catch], source="a tool return").declares(Catch)
+    # Fields whose annotations do not resolve declare nothing (its value refused while recording, never guessed).
+    unresolved = DeclaredTypes(Unresolved, source="a test")
+    assert unresolved.declares(Unresolved) and not unresolved.declares(Catch)
+
+
+class Surveyor:
+    """A callable object: its `__call__` declares what it returns."""
+
+    def __call__(self, port: str) -> Catch:
+        return catch(port)
+
+
+def test_a_function_declares_its_return_annotation_through_partials_and_callable_objects() -> None:
+    def undeclared(port: str) -> Nowhere:  # type: ignore[name-defined]  # noqa: F821  # pyright: ignore[reportUndefinedVariable]
+        return catch(port)
+
+    assert DeclaredTypes.returned_by(functools.partial(catch, "Hull"), source="a partial").declares(Catch)
+    assert DeclaredTypes.returned_by(Surveyor(), source="a callable object").declares(Catch)
+    assert DeclaredTypes.returned_by(quota, source="a function").declares(Quota)
+    # An annotation that does not resolve declares nothing: only the fixed value types.
+    assert not DeclaredTypes.returned_by(undeclared, source="a function").declares(Catch)
+    assert DeclaredTypes.returned_by(None, source="no function").declares(datetime)
+
+
+def test_a_tool_returning_a_class_its_signature_does_not_name_is_refused_while_recording() -> None:
+    with pytest.raises(PinResultError, match="which the signature of tool 'landing' does not declare") as refused:
+        tool_result_raw(
+            "landing", Species.COD, declared=DeclaredTypes.returned_by(catch, source="the signature of tool 'landing'")
+        )
+    assert "Name it in the return annotation (-> Species" in str(refused.value)
+
+
+def test_a_provider_detail_of_another_class_is_kept_as_its_json_on_every_path(
+    tmp_path: Path, types: EventTypeRegistry
+) -> None:
+    details = {"tier": Species.HADDOCK, "window": [Species.COD, datetime(2026, 1, 5, tzinfo=UTC)]}
+
+    def stamped(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Hold.")], provider_details=dict(details))
+
+    with SQLiteEventStore(tmp_path / "live.db") as store:
+        ledger = PinLedger(store, types)
+        live = Agent(FunctionModel(stamped, model_name="scripted")).run_sync("Hold?", capabilities=[Pinning(ledger)])
+        ledger.commit()
+        again = Agent(FunctionModel(stamped, model_name="scripted")).run_sync(
+            "Hold?", capabilities=[Pinning(ReplayPins.from_store(store, types))]
+        )
+    for result in (live, again):
+        response = result.all_messages()[-1]
+        assert isinstance(response, ModelResponse)
+        assert response.provider_details == {"tier": "haddock", "window": ["cod", datetime(2026, 1, 5, tzinfo=UTC)]}

@@ -99,10 +99,8 @@ def _dumped_names(value: object) -> set[str] | None:
     serializer = getattr(type(value), "__pydantic_serializer__", None)
     if serializer is None:
         return None  # a plain dataclass: pydantic dumps every field
-    try:
-        dump: object = serializer.to_python(value)
-    except Exception:
-        return None  # the walk of the whole identity refuses it, saying why
+    # (The walk of the whole identity dumped it already: it cannot fail here.)
+    dump: object = serializer.to_python(value)
     if not isinstance(dump, Mapping):
         return set()  # a custom serializer that writes no fields: every field is hidden
     names = {str(name) for name in cast(Mapping[object, object], dump)}
