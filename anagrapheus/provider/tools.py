@@ -401,6 +401,7 @@ _TAGGED = "$anagrapheus.tool_result"
 # Marks a result kept as ordered text (see `tool_result_raw`); 1 marked a tagged result kept as canonical JSON.
 _ORDERED_VERSION = 2
 _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
+_TOOL_RETURN_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolReturn) if f.init)
 # A content node names its class; it is looked up here, never in a module.
 _CONTENT_CLASSES: dict[str, type] = {kind.__name__: kind for kind in _CONTENT_TYPES}
 
@@ -471,7 +472,7 @@ def _untagged(node: JSONValue, declared: DeclaredTypes) -> Any:
         return tuple(_untagged(item, declared) for item in value)
     if tag == "dict" and isinstance(value, dict):
         return {name: _untagged(item, declared) for name, item in value.items()}
-    if tag == "ToolReturn" and isinstance(value, dict):
+    if tag == "ToolReturn" and isinstance(value, dict) and value.keys() <= _TOOL_RETURN_FIELDS:
         return ToolReturn(**{name: _untagged(item, declared) for name, item in value.items()})
     if tag == "message":
         return _messages.validate_python([value])[0]
