@@ -2,7 +2,8 @@
 
 A tool call's key, a run's inputs and its place hold a digest of its caller's identity (by default the run's
 deps). Unsalted, a reader of the recording could test guesses of the deps at sha256's speed: a 4-digit PIN fell in
-0.3 s. So each unit draws a salt once (a `caller_salt` pin, 16 random bytes, kept in the unit like a run's id), and
+0.3 s. So each unit draws a salt once (a `caller_salt` pin of 16 bytes, derived from the unit's id, or random where
+the unit is picked per run; kept in the unit like a run's id, so a replay, a fork or a rekey reads it back), and
 a caller's digest is `scrypt(identity, salt)` (n=2**14, r=8, p=1: 16 MiB and tens of milliseconds per guess),
 computed once per distinct caller and salt in a process. Where deps hold guessable personal data, a team sets
 `ANAGRAPHEUS_CALLER_KEY`: the digest is then an HMAC under that key, which never reaches a recording, and no guess
@@ -62,7 +63,7 @@ class CallerSalt:
     """A unit's caller salt, and whether its digests are keyed (`ANAGRAPHEUS_CALLER_KEY`) or memory-hard."""
 
     salt: str
-    """16 random bytes, as hex."""
+    """16 bytes, as hex."""
     keyed: bool
     """Whether the unit's caller digests are an HMAC under the key in `ANAGRAPHEUS_CALLER_KEY`."""
 
@@ -84,9 +85,14 @@ class CallerSalt:
         return cls(salt, keyed)
 
 
-def _fresh() -> JSONValue:
-    """A new unit's salt: keyed when the environment holds a key."""
-    return CallerSalt(secrets.token_hex(16), keyed=bool(os.environ.get(CALLER_KEY_ENV))).raw()
+def _fresh(unit: str | None) -> JSONValue:
+    """A new unit's salt, keyed when the environment holds a key: derived from the unit's id, or random without one.
+
+    From the id, two recordings of one unit (a test recorded afresh) hold the same keys, and a pull request shows
+    what changed; a unit's id is unique unless its caller names it (a UUIDv7 by default).
+    """
+    salt = secrets.token_hex(16) if unit is None else hashlib.sha256(f"{CALLER_SALT}\0{unit}".encode()).hexdigest()
+    return CallerSalt(salt[:32], keyed=bool(os.environ.get(CALLER_KEY_ENV))).raw()
 
 
 def unit_salt(resolver: PinResolver) -> CallerSalt | None:
@@ -117,7 +123,8 @@ def _drawn(resolver: PinResolver) -> CallerSalt | None:
         answering = answering_position(resolver, _SALT_KEY)
     if answering is None:
         return None
-    return answering.resolve(_SALT_KEY, kind=CALLER_SALT, effect=_fresh, interpret=CallerSalt.from_raw)
+    unit = unit_of(answering)
+    return answering.resolve(_SALT_KEY, kind=CALLER_SALT, effect=lambda: _fresh(unit), interpret=CallerSalt.from_raw)
 
 
 def is_salted(digest: str) -> bool:

@@ -57,9 +57,9 @@ def bank(reads: list[str]) -> Agent[Login, str]:
     return agent
 
 
-def record(folder: Path, types: EventTypeRegistry, deps: Login) -> Path:
+def record(folder: Path, types: EventTypeRegistry, deps: Login, *, unit_id: str | None = None) -> Path:
     with SQLiteEventStore(folder / "live.db") as store:
-        ledger = PinLedger(store, types)
+        ledger = PinLedger(store, types, unit_id=unit_id)
         bank([]).run_sync("Balance?", deps=deps, capabilities=[Pinning(ledger)])
         ledger.commit()
         header = RecordingHeader(description="A balance.", recorded_with="A scripted model.", rerecord="pytest")
@@ -110,6 +110,20 @@ def test_each_unit_draws_its_own_salt_so_one_caller_digests_apart_in_two_recordi
     first = recorded_runs(events_of(record(tmp_path / "a", types, alice), types))[0].caller
     second = recorded_runs(events_of(record(tmp_path / "b", types, alice), types))[0].caller
     assert first is not None and second is not None and first != second
+
+
+def test_two_recordings_of_one_named_unit_hold_the_same_keys_so_a_pull_request_shows_what_changed(
+    tmp_path: Path, types: EventTypeRegistry
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    alice = Login("alice", "4821")
+
+    def keys(folder: str) -> list[str]:
+        path = record(tmp_path / folder, types, alice, unit_id="test_balance")
+        return sorted(ReplayPins.from_recording(path, types).unused())
+
+    assert keys("a") == keys("b")
 
 
 def test_a_salted_recording_replays_each_caller_its_own_answer(tmp_path: Path, types: EventTypeRegistry) -> None:
