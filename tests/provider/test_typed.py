@@ -365,3 +365,11 @@ def test_a_provider_detail_of_another_class_is_kept_as_its_json_on_every_path(
         response = result.all_messages()[-1]
         assert isinstance(response, ModelResponse)
         assert response.provider_details == {"tier": "haddock", "window": ["cod", datetime(2026, 1, 5, tzinfo=UTC)]}
+
+
+def test_a_typed_node_naming_no_class_or_holding_what_its_class_refuses_is_refused() -> None:
+    declared = DeclaredTypes(Catch, source="the signature of tool 'catch'")
+    with pytest.raises(PinResultError, match="names no class"):
+        untyped_tree({"$t": "typed", "type": 7, "v": {}}, declared)
+    with pytest.raises(PinResultError, match="cannot be rebuilt from"):
+        untyped_tree({"$t": "typed", "type": f"{Catch.__module__}:Catch", "v": {"species": []}}, declared)
