@@ -14,10 +14,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AmbiguousPin",
     "AnagrapheusError",
+    "CallerKeyMissing",
     "CanonicalError",
     "CorruptEvent",
     "EventTypeError",
     "FutureSchemaVersion",
+    "HiddenCallerField",
     "ManifestError",
     "PartialPin",
     "PinMiss",
@@ -34,6 +36,7 @@ __all__ = [
     "StoreError",
     "StoreIntegrityError",
     "StoreUnavailable",
+    "UndeclaredType",
     "UnitBusy",
     "UnitClosed",
     "UnkeyedCaller",
@@ -130,6 +133,36 @@ class UnkeyedCaller(UsageError):
         """The type of the run's deps."""
         self.reason = reason
         """Why the deps cannot be keyed."""
+
+
+class HiddenCallerField(UnkeyedCaller):
+    """A field of the caller's identity that its dump hides (excluded, private) holds nothing a key can see."""
+
+    def __init__(self, tool: str, *, deps_type: str, field: str, how: str, reason: str) -> None:
+        super().__init__(tool, deps_type=deps_type, reason=f"{field}: {reason}")
+        # The sentence says which field and why, then what to declare: the base's advice, reworded for the field.
+        self.args = (
+            f"tool {tool!r} was called with deps of type {deps_type} whose field {field} is {how}, and it cannot"
+            f" join the key ({reason}). Two callers differing only there would be answered with each other's data,"
+            " so the call is refused: declare what identifies the caller with Pinning(caller=lambda deps:"
+            " deps.user_id) (or pinned_tool(..., caller=...)), or key no caller with caller=None",
+        )
+        self.field = field
+        """The path of the hidden field in the deps (`$.client`, `$.account._token`)."""
+        self.how = how
+        """How the dump hides it (`Field(exclude=True)`, a private attribute, ...)."""
+
+
+class CallerKeyMissing(UsageError):
+    """A unit keys its callers with the key in an environment variable that this process does not set."""
+
+    def __init__(self, variable: str) -> None:
+        super().__init__(
+            f"this unit keys its callers with the key in {variable}, which is not set: set it to the key the unit was"
+            " recorded with (anagrapheus never writes it anywhere), or record the unit again without it"
+        )
+        self.variable = variable
+        """The environment variable that holds the key."""
 
 
 class CanonicalError(AnagrapheusError, TypeError):
@@ -260,9 +293,30 @@ class SchemaTooNew(StoreError):
 class CorruptEvent(StoreError):
     """A stored event's row cannot be decoded."""
 
-    def __init__(self, message: str, *, seq: int) -> None:
-        super().__init__(f"corrupt event at seq {seq}: {message}")
+    def __init__(self, message: str, *, seq: int | None, key: str | None = None) -> None:
+        where = f"at seq {seq}" if seq is not None else f"in pin {key}" if key is not None else "in a pin"
+        super().__init__(f"corrupt event {where}: {message}")
         self.seq = seq
+        """The event's position in its log, when known."""
+        self.key = key
+        """The key of the pin the event holds, when its position is not known (a pin read back by key)."""
+
+
+class UndeclaredType(CorruptEvent):
+    """A pin tags a value with a class that what answered it never declares: a recording does not choose a class."""
+
+    def __init__(self, named: str, *, source: str, key: str | None = None) -> None:
+        super().__init__(
+            f"a value is tagged as type {named!r}, which {source} does not declare, so nothing is built from it:"
+            " the recording was edited, or the tool's return annotation changed since it was recorded (record"
+            " it again)",
+            seq=None,
+            key=key,
+        )
+        self.named = named
+        """The `module:qualname` the tag names."""
+        self.source = source
+        """What declares the types the value may be rebuilt as (`tool 'survey'`, `the provider details`)."""
 
 
 class PinResultError(AnagrapheusError):

@@ -14,10 +14,12 @@ from anagrapheus.cli.report import BadInput
 from anagrapheus.errors import (
     AmbiguousPin,
     AnagrapheusError,
+    CallerKeyMissing,
     CanonicalError,
     CorruptEvent,
     EventTypeError,
     FutureSchemaVersion,
+    HiddenCallerField,
     InexactReplay,
     ManifestError,
     PartialPin,
@@ -35,6 +37,7 @@ from anagrapheus.errors import (
     StoreError,
     StoreIntegrityError,
     StoreUnavailable,
+    UndeclaredType,
     UnitBusy,
     UnitClosed,
     UnkeyedCaller,
@@ -45,20 +48,24 @@ from anagrapheus.errors import (
     UsageError,
     _OfEventType,  # pyright: ignore[reportPrivateUsage]  # the base of the errors about one event type
 )
+from anagrapheus.provider.keying.caller import HiddenField
 from anagrapheus.timeline.divergence import Divergence, MovedValue
 
 # One instance of every error class, built as the package builds it (keyword arguments and all).
 SAMPLES: list[AnagrapheusError] = [
     AnagrapheusError("root"),
     UsageError("misuse"),
+    CallerKeyMissing("ANAGRAPHEUS_CALLER_KEY"),
     UnresolvedName("app:agnet", "app has no agnet"),
     ManifestError("unknown key", path="pyproject.toml", key="clock.speed"),
     StoreUnavailable("the server did not answer within 30 s"),
     RecordingConflict("rec.jsonl", first="a", second="b"),
     InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),
     UnkeyedCaller("balance", deps_type="Bank", reason="$.lock: Lock has no JSON form"),
+    HiddenCallerField("balance", deps_type="Bank", field="$.lock", how="a private attribute", reason="no JSON form"),
     UnitClosed("unit-1", state="committed", raw='{"a":1}'),
     CanonicalError("a float nan", path="$.a[0]"),
+    HiddenField("Lock has no JSON form", path="$.lock", how="a private attribute (PrivateAttr)"),
     EventTypeError("registered twice"),
     _OfEventType("about ns:t", "ns", "t"),
     UnknownEventType("ns", "t", seq=3),
@@ -70,6 +77,7 @@ SAMPLES: list[AnagrapheusError] = [
     UnitBusy("unit-1", waited=2.0),
     SchemaTooNew("newer"),
     CorruptEvent("bad json", seq=7),
+    UndeclaredType("__main__:Audit", source="the signature of tool 'survey'", key="p1:tool_call:ab"),
     PinResultError("not JSON"),
     PartialPin("k", state="stopped"),
     PinnedFailure({"type": "x:Y", "message": "m"}, type_name="x:Y", message="m"),

@@ -54,7 +54,7 @@ from anagrapheus.provider.tools import (
     is_pinned_tool,
     tool_pin,
 )
-from anagrapheus.provider.typed import needs_tags
+from anagrapheus.provider.typed import DeclaredTypes, needs_tags
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
@@ -197,9 +197,11 @@ class Pinning(AbstractCapability[Any]):
         """The run's id, pinned where its inputs place it among the runs: `compat.RUN_INPUTS_HOOK`, from 2.78 on."""
         if type(self).get_default_run_id is not Pinning.get_default_run_id:
             return self.get_default_run_id()  # a subclass's own id, as pydantic-ai's capabilities keep theirs
+        if self._per_run is not None:
+            return self._draw_run_id(None)  # no unit before the run starts: nothing to place it among
         inputs = get_inputs()
         return self._draw_run_id(
-            place_of(inputs.get("prompt"), inputs.get("messages") or (), inputs.get("deps"), self.caller)
+            place_of(inputs.get("prompt"), inputs.get("messages") or (), inputs.get("deps"), self.caller, self.resolver)
         )
 
     def _draw_run_id(self, place: str | None) -> str | None:
@@ -229,7 +231,7 @@ class Pinning(AbstractCapability[Any]):
 
         @functools.cache
         def inputs() -> str | None:
-            return place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller)
+            return place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
 
         with answers_untraced():
             clocks.note_place(resolver, ctx.run_id, inputs)
@@ -421,10 +423,12 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
                 result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
             # Content pydantic-ai sends as more than JSON (an image) and tuples are kept as themselves; anything else
             # as its JSON, in its own key order.
-            return watch.raw(name, result if needs_tags(result) else _jsonable(name, result))
+            return watch.raw(name, result if needs_tags(result) else _jsonable(name, result), declared)
 
+        # The classes a replay may rebuild the tool's typed results as: its function's signature's, never the file's.
+        declared = DeclaredTypes.returned_by(function, source=f"the signature of tool {name!r}")
         per_run = not _dedupes(self.dedupe_repeats, name)
-        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run)
+        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run, declared=declared)
 
 
 def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:

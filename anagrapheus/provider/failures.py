@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import json
+import sys
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -36,11 +36,15 @@ def _resolve(path: str) -> object:
     """The class or function a recording names, from an allowed package only: nothing else is ever imported."""
     module, _, qualname = path.partition(":")
     if module.split(".")[0] not in _REBUILDABLE_PACKAGES:
-        # Checked before the import: importing a module runs it, and a recording is data, never code (issue #35).
+        # A recording is data, never code (issue #35): it names no module outside these packages.
         raise LookupError(f"{module} is not a package failures are rebuilt from")
-    found: object = importlib.import_module(module)
+    # Only a module the process imported already, read from its namespace: a recording imports nothing and runs no
+    # module's `__getattr__` (issue #41). The class of an error a run raised is imported by the code that raised it.
+    found: object = sys.modules.get(module)
+    if found is None:
+        raise LookupError(f"{module} is not imported")
     for part in qualname.split("."):
-        found = getattr(found, part)
+        found = vars(found)[part]
     return found
 
 

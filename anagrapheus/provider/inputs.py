@@ -62,7 +62,11 @@ def output_json(value: object) -> JSONValue:
 
 
 def place_of(
-    prompt: str | Sequence[UserContent] | None, history: Sequence[ModelMessage], deps: object, caller: CallerRule
+    prompt: str | Sequence[UserContent] | None,
+    history: Sequence[ModelMessage],
+    deps: object,
+    caller: CallerRule,
+    resolver: PinResolver,
 ) -> str | None:
     """The digest of what tells a run from the other runs of its unit before it starts; None if it has none.
 
@@ -76,7 +80,7 @@ def place_of(
             {
                 "prompt": None if prompt is None else cast(JSONValue, _PROMPT.dump_python(prompt, mode="json")),
                 "history": [[message.run_id, message.conversation_id] for message in history],
-                "caller": run_caller(deps, caller),
+                "caller": run_caller(deps, caller, resolver),
             },
         )
     except (PydanticSerializationError, CanonicalError, TypeError, ValueError):
@@ -123,7 +127,7 @@ class InputsRecorder:
             "nested": _OUTER_RUN.get() is not None,
         }
         # Only a digest, never the deps: a run asked again without its deps keys its tool calls as they were.
-        caller = run_caller(ctx.deps, self.caller)
+        caller = run_caller(ctx.deps, self.caller, resolver)
         if caller is not None:
             inputs["caller"] = caller
         # Set once everything is read: a snapshot that raises leaves the context as it found it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
+from pydantic_core import to_jsonable_python
 
 from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
@@ -31,7 +33,16 @@ from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, Semanti
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
 from anagrapheus.provider.timing import time_from_pins, untime
-from anagrapheus.provider.typed import needs_tags, needs_type, rebuilt, typed, typed_tree, untyped_tree
+from anagrapheus.provider.typed import (
+    VALUE_TYPES,
+    DeclaredTypes,
+    needs_tags,
+    needs_type,
+    rebuilt,
+    typed,
+    typed_tree,
+    untyped_tree,
+)
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
@@ -144,8 +155,28 @@ DETAIL_TYPES = "$anagrapheus.detail_types"
 list or dict holding such values is kept whole as `{"$t": "tree", "v": typed_tree(...)}`."""
 
 
+# Provider details have no signature: they keep only the fixed value types; any other class is kept as its JSON.
+_DETAILS = DeclaredTypes(source="the fixed value types of provider details")
+
+
+def _value_types_only(value: object) -> object:
+    """`value` with every leaf whose class is not one of `VALUE_TYPES` written as its JSON, as the pin keeps it."""
+    if type(value) in (list, tuple):
+        items = [_value_types_only(item) for item in cast("list[object]", value)]
+        return tuple(items) if type(value) is tuple else items
+    if type(value) is dict:
+        return {name: _value_types_only(item) for name, item in cast("dict[object, object]", value).items()}
+    if needs_type(value) and type(value) not in VALUE_TYPES:
+        # (The response's dump wrote this value's JSON already: it has one.)
+        return to_jsonable_python(value)
+    return value
+
+
 def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
-    """The provider details of `response` and of its parts that JSON would not bring back as themselves, typed."""
+    """The provider details of `response` and of its parts that JSON would not bring back as themselves, typed.
+
+    Only the fixed value types (`VALUE_TYPES`) are kept typed: a replay builds no class a recording names.
+    """
     kept: dict[str, JSONValue] = {}
     holders: list[tuple[str, object]] = [("response", response.provider_details)]
     holders += [(str(at), getattr(part, "provider_details", None)) for at, part in enumerate(response.parts)]
@@ -154,34 +185,39 @@ def _detail_types(response: ModelResponse) -> dict[str, JSONValue]:
             continue
         values = cast(dict[str, object], details)
         typed_here: dict[str, JSONValue] = {}
-        for name, value in values.items():
+        for name, held in values.items():
             what = f"the provider details of a response held {name!r}:"
+            value = _value_types_only(held)
             if needs_type(value):
-                typed_here[name] = typed(value, what=what)
+                typed_here[name] = typed(value, what=what, declared=_DETAILS)
             elif needs_tags(value):
                 # A list or dict holding such values (a usage block stamped with a `datetime`): kept as a tree.
-                typed_here[name] = {"$t": "tree", "v": typed_tree(value, what=f"{what} a list or dict holding")}
+                tree = typed_tree(value, what=f"{what} a list or dict holding", declared=_DETAILS)
+                typed_here[name] = {"$t": "tree", "v": tree}
         if typed_here:
             kept[where] = cast(JSONValue, typed_here)
     return kept
 
 
-def response_from_raw(raw: JSONValue) -> ModelResponse:
-    """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay."""
+def response_from_raw(raw: JSONValue, *, key: str | None = None) -> ModelResponse:
+    """Rebuild a fresh `ModelResponse` from a pin's raw JSON; the same code on first draw, reuse and replay.
+
+    A provider detail is rebuilt only as one of `VALUE_TYPES`; any other tag is `UndeclaredType` naming `key`.
+    """
     data = read_ordered(raw)
     kept = data.get(DETAIL_TYPES) if isinstance(data, dict) else None
     if kept is not None and isinstance(data, dict):
         data = {name: value for name, value in data.items() if name != DETAIL_TYPES}
     response = _responses.validate_python(data)
     if isinstance(kept, dict):
-        _retyped(response, cast(dict[str, JSONValue], kept))
+        _retyped(response, cast(dict[str, JSONValue], kept), _DETAILS if key is None else _DETAILS.for_pin(key))
     # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.
     response.run_id = None
     response.conversation_id = None
     return response
 
 
-def _retyped(response: ModelResponse, kept: dict[str, JSONValue]) -> None:
+def _retyped(response: ModelResponse, kept: dict[str, JSONValue], declared: DeclaredTypes) -> None:
     """Give the provider details of `response` and its parts back the types `_detail_types` kept."""
     for where, typed_here in kept.items():
         holder: object = response if where == "response" else _part_at(response, where)
@@ -191,7 +227,7 @@ def _retyped(response: ModelResponse, kept: dict[str, JSONValue]) -> None:
         for name, node in typed_here.items():
             if not isinstance(node, dict):
                 raise PinResultError(f"a response pin keeps {node!r:.200} as the type of detail {name!r}")
-            value = untyped_tree(node.get("v")) if node.get("$t") == "tree" else rebuilt(node)
+            value = untyped_tree(node.get("v"), declared) if node.get("$t") == "tree" else rebuilt(node, declared)
             cast(dict[str, object], details)[name] = value
 
 
@@ -338,7 +374,7 @@ class PinnedModel(WrapperModel):
                 asking.key,
                 kind=MODEL_CALL,
                 effect=draw,
-                interpret=response_from_raw,
+                interpret=functools.partial(response_from_raw, key=asking.key),
                 fingerprint=call.fingerprint,
             )
         except PinMiss as miss:
@@ -388,7 +424,7 @@ class PinnedModel(WrapperModel):
                     # A stream is pinned as timed: its response is built anew from the live stream (with the
                     # timing pydantic-ai measured) whenever the run reads it, past the reach of any pin.
                     capture=_captured,
-                    interpret=response_from_raw,
+                    interpret=functools.partial(response_from_raw, key=asking.key),
                     fingerprint=call.fingerprint,
                     failure=FAILURES,
                 )
@@ -460,12 +496,13 @@ class PinnedModel(WrapperModel):
         async def draw() -> JSONValue:
             return self._answer(await self.wrapped.compact_messages(request_context, instructions=instructions))
 
+        compaction = pin_key(COMPACTION, {"call": call.key, "instructions": instructions})
         compacted = await self._draws.resolve(
             self.resolver,
-            pin_key(COMPACTION, {"call": call.key, "instructions": instructions}),
+            compaction,
             kind=COMPACTION,
             effect=draw,
-            interpret=response_from_raw,
+            interpret=functools.partial(response_from_raw, key=compaction),
             # Named apart from the request's own `instructions` fields, which the agent's instructions fill.
             fingerprint={**call.fingerprint, **fingerprint_of({"compaction_instructions": instructions})},
         )

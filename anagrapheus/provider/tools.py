@@ -30,14 +30,16 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from anagrapheus.errors import CanonicalError, PinResultError, UnkeyedCaller, UsageError
+from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
+from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.keying.caller import HiddenField, identity_material
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.typed import needs_tags, rebuilt, typed
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
+from anagrapheus.timeline.canonical import JSONValue, canonical_value, encode_normalised
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.resolver import PinResolver, answered_within, asked, replays
@@ -94,32 +96,45 @@ CallerRule = Callable[[Any], object] | _WholeDeps | None
 """What identifies a tool call's caller: `WHOLE_DEPS`, a function of the run's deps, or None for no caller."""
 
 
-CALLER = "caller"
-"""The kind a caller's identity is digested under (`p1:caller:<sha256>`), the form it joins a tool call's key in."""
-
 # The caller of a recorded run asked again without its deps (`anagrapheus rerun`, `fork_run`, `rekey`): its digest,
 # as the run's inputs recorded it, so its tool calls are keyed as they were.
 _ASKING_AS: ContextVar[str | None] = ContextVar("anagrapheus_asking_as", default=None)
 
 
-def caller_of(deps: object, caller: CallerRule) -> str | None:
+def caller_of(deps: object, caller: CallerRule, *, salt: CallerSalt | None = None) -> str | None:
     """The digest naming the caller of a run with `deps` under the rule `caller`; None when no caller is keyed.
 
-    Raises `CanonicalError` when the identity has no JSON form to key.
+    `salt` is the caller salt of the run's unit (`unit_salt`); None gives the unsalted form of recordings made
+    before salts. Raises `CanonicalError` when the identity has no JSON form to key.
     """
+    identity = _identity(deps, caller)
+    return None if identity is None else caller_digest(identity, salt)
+
+
+def _identity(deps: object, caller: CallerRule) -> str | None:
+    """The canonical JSON of the identity `caller` draws from `deps`; None when no caller is keyed."""
     if caller is None or deps is None:
         return None
     identity = deps if isinstance(caller, _WholeDeps) else caller(deps)
-    return pin_key(CALLER, identity)
+    # The whole identity, what its dump hides included: two callers it tells apart never share a key.
+    return encode_normalised(identity_material(identity))
 
 
-def _keyed_caller(deps: object, caller: CallerRule) -> str | None:
-    """The caller a run with `deps` keys its tool calls as: `caller_of`, else the recorded caller it is asked as."""
-    named = caller_of(deps, caller)
-    return _ASKING_AS.get() if named is None and caller is not None else named
+def _keyed_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> tuple[str | None, str | None]:
+    """The caller a run with `deps` keys its tool calls as, and its identity's JSON (None when asked as recorded).
+
+    `caller_of` under the unit's salt, else the recorded caller the run is asked as (`asking_as`).
+    """
+    identity = _identity(deps, caller)
+    if identity is None:
+        recorded = _ASKING_AS.get() if caller is not None else None
+        if recorded is not None and is_salted(recorded):
+            unit_salt(resolver)  # asked as the recorded run asked it: the unit keeps its salt, in its place
+        return recorded, None
+    return caller_digest(identity, unit_salt(resolver)), identity
 
 
-def run_caller(deps: object, caller: CallerRule) -> str | None:
+def run_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> str | None:
     """The caller a run with `deps` is keyed as, for its inputs and its place: None where none is, or none can be.
 
     Read for every run, tool calls or none: a caller rule that fails on these deps (`lambda deps: deps.user_id`
@@ -127,7 +142,7 @@ def run_caller(deps: object, caller: CallerRule) -> str | None:
     none, which runs unpinned all the same.
     """
     try:
-        return _keyed_caller(deps, caller)
+        return _keyed_caller(deps, caller, resolver)[0]
     except Exception:  # the rule's own error is raised where a tool call is keyed
         return None
 
@@ -161,7 +176,10 @@ def caller_pin(
     """
     deps: object = getattr(run if run is not None else ctx, "deps", None)
     try:
-        named = _keyed_caller(deps, caller)
+        named, identity = _keyed_caller(deps, caller, resolver)
+    except HiddenField as e:
+        deps_type = type(deps).__qualname__
+        raise HiddenCallerField(tool, deps_type=deps_type, field=e.path, how=e.how, reason=e.reason) from e
     except CanonicalError as e:
         raise UnkeyedCaller(tool, deps_type=type(deps).__qualname__, reason=f"{e.path}: {e.reason}") from e
     if named is None:
@@ -169,6 +187,11 @@ def caller_pin(
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
     if not replays(resolver) or asked(resolver, call.key):
         return call  # a live resolver, or a recording keyed with the caller
+    # A recording made before callers were salted holds the unsalted digest; one made before they were keyed, none.
+    if identity is not None:
+        unsalted = tool_pin(tool, arguments, ctx=ctx, caller=caller_digest(identity, None))
+        if unsalted.key != call.key and asked(resolver, unsalted.key):
+            return unsalted
     before = tool_pin(tool, arguments, ctx=ctx)
     return before if asked(resolver, before.key) else call
 
@@ -257,6 +280,7 @@ def tool_result_raw(
     usage: RunUsage | None = None,
     runs: int = 0,
     within: Sequence[str] = (),
+    declared: DeclaredTypes | None = None,
 ) -> JSONValue:
     """Return a tool's result as the raw JSON its pin keeps, or raise `PinResultError` saying why it cannot be.
 
@@ -264,11 +288,13 @@ def tool_result_raw(
     to its run, written as JSON text in the result's own key order, floats and strings as they were, so
     the model is sent the very tool return it would be sent unpinned. A result holding what pydantic-ai
     sends the model as more than JSON (a `ToolReturn`, an image or other `BinaryContent`, a URL to a file),
-    or a tuple, is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects.
+    or a tuple, is kept type-tagged, so `tool_result_from_raw` rebuilds the very objects. A typed value's class
+    must be one `declared` holds (the tool's return annotation's; only `VALUE_TYPES` when None).
     """
+    declared = DeclaredTypes(source=f"the signature of tool {tool!r}") if declared is None else declared
     envelope: dict[str, JSONValue]
     if enqueued or usage is not None or runs or within or needs_tags(result):
-        envelope = {"value": _tagged(tool, result)}
+        envelope = {"value": _tagged(tool, result, declared)}
     else:
         try:
             # Checked as canonical JSON would write it (which refuses what JSON cannot hold), kept as it is.
@@ -281,7 +307,7 @@ def tool_result_raw(
         envelope = {"value": {"$t": "json", "v": cast(JSONValue, result)}}
     # What the call did to its run besides returning: kept with the result, only when it did anything.
     if enqueued:
-        envelope["enqueued"] = enqueued_raw(tool, enqueued)
+        envelope["enqueued"] = enqueued_raw(tool, enqueued, declared)
     if usage is not None:
         envelope["usage"] = _usages.dump_python(usage, mode="json")
     if runs:
@@ -291,12 +317,13 @@ def tool_result_raw(
     return {_TAGGED: _ORDERED_VERSION, ORDERED_FIELD: ordered_json(envelope)}
 
 
-def tool_result_from_raw(raw: JSONValue) -> Any:
+def tool_result_from_raw(raw: JSONValue, declared: DeclaredTypes | None = None) -> Any:
     """Return a tool pin's raw JSON as the run receives it, on every path, so a replay sees what the run saw.
 
-    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned.
+    JSON comes back as JSON; a type-tagged result (see `tool_result_raw`) as the objects the tool returned, each
+    only as a class `declared` holds (only `VALUE_TYPES` when None): any other tag is `UndeclaredType`.
     """
-    return tool_answer_from_raw(raw).value
+    return tool_answer_from_raw(raw, declared).value
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,8 +345,9 @@ class ToolAnswer:
 _ENVELOPE = frozenset({"value", "enqueued", "usage", "runs", "within"})
 
 
-def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
+def tool_answer_from_raw(raw: JSONValue, declared: DeclaredTypes | None = None) -> ToolAnswer:
     """A tool pin's result as the run receives it, with what the call did to its run besides."""
+    declared = DeclaredTypes(source="the tool (no signature given)") if declared is None else declared
     if isinstance(raw, dict) and raw.get(_TAGGED) == _ORDERED_VERSION and raw.keys() == {_TAGGED, ORDERED_FIELD}:
         text = raw[ORDERED_FIELD]
         raw = read_ordered(raw)
@@ -330,7 +358,7 @@ def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
         isinstance(raw, dict) and raw.get(_TAGGED) == 1 and "value" in raw and raw.keys() - {_TAGGED} <= _ENVELOPE
     ):
         return ToolAnswer(raw)
-    enqueued = enqueued_from_raw(raw["enqueued"]) if "enqueued" in raw else []
+    enqueued = enqueued_from_raw(raw["enqueued"], declared) if "enqueued" in raw else []
     try:
         usage = _usages.validate_python(raw["usage"]) if "usage" in raw else None
     except ValueError as e:
@@ -341,17 +369,18 @@ def tool_answer_from_raw(raw: JSONValue) -> ToolAnswer:
     within = raw.get("within", [])
     if not (isinstance(within, list) and all(isinstance(key, str) for key in within)):
         raise PinResultError(f"a tool pin's keys asked within are {within!r}, not a list of keys")
-    return ToolAnswer(_untagged(raw["value"]), enqueued, usage, runs, cast("list[str]", within))
+    return ToolAnswer(_untagged(raw["value"], declared), enqueued, usage, runs, cast("list[str]", within))
 
 
-def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]]) -> JSONValue:
+def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]], declared: DeclaredTypes) -> JSONValue:
     """What a tool enqueued into its run (`ctx.enqueue`), each call's content type-tagged with its priority."""
     return [
-        {"content": [_tagged(tool, item) for item in content], "priority": priority} for content, priority in enqueued
+        {"content": [_tagged(tool, item, declared) for item in content], "priority": priority}
+        for content, priority in enqueued
     ]
 
 
-def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
+def enqueued_from_raw(raw: JSONValue, declared: DeclaredTypes) -> list[tuple[list[Any], str]]:
     """Rebuild what `enqueued_raw` wrote: each `ctx.enqueue` call's content and priority, in order."""
     if not isinstance(raw, list):
         raise PinResultError(f"a tool pin's enqueued messages are {raw!r}, not a list")
@@ -362,7 +391,7 @@ def enqueued_from_raw(raw: JSONValue) -> list[tuple[list[Any], str]]:
         ):
             raise PinResultError(f"a tool pin's enqueued message is {call!r}, not its content and priority")
         content = cast("list[JSONValue]", call["content"])
-        calls.append(([_untagged(item) for item in content], cast(str, call["priority"])))
+        calls.append(([_untagged(item, declared) for item in content], cast(str, call["priority"])))
     return calls
 
 
@@ -372,6 +401,9 @@ _TAGGED = "$anagrapheus.tool_result"
 # Marks a result kept as ordered text (see `tool_result_raw`); 1 marked a tagged result kept as canonical JSON.
 _ORDERED_VERSION = 2
 _CONTENT_TYPES: tuple[type, ...] = (*MULTI_MODAL_CONTENT_TYPES, TextContent, CachePoint)
+_TOOL_RETURN_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolReturn) if f.init)
+# A content node names its class; it is looked up here, never in a module.
+_CONTENT_CLASSES: dict[str, type] = {kind.__name__: kind for kind in _CONTENT_TYPES}
 
 
 _messages = ModelMessagesTypeAdapter
@@ -384,12 +416,12 @@ def _is_request_part(value: object) -> bool:
     return type(value).__module__ == messages.__name__ and isinstance(getattr(value, "part_kind", None), str)
 
 
-def _tagged(tool: str, value: object) -> JSONValue:
+def _tagged(tool: str, value: object, declared: DeclaredTypes) -> JSONValue:
     """`value` as a tree of type-tagged JSON nodes."""
     if isinstance(value, ToolReturn):
         returned = cast("ToolReturn[object]", value)
         names = [f.name for f in dataclasses.fields(returned) if f.name != "kind"]
-        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name)) for name in names}}
+        return {"$t": "ToolReturn", "v": {name: _tagged(tool, getattr(returned, name), declared) for name in names}}
     if isinstance(value, _CONTENT_TYPES):
         dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
         return {"$t": "content", "class": type(value).__name__, "v": dumped}
@@ -399,18 +431,22 @@ def _tagged(tool: str, value: object) -> JSONValue:
         return {"$t": "request_part", "v": _request_parts.dump_python(cast(Any, value), mode="json")}
     if isinstance(value, (list, tuple)):
         items = cast("list[object] | tuple[object, ...]", value)
-        return {"$t": "tuple" if isinstance(value, tuple) else "list", "v": [_tagged(tool, item) for item in items]}
+        return {
+            "$t": "tuple" if isinstance(value, tuple) else "list",
+            "v": [_tagged(tool, item, declared) for item in items],
+        }
     if isinstance(value, dict):
         entries = cast("dict[object, object]", value)
         if needs_tags(entries):
-            return {"$t": "dict", "v": {str(name): _tagged(tool, item) for name, item in entries.items()}}
-    return _json_leaf(tool, cast(object, value))
+            tree = {str(name): _tagged(tool, item, declared) for name, item in entries.items()}
+            return {"$t": "dict", "v": tree}
+    return _json_leaf(tool, cast(object, value), declared)
 
 
-def _json_leaf(tool: str, value: object) -> JSONValue:
+def _json_leaf(tool: str, value: object, declared: DeclaredTypes) -> JSONValue:
     """A part of a tagged result that holds no message content, as its JSON, with its type where JSON loses it."""
     if needs_tags(value):
-        return _typed_leaf(tool, value)
+        return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned", declared=declared)}
     try:
         jsonable: JSONValue = to_jsonable_python(value)
         # Refused as canonical JSON refuses it; kept in its own key order, its floats and strings as they were.
@@ -421,12 +457,7 @@ def _json_leaf(tool: str, value: object) -> JSONValue:
         raise PinResultError(f"tool {tool!r} returned {held} inside its result, which has no JSON form ({e})") from e
 
 
-def _typed_leaf(tool: str, value: object) -> JSONValue:
-    """A value JSON would not bring back as itself, as its JSON and its type; refused if it cannot be rebuilt."""
-    return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned")}
-
-
-def _untagged(node: JSONValue) -> Any:
+def _untagged(node: JSONValue, declared: DeclaredTypes) -> Any:
     """Rebuild what `_tagged` wrote, or raise `PinResultError` for a node it could not have written."""
     if not isinstance(node, dict):
         raise PinResultError(f"a tagged tool result holds {node!r}, not a tagged node")
@@ -434,22 +465,22 @@ def _untagged(node: JSONValue) -> Any:
     if tag == "json":
         return value
     if tag == "typed":
-        return rebuilt(node)
+        return rebuilt(node, declared)
     if tag == "list" and isinstance(value, list):
-        return [_untagged(item) for item in value]
+        return [_untagged(item, declared) for item in value]
     if tag == "tuple" and isinstance(value, list):
-        return tuple(_untagged(item) for item in value)
+        return tuple(_untagged(item, declared) for item in value)
     if tag == "dict" and isinstance(value, dict):
-        return {name: _untagged(item) for name, item in value.items()}
-    if tag == "ToolReturn" and isinstance(value, dict):
-        return ToolReturn(**{name: _untagged(item) for name, item in value.items()})
+        return {name: _untagged(item, declared) for name, item in value.items()}
+    if tag == "ToolReturn" and isinstance(value, dict) and value.keys() <= _TOOL_RETURN_FIELDS:
+        return ToolReturn(**{name: _untagged(item, declared) for name, item in value.items()})
     if tag == "message":
         return _messages.validate_python([value])[0]
     if tag == "request_part":
         return _request_parts.validate_python(value)
     if tag == "content":
-        found = getattr(messages, str(node.get("class")), None)
-        if isinstance(found, type) and issubclass(found, _CONTENT_TYPES):
+        found = _CONTENT_CLASSES.get(str(node.get("class")))
+        if found is not None:
             return TypeAdapter(found).validate_python(value)
     raise PinResultError(f"a tagged tool result holds a node anagrapheus cannot rebuild: {node!r}")
 
@@ -479,6 +510,8 @@ def pinned_tool(
         raise UsageError("pinned_tool needs name=... for a callable without a __name__")
     signature = inspect.signature(func)
     is_async = inspect.iscoroutinefunction(func)
+    # The classes a replay may rebuild the tool's typed results as: its signature's, never the recording's.
+    declared = DeclaredTypes.returned_by(func, source=f"the signature of tool {tool!r}")
     # A call retried after it failed (a `ModelRetry`, say) is drawn anew; its failures are pinned in order.
     draws = DrawSequence()
 
@@ -500,9 +533,11 @@ def pinned_tool(
                     result = await anyio.to_thread.run_sync(
                         functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
                     )
-            return watch.raw(tool, result)
+            return watch.raw(tool, result, declared)
 
-        return await answer_tool_call(draws, resolver, call, context, draw, per_run=not dedupe_repeats)
+        return await answer_tool_call(
+            draws, resolver, call, context, draw, per_run=not dedupe_repeats, declared=declared
+        )
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
@@ -551,15 +586,17 @@ class CallWatch:
             yield
         self._within = noted
 
-    def raw(self, tool: str, result: object) -> JSONValue:
-        """The call's result as its pin keeps it, with what the call did to its run."""
+    def raw(self, tool: str, result: object, declared: DeclaredTypes) -> JSONValue:
+        """The call's result as its pin keeps it, with what the call did to its run (typed as `declared` allows)."""
         usage = None
         if self._usage is not None:
             before, after = self._usage
             added = after - before
             usage = added if added != RunUsage() else None
         runs = 0 if self._clocks is None else self._clocks.runs - self._runs
-        return tool_result_raw(tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within)
+        return tool_result_raw(
+            tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within, declared=declared
+        )
 
 
 async def answer_tool_call(
@@ -570,8 +607,12 @@ async def answer_tool_call(
     draw: Callable[[], Awaitable[JSONValue]],
     *,
     per_run: bool,
+    declared: DeclaredTypes,
 ) -> Any:
-    """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning."""
+    """Answer a keyed tool call from its pin or by `draw`, then do to the run what the call did besides returning.
+
+    Its typed values are rebuilt only as classes `declared` holds, on every path.
+    """
     # Identical calls in one model response are keyed apart first, so each runs; then the repeat rule numbers each.
     key = twin_key(call.key, kind=TOOL_CALL, twin=twin_of(ctx), resolver=resolver) if per_run else call.key
     asking = ask(key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
@@ -588,7 +629,7 @@ async def answer_tool_call(
             asking.key,
             kind=TOOL_CALL,
             effect=effect,
-            interpret=tool_answer_from_raw,
+            interpret=lambda raw: tool_answer_from_raw(raw, declared.for_pin(asking.key)),
             fingerprint=call.fingerprint,
         )
     except BaseException:

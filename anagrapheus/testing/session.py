@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
 from anagrapheus.provider import CallPolicy, Pinning
+from anagrapheus.provider.callers import CALLER_SALT
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.run_clock import RUN_PLACE
 from anagrapheus.testing.miss import write_miss
@@ -148,7 +149,8 @@ class RecordingSession:
         """
         if self._replay is None:
             return {}
-        return {key: kind for key, kind in self._replay.unused().items() if kind != RUN_PLACE}
+        # A place, and a unit's caller salt, are read as the run's inputs say: neither is stale when unasked.
+        return {key: kind for key, kind in self._replay.unused().items() if kind not in (RUN_PLACE, CALLER_SALT)}
 
     def require(self) -> None:
         """Raise `RecordingMissing`, with the command that creates it, if replay has no recording to read."""

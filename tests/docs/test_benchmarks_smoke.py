@@ -101,3 +101,9 @@ def test_dbos_benchmark_runs() -> None:
     out = run_quick("durable_dbos.py")
     assert "DBOSDurability + Pinning" in out
     assert "with pins" in out and "finished tool calls run again: 0" in out
+
+
+def test_caller_digest_benchmark_prints_the_cost_per_caller_and_per_guess() -> None:
+    out = run_quick("caller_digest.py")
+    assert "one distinct caller, first digest in a process" in out
+    assert "PIN search, unsalted sha256 (before #41)" in out and "PIN search, salted scrypt (after #41)" in out

@@ -40,6 +40,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider import pinned_tool
 from anagrapheus.provider.outputs import output_result_from_raw
 from anagrapheus.provider.tools import TOOL_CALL, tool_pin, tool_result_from_raw, tool_result_raw
+from anagrapheus.provider.typed import DeclaredTypes
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
@@ -218,8 +219,10 @@ class Stock(BaseModel):
 
 
 def test_a_model_inside_a_tuple_comes_back_as_itself_beside_a_dict_in_its_key_order() -> None:
-    raw = json.loads(canonical_json(tool_result_raw("survey", (Stock(trend="down", biomass=1.0), {"b": 1, "a": 2.0}))))
-    back = tool_result_from_raw(raw)
+    declared = DeclaredTypes(tuple[Stock, dict[str, float]], source="the signature of tool 'survey'")
+    result = (Stock(trend="down", biomass=1.0), {"b": 1, "a": 2.0})
+    raw = json.loads(canonical_json(tool_result_raw("survey", result, declared=declared)))
+    back = tool_result_from_raw(raw, declared)
     assert back == (Stock(trend="down", biomass=1.0), {"b": 1, "a": 2.0})
     assert type(back[0]) is Stock
     assert list(back[0].model_dump()) == ["trend", "biomass"] and list(back[1]) == ["b", "a"]

@@ -13,6 +13,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from anagrapheus import Pinning
 from anagrapheus.provider import PinnedModel, SemanticCallPolicy, pinned_tool
+from anagrapheus.provider.callers import unit_salt
 from anagrapheus.provider.tools import WHOLE_DEPS, caller_of, tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore
 from tests.conftest import Scripted
@@ -111,9 +112,9 @@ def test_a_run_recorded_through_the_capability_replays_strictly_without_model_or
     agent = world.agent(scripted.model, capabilities=[Pinning(replay)])
     assert agent.run_sync(PROMPT, deps="Breton").output == output
     assert (scripted.calls, world.calls) == (0, [])
-    # Two model requests and five tool calls, and the run's clock: its id, its place (under its inputs) and the
-    # stamps before each request.
-    assert replay.hits == 2 + len(TOOLS) + 4
+    # Two model requests and five tool calls, the unit's caller salt, and the run's clock: its id, its place (under
+    # its inputs) and the stamps before each request.
+    assert replay.hits == 2 + len(TOOLS) + 1 + 4
 
 
 def test_a_streamed_run_replays_through_a_plain_one_and_per_run_capabilities_work(
@@ -205,7 +206,8 @@ def test_the_capability_keys_as_pinned_model_and_pinned_tool_do(
     ledger = PinLedger(store, types)
     live = Agent(PinnedModel(scripted.model, ledger), deps_type=str, tools=[pinned_tool(ledger, fleet)])
     output = live.run_sync(PROMPT, deps="Breton").output
-    keyed = tool_pin("fleet", {"city": "Paris", "boats": 3}, caller=caller_of("Breton", WHOLE_DEPS))
+    caller = caller_of("Breton", WHOLE_DEPS, salt=unit_salt(ledger))
+    keyed = tool_pin("fleet", {"city": "Paris", "boats": 3}, caller=caller)
     assert keyed.key in [pin.key for pin in ledger.pins()]
     ledger.commit()
 

@@ -438,6 +438,7 @@ def test_a_tagged_tool_result_is_rebuilt_only_from_what_it_could_have_written() 
     for forged in (
         {"$anagrapheus.tool_result": 1, "value": "no node"},
         {"$anagrapheus.tool_result": 1, "value": {"$t": "content", "class": "ModelRequest", "v": {}}},
+        {"$anagrapheus.tool_result": 1, "value": {"$t": "ToolReturn", "v": {"evil": {"$t": "json", "v": 1}}}},
     ):
         with pytest.raises(PinResultError):
             tool_result_from_raw(forged)

@@ -15,6 +15,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider import pinned_tool
+from anagrapheus.provider.callers import unit_salt
 from anagrapheus.provider.tools import TOOL_CALL, WHOLE_DEPS, caller_of, tool_pin
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
@@ -110,7 +111,8 @@ def test_a_pinned_tool_in_a_prefixed_toolset_is_passed_its_name_and_run_context(
     result = agent.run_sync(PROMPT, deps="Breton", capabilities=[Pinning(ledger)])
     assert result.output == "told: Breton fleet in Brest"
     # Pinned once, by the pinned tool itself, under its own name.
-    assert tool_keys(ledger) == [tool_pin("fleet", {"city": "Brest"}, caller=caller_of("Breton", WHOLE_DEPS)).key]
+    caller = caller_of("Breton", WHOLE_DEPS, salt=unit_salt(ledger))
+    assert tool_keys(ledger) == [tool_pin("fleet", {"city": "Brest"}, caller=caller).key]
 
 
 class Catch:

@@ -59,6 +59,10 @@ RETURNS: dict[str, object] = {
 }
 
 
+# What the tool declares it returns: a replay rebuilds a typed value only as a class its signature names.
+Returned = datetime | Decimal | uuid.UUID | Species | Landing | Quota | list[datetime] | dict[str, str | Decimal]
+
+
 class Refused(Exception):
     """The world was reached during a strict replay."""
 
@@ -78,7 +82,7 @@ def run(returned: object, capabilities: list[Any], *, refusing: bool = False) ->
     agent = Agent(FunctionModel(answer, model_name="scripted-harbour"), capabilities=capabilities)
 
     @agent.tool_plain
-    def landing(port: str) -> Any:  # pyright: ignore[reportUnusedFunction]
+    def landing(port: str) -> Returned:  # pyright: ignore[reportUnusedFunction]
         """Read the last landing at a port."""
         if refusing:
             raise Refused("the tool was reached")

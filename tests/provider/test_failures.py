@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -154,3 +155,22 @@ def test_a_recording_naming_a_module_outside_the_allowed_packages_never_imports_
     assert isinstance(replayed, PinnedFailure)
     assert "planted_by_a_recording" not in sys.modules
     assert not getattr(sys, "planted_ran", False)
+
+
+def test_a_recording_naming_an_allowed_module_not_yet_imported_imports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An allowed package's module the process has not imported (and a lazy module's `__getattr__`): the recording
+    # neither imports it nor runs its code; the failure comes back as `PinnedFailure` (issue #41).
+    asked: list[str] = []
+
+    class Lazy(types.ModuleType):
+        def __getattr__(self, name: str) -> Any:
+            asked.append(name)
+            raise AttributeError(name)
+
+    monkeypatch.setitem(sys.modules, "httpx._lazy_for_a_test", Lazy("httpx._lazy_for_a_test"))
+    before = set(sys.modules)
+    for planted in ("httpx._not_imported_by_anyone:Boom", "httpx._lazy_for_a_test:Boom"):
+        rebuild: dict[str, Any] = {"call": planted, "args": ["boom"], "state": None}
+        replayed = FAILURES.rebuild({"type": planted, "message": "boom", "rebuild": rebuild})
+        assert isinstance(replayed, PinnedFailure)
+    assert set(sys.modules) == before and asked == []

@@ -133,17 +133,17 @@ async def test_the_run_context_stays_out_of_the_key_and_rich_arguments_are_keyed
 
 @pytest.mark.anyio
 async def test_a_result_that_cannot_be_rebuilt_as_itself_is_refused_at_draw_time(ledger: PinLedger) -> None:
-    class Local(BaseModel):  # defined in a function: no replay can find the class again
+    class Local(BaseModel):  # defined in a function: its annotation (a string here) names no class a replay can find
         species: str
 
     def fetch_catch(city: str) -> Local:
         return Local(species="cod")
 
-    refused = r"tool 'fetch_catch' returned .*Local, which a replay cannot rebuild"
+    refused = r"tool 'fetch_catch' returned .*Local, which the signature of tool 'fetch_catch' does not declare"
     with pytest.raises(PinResultError, match=refused) as no:
         await pinned_tool(ledger, fetch_catch)("Hull")
     # The message says what to do instead.
-    assert "return its JSON instead (.model_dump(mode='json')" in str(no.value)
+    assert "Name it in the return annotation (-> " in str(no.value) and "or return its JSON" in str(no.value)
     assert ledger.pins() == []
 
 

@@ -18,6 +18,7 @@ from itertools import islice
 from typing import Any, Final, NamedTuple, cast
 
 import pydantic_core
+from pydantic import Secret, SecretBytes, SecretStr
 from pydantic_ai.messages import BaseToolCallPart, BaseToolReturnPart, CachePoint
 
 from anagrapheus.errors import CanonicalError
@@ -442,6 +443,13 @@ class MaterialWalk:
             return int(value)
         if isinstance(value, float):
             return float(value)
+        if isinstance(value, Secret | SecretStr | SecretBytes):
+            # Its dump is itself (or a mask, which every secret shares): a secret never joins a key, even digested.
+            secret: type[Any] = type(cast(object, value))
+            raise Refused(
+                f"{secret.__name__} is a secret, which never joins a key: key what it stands for instead"
+                " (for a run's caller, Pinning(caller=lambda deps: deps.user_id))"
+            )
         serializer = getattr(cast(object, type(value)), "__pydantic_serializer__", None)
         if isinstance(serializer, pydantic_core.SchemaSerializer) and not isinstance(value, type):
             # A pydantic model or dataclass is dumped in Python mode, so the walk still sees its sets (and sorts
