@@ -13,6 +13,7 @@ from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, g
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
+from anagrapheus.timeline.recording_seal import SealCheck, read_seal, verified
 from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -65,6 +66,7 @@ def read_recording(
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
     data: bytes | None = None,
+    seal: SealCheck = "verify",
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -79,12 +81,16 @@ def read_recording(
     `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
     and are read as they are.
 
+    A sealed recording (see `write_recording`) whose lines no longer match its seal is refused with
+    `SealBroken`, naming the first line that does not; `seal="ignore"` reads it as it is. An unsealed
+    recording is read as it is.
+
     With `data`, the recording is those bytes, already read (a pipe can be read only once), and
     `path` only names it in messages.
     """
     source = Path(path)
     where = str(path)
-    header, entries = open_recording(source, where, max_line_bytes, call_policy, provenance, data=data)
+    header, entries = open_recording(source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal)
     events = (stored_event(fields, where=where, line=number) for number, fields in entries)
     recording = Recording(path=source, header=header, events=tuple(events))
     if registry is not None:
@@ -98,16 +104,18 @@ def stream_recording(
     max_line_bytes: int = MAX_LINE_BYTES,
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
+    seal: SealCheck = "verify",
 ) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
     """Read a recording's header now and its events as they are iterated, one line at a time.
 
     The events are checked as `read_recording` checks them, each when it is reached; nothing but
     the line in hand is held, so a replay can be built from a file larger than memory allows twice.
     A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
-    The header's provenance is checked at once, as `read_recording` checks it.
+    The header's provenance is checked at once, and each line against the seal as it is reached, as
+    `read_recording` checks them (a unit's lines missing at its end are found once the last line is read).
     """
     where = str(path)
-    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance)
+    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
     return header, (stored_event(fields, where=where, line=number) for number, fields in entries)
 
 
@@ -119,8 +127,12 @@ def open_recording(
     provenance: ProvenanceCheck,
     *,
     data: bytes | None = None,
+    seal: SealCheck = "verify",
 ) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
-    """Read and check the header now; return it with each event line's checked fields, read as iterated."""
+    """Read and check the header now; return it with each event line's checked fields, read as iterated.
+
+    Each line is checked against the header's seal as it is read, unless `seal="ignore"`.
+    """
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
@@ -130,4 +142,5 @@ def open_recording(
         raise RecordingError("empty file: missing header", path=where, line=1)
     header = read_header(first[1], where=where)
     check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
-    return header, checked_entries(lines, where)
+    sealed = None if seal == "ignore" else read_seal(header.details, where=where)
+    return header, verified(checked_entries(lines, where), sealed, where)
