@@ -23,7 +23,6 @@ from anagrapheus.timeline import (
     canonical_json,
 )
 from anagrapheus.timeline.provenance import check_provenance
-from anagrapheus.timeline.recording_seal import SEAL_DETAIL
 
 __all__ = ["CHECKS", "COMMAND", "Check", "CheckContext", "Problem", "run"]
 
@@ -118,7 +117,7 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
 
 def sealed(source: Source, context: CheckContext) -> Iterable[Problem]:
     """A recording is sealed (its lines were checked against the seal as it was read); an unsealed one is noted."""
-    if source.header is not None and SEAL_DETAIL not in source.header.details:
+    if source.kind == "recording" and not source.sealed:
         yield Problem(
             Exit.OK,
             f"unsealed: a hand edit would go unnoticed; `anagrapheus reseal {source.path}` seals it as it stands",

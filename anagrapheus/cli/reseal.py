@@ -9,9 +9,9 @@ from pathlib import Path
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.errors import AnagrapheusError, RecordingError
+from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import canonical_json, read_recording, write_recording
-from anagrapheus.timeline.recording_seal import Sealer, read_seal, seal_changes
+from anagrapheus.timeline.recording_seal import Sealer, seal_changes
 
 __all__ = ["COMMAND", "run"]
 
@@ -31,15 +31,12 @@ def run(args: argparse.Namespace) -> Outcome:
         recording = read_recording(path, provenance="ignore", seal="ignore")
     except AnagrapheusError as e:
         raise bad_input(e, path=args.path) from e
-    try:
-        old = read_seal(recording.header.details, where=args.path)
-    except RecordingError:
-        old = None  # a seal nobody can read accepts nothing: the file is sealed afresh, as an unsealed one is
     # The lines as `write_recording` writes them: canonical, so what is listed is what the new seal holds.
     sealer = Sealer()
     for line, event in enumerate(recording.events, start=2):
         sealer.add(event.correlation_id, canonical_json(event.to_json()), line=line)
-    changes = seal_changes(old, sealer)
+    # A seal that cannot be read (None under "ignore") accepts nothing: the file is sealed afresh, as unsealed.
+    changes = seal_changes(recording.seal, sealer)
     data: dict[str, object] = {"path": args.path, "accepted": changes, "written": False}
     if not changes:
         return Outcome(Exit.OK, f"{args.path}: the seal holds; nothing to accept, nothing written", data)

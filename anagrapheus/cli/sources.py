@@ -70,6 +70,8 @@ class Source:
     """A database's pins still in scratch: units open, never committed nor abandoned (for example after a crash)."""
     lines: tuple[int, ...] = ()
     """For a recording, the line each event sits on."""
+    sealed: bool = False
+    """Whether a recording holds a seal (its lines were checked against it, unless read with `seal="ignore"`)."""
 
     def line(self, index: int) -> int | None:
         """The line of event `index` in a recording; None for a database."""
@@ -188,7 +190,8 @@ def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "veri
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
             recording = read_recording(path, provenance="ignore", data=piped, seal=seal)
             lines = tuple(range(2, len(recording.events) + 2))
-            source = Source(path, "recording", recording.header, recording.events, lines=lines)
+            sealed = recording.seal is not None
+            source = Source(path, "recording", recording.header, recording.events, lines=lines, sealed=sealed)
         else:
             if kind == "sqlite" and not is_log(path):
                 raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
@@ -223,6 +226,7 @@ def _narrowed(source: Source, units: Sequence[str]) -> Source:
         tuple(source.events[index] for index in kept),
         tuple(pin for pin in source.scratch if pin.unit_id in wanted),
         tuple(source.lines[index] for index in kept) if source.lines else (),
+        source.sealed,
     )
 
 

@@ -44,7 +44,7 @@ def stream_pins(
     `stream_recording` checks them.
     """
     where = str(path)
-    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
+    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
     return header, _pins(entries, where, given_or_builtins(registry), upcasts)
 
 

@@ -13,7 +13,7 @@ from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, g
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
-from anagrapheus.timeline.recording_seal import SealCheck, read_seal, verified
+from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
 from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -30,6 +30,8 @@ class Recording:
     """The header line."""
     events: tuple[StoredEvent, ...]
     """The events in file order; event N sits on line N + 1."""
+    seal: Seal | None = None
+    """The seal the file holds (None: unsealed); kept apart from `header`, whose `details` never show it."""
 
     def decode(
         self, registry: EventTypeRegistry | None = None, *, upcasts: UpcastRegistry | None = None
@@ -90,9 +92,11 @@ def read_recording(
     """
     source = Path(path)
     where = str(path)
-    header, entries = open_recording(source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal)
+    header, sealed, entries = open_recording(
+        source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal
+    )
     events = (stored_event(fields, where=where, line=number) for number, fields in entries)
-    recording = Recording(path=source, header=header, events=tuple(events))
+    recording = Recording(path=source, header=header, events=tuple(events), seal=sealed)
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
     return recording
@@ -115,7 +119,7 @@ def stream_recording(
     `read_recording` checks them (a unit's lines missing at its end are found once the last line is read).
     """
     where = str(path)
-    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
+    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
     return header, (stored_event(fields, where=where, line=number) for number, fields in entries)
 
 
@@ -128,10 +132,11 @@ def open_recording(
     *,
     data: bytes | None = None,
     seal: SealCheck = "verify",
-) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
-    """Read and check the header now; return it with each event line's checked fields, read as iterated.
+) -> tuple[RecordingHeader, Seal | None, Iterator[tuple[int, dict[str, Any]]]]:
+    """Read and check the header now; return it, its seal, and each event line's checked fields, read as iterated.
 
-    Each line is checked against the header's seal as it is read, unless `seal="ignore"`.
+    Each line is checked against the seal as it is read, unless `seal="ignore"` (a seal that cannot be read is
+    then None). The header returned holds no seal in its `details`: a header read is the header written.
     """
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
@@ -142,5 +147,13 @@ def open_recording(
         raise RecordingError("empty file: missing header", path=where, line=1)
     header = read_header(first[1], where=where)
     check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
-    sealed = None if seal == "ignore" else read_seal(header.details, where=where)
-    return header, verified(checked_entries(lines, where), sealed, where)
+    try:
+        sealed = read_seal(header.details, where=where)
+    except RecordingError:
+        if seal != "ignore":
+            raise
+        sealed = None
+    if SEAL_DETAIL in header.details:
+        details = {name: value for name, value in header.details.items() if name != SEAL_DETAIL}
+        header = header.model_copy(update={"details": details})
+    return header, sealed, verified(checked_entries(lines, where), None if seal == "ignore" else sealed, where)

@@ -163,12 +163,14 @@ class _Verifier:
         self._order = [u.unit for u in seal.units]
         self._begun = 0  # how many of `_order` have shown a line
         self._chains: dict[str | None, _Chain] = {}
+        self._read = 1  # the last line read
 
     def _broken(self, message: str, *, line: int | None, unit: str | None, change: str) -> SealBroken:
         return SealBroken(message, path=self._where, line=line, unit=unit, change=change)
 
     def see(self, number: int, text: str, unit: str | None) -> None:
         """Check line `number` (text `text`, of `unit`) against the seal."""
+        self._read = number
         sealed = self._sealed.get(unit)
         if sealed is None:
             raise self._broken(
@@ -221,14 +223,18 @@ class _Verifier:
         chain.last = number
 
     def finish(self) -> None:
-        """Check, once every line was read, that no sealed line is missing at a unit's end and every chain holds."""
+        """Check, once every line was read, that no sealed line is missing at a unit's end and every chain holds.
+
+        What is missing is named at the line where it would be: after the unit's last line, or the file's.
+        """
         for unit in self._order:
             sealed = self._sealed[unit]
             chain = self._chains.get(unit)
             if chain is None:
                 raise self._broken(
-                    f"unit {unit!r}, sealed with {len(sealed.lines)} line(s), has none left: deleted by hand",
-                    line=None,
+                    f"unit {unit!r}, sealed with {len(sealed.lines)} line(s), has none left after line"
+                    f" {self._read}: deleted by hand",
+                    line=self._read + 1,
                     unit=unit,
                     change="deleted",
                 )
@@ -237,15 +243,15 @@ class _Verifier:
                 raise self._broken(
                     f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.last}:"
                     " deleted by hand",
-                    line=None,
+                    line=chain.last + 1,
                     unit=unit,
                     change="deleted",
                 )
             if chain.head.hex() != sealed.chain:
                 # Every line matched its short digest, but not the chain: a line forged to match one.
                 raise self._broken(
-                    f"unit {unit!r}'s lines do not match its sealed chain: edited by hand",
-                    line=None,
+                    f"unit {unit!r}'s lines match their digests but not the unit's sealed chain: forged by hand",
+                    line=1,
                     unit=unit,
                     change="edited",
                 )
