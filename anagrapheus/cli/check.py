@@ -120,7 +120,7 @@ def sealed(source: Source, context: CheckContext) -> Iterable[Problem]:
     if source.kind == "recording" and not source.sealed:
         yield Problem(
             Exit.OK,
-            f"unsealed: a hand edit would go unnoticed; `anagrapheus reseal {source.path}` seals it as it stands",
+            "unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`",
             line=1,
         )
 
