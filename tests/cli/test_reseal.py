@@ -201,3 +201,24 @@ def test_check_refuses_pins_under_two_key_schemes_naming_both(
     # Keys of another shape (a resolver's own) have no scheme and mix with nothing.
     lines[9] = lines[9].replace('"key":"p2:', '"key":"mine:', 1)
     assert cli(capsys, "check", str(written(tmp_path, lines, "own.jsonl")))[0] == 0
+
+
+def test_reseal_names_a_unit_whose_chain_alone_changed_and_a_unit_added_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = json.loads(LINES[0])
+    header["details"]["seal"]["units"][0]["chain"] = "0" * 64
+    lines = [json.dumps(header) + "\n", *LINES[1:]]
+    for seq in (99, 100):
+        extra = json.loads(LINES[2])
+        extra.update(seq=seq, event_id=f"019b8d62-91f0-7000-8000-0000000000{seq}", correlation_id="round-5")
+        lines.append(json.dumps(extra, sort_keys=True, separators=(",", ":")) + "\n")
+    path = written(tmp_path, lines)
+
+    code, out, _ = cli(capsys, "reseal", str(path), "--dry-run")
+
+    assert code == 0
+    assert out.splitlines()[1:3] == [
+        "  unit 'eu-uk-talks-round-1': its lines no longer match the sealed chain",
+        "  unit 'round-5': added, lines 69-70",
+    ]

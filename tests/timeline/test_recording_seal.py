@@ -292,3 +292,22 @@ def test_a_replay_from_the_sealed_and_the_unsealed_file_holds_the_same_pins(tmp_
     new = ReplayPins.from_recording(RECORDING)
 
     assert len(old) == len(new) and all(key in new for key in old.unused())
+
+
+def test_what_a_reseal_accepts_is_said_per_run_of_changed_lines() -> None:
+    from anagrapheus.timeline.recording_seal import Sealer, seal_changes
+
+    def sealed(texts: list[str]) -> Sealer:
+        sealer = Sealer()
+        for line, text in enumerate(texts, start=2):
+            sealer.add("u", text, line=line)
+        return sealer
+
+    old = sealed(["a", "b", "c", "d", "e"]).seal
+
+    assert seal_changes(old, sealed(["a", "x", "y", "c", "d", "e"])) == ["unit 'u': lines 3-4 edited"]
+    assert seal_changes(old, sealed(["a", "x", "e"])) == [
+        "unit 'u': line 3 edited; 2 sealed line(s) deleted before line 4"
+    ]
+    assert seal_changes(old, sealed(["a", "b", "c"])) == ["unit 'u': 2 sealed line(s) deleted at its end"]
+    assert seal_changes(old, sealed(["a", "b", "c", "d", "e"])) == []
