@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -163,8 +164,12 @@ def write_recording(
         if results is not None and event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
             results.append(PinPromoted.result_in(line["payload"]))
         text = writer.text(line, seq=event.seq)
-        # The unit as the line holds it (normalised, perhaps redacted): the reader seals what it reads.
-        sealer.add(json.loads(text)["correlation_id"], text)
+        # The reader checks a line under the unit it reads there: an id the line holds otherwise (redacted, or
+        # NFC-normalised as canonical text is) is read back from it.
+        unit = event.correlation_id
+        if unit is not None and (redact is not None or not unicodedata.is_normalized("NFC", unit)):
+            unit = json.loads(text)["correlation_id"]
+        sealer.add(unit, text)
         lines.append(text)
     if results is not None:
         stamped = stamp_provenance if stamp is None else stamp

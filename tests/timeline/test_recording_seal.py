@@ -311,3 +311,30 @@ def test_what_a_reseal_accepts_is_said_per_run_of_changed_lines() -> None:
     ]
     assert seal_changes(old, sealed(["a", "b", "c"])) == ["unit 'u': 2 sealed line(s) deleted at its end"]
     assert seal_changes(old, sealed(["a", "b", "c", "d", "e"])) == []
+
+
+def test_a_unit_id_the_line_holds_otherwise_is_sealed_as_the_line_holds_it(tmp_path: Path) -> None:
+    # Canonical text is NFC, and a redacted id is a placeholder: the seal is over the unit the reader reads.
+    from anagrapheus.timeline import SecretPolicy
+
+    token = "gh" + "p_" + "Zq8" * 12  # built from pieces: no token-shaped literal in the test source
+    types = EventTypeRegistry()
+    units = ["cafe\u0301", f"chat {token}"]
+    with SQLiteEventStore(tmp_path / "r.db") as store:
+        store.append(
+            [
+                types.encode(
+                    PinPromoted(unit_id="u", key=f"p1:tool_call:{n}", kind="tool_call", raw=n, attempts=1),
+                    correlation_id=unit,
+                )
+                for n, unit in enumerate(units)
+            ]
+        )
+        events = list(store.read())
+
+    path = write_recording(tmp_path / "r.jsonl", events, header=HEADER, redact=SecretPolicy())
+
+    recording = read_recording(path)
+    assert recording.seal is not None
+    assert [unit.unit for unit in recording.seal.units] == [e.correlation_id for e in recording.events]
+    assert recording.events[0].correlation_id == "caf\u00e9" and token not in path.read_text(encoding="utf-8")
