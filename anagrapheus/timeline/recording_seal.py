@@ -70,21 +70,29 @@ class Seal:
         }
 
 
-def _start(unit: str | None) -> bytes:
-    # The unit's id starts its chain, so a line moved to another unit changes both chains.
-    return hashlib.sha256(b"anagrapheus.seal\n" + json.dumps(unit).encode()).digest()
-
-
-def _link(chain: bytes, digest: bytes) -> bytes:
-    return hashlib.sha256(chain + digest).digest()
+def _digest(text: str) -> bytes:
+    """A line's digest: the sha256 of its bytes as written (canonical JSON, without the newline)."""
+    return hashlib.sha256(text.encode()).digest()
 
 
 @dataclass(slots=True)
 class _Chain:
+    """One unit's chain as it grows: its head, each line's short digest and file line number."""
+
     head: bytes
     lines: list[str] = field(default_factory=lambda: [])
     numbers: list[int] = field(default_factory=lambda: [])
-    last: int = 1
+
+    @classmethod
+    def of(cls, unit: str | None) -> _Chain:
+        # The unit's id starts its chain, so a line moved to another unit changes both chains.
+        return cls(hashlib.sha256(b"anagrapheus.seal\n" + json.dumps(unit).encode()).digest())
+
+    def add(self, digest: bytes, line: int) -> None:
+        """Chain a line's digest onto the head, and keep its short form and line number."""
+        self.head = hashlib.sha256(self.head + digest).digest()
+        self.lines.append(digest.hex()[:_SHORT])
+        self.numbers.append(line)
 
 
 class Sealer:
@@ -95,13 +103,10 @@ class Sealer:
 
     def add(self, unit: str | None, text: str, *, line: int = 0) -> None:
         """Chain the line `text` (without its newline) into `unit`'s seal; `line` numbers it for `seal_changes`."""
-        digest = hashlib.sha256(text.encode()).digest()
         chain = self._chains.get(unit)
         if chain is None:
-            chain = self._chains[unit] = _Chain(_start(unit))
-        chain.head = _link(chain.head, digest)
-        chain.lines.append(digest.hex()[:_SHORT])
-        chain.numbers.append(line)
+            chain = self._chains[unit] = _Chain.of(unit)
+        chain.add(_digest(text), line)
 
     @property
     def seal(self) -> Seal:
@@ -181,7 +186,7 @@ class _Verifier:
             )
         chain = self._chains.get(unit)
         if chain is None:
-            chain = self._chains[unit] = _Chain(_start(unit))
+            chain = self._chains[unit] = _Chain.of(unit)
             position = self._order.index(unit)
             if position > self._begun:
                 skipped = self._order[self._begun]
@@ -194,7 +199,7 @@ class _Verifier:
                     change="deleted",
                 )
             self._begun = position + 1
-        digest = hashlib.sha256(text.encode()).digest()
+        digest = _digest(text)
         short = digest.hex()[:_SHORT]
         index = len(chain.lines)
         if index >= len(sealed.lines):
@@ -218,9 +223,7 @@ class _Verifier:
                 unit=unit,
                 change="edited",
             )
-        chain.head = _link(chain.head, digest)
-        chain.lines.append(short)
-        chain.last = number
+        chain.add(digest, number)
 
     def finish(self) -> None:
         """Check, once every line was read, that no sealed line is missing at a unit's end and every chain holds.
@@ -241,9 +244,9 @@ class _Verifier:
             if len(chain.lines) < len(sealed.lines):
                 missing = len(sealed.lines) - len(chain.lines)
                 raise self._broken(
-                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.last}:"
+                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.numbers[-1]}:"
                     " deleted by hand",
-                    line=chain.last + 1,
+                    line=chain.numbers[-1] + 1,
                     unit=unit,
                     change="deleted",
                 )
