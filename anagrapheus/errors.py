@@ -30,7 +30,9 @@ __all__ = [
     "RecordingError",
     "RecordingMissing",
     "RemoteConnectionRefused",
+    "ResolverNotPicklable",
     "SchemaTooNew",
+    "SealBroken",
     "SecretInRecording",
     "SeqConflict",
     "StoreError",
@@ -104,6 +106,20 @@ class UnitClosed(UsageError):
         """Deprecated: `raw_text`."""
         deprecated("UnitClosed.raw", "read UnitClosed.raw_text")
         return self.raw_text
+
+
+class ResolverNotPicklable(UsageError, TypeError):
+    """A resolver was pickled (or deep-copied): it answers within the process that made it, so it never crosses one."""
+
+    def __init__(self, resolver: str) -> None:
+        super().__init__(
+            f"a {resolver} cannot be pickled: it answers within the process that made it (it holds locks, and a"
+            " ledger an open store connection). Hand the other process the recording's or the log's path instead,"
+            " and build its resolver there: ReplayPins.from_recording(path) to replay, PinLedger(open_store(path),"
+            " ...) to draw live"
+        )
+        self.resolver = resolver
+        """The class of the resolver that was refused."""
 
 
 class InexactReplay(UsageError):
@@ -391,6 +407,22 @@ class ProvenanceMismatch(RecordingError):
         """What the recording's header says."""
         self.current = current
         """What this process would have written."""
+
+
+class SealBroken(RecordingError):
+    """A sealed recording's lines no longer match its seal: one was edited, deleted, added or moved by hand."""
+
+    def __init__(self, message: str, *, path: str, line: int | None, unit: str | None, change: str) -> None:
+        super().__init__(
+            f"{message}. If the change is intended, accept it with `anagrapheus reseal {path}` (it lists what it"
+            " accepts), or record the run again",
+            path=path,
+            line=line,
+        )
+        self.unit = unit
+        """The unit of work whose seal no longer holds (None for events outside any unit)."""
+        self.change = change
+        """What was found: `edited`, `deleted` or `added` (a line, or a whole unit)."""
 
 
 class SecretInRecording(AnagrapheusError):

@@ -1,4 +1,4 @@
-"""The `anagrapheus` command: inspect, compare, check, export, rerun, rekey, upcast, copy, unlock, view logs; entropy.
+"""The `anagrapheus` command: inspect, compare, check, reseal, export, rerun, rekey, upcast, copy, unlock, view.
 
 Every command takes `--json`, and they share exit codes: 0 ok, 1 failed (a difference or a
 violated check or invariant), 2 bad input (naming the file and line), 3 diverged.
@@ -9,7 +9,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from anagrapheus.cli import check, copy, diff, entropy, export, regress, rekey, rerun, show, unlock, upcast, view
+from anagrapheus.cli import (
+    check,
+    copy,
+    diff,
+    entropy,
+    export,
+    regress,
+    rekey,
+    rerun,
+    reseal,
+    show,
+    unlock,
+    upcast,
+    view,
+)
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input, emit
 from anagrapheus.errors import AnagrapheusError, UnresolvedName
 
@@ -17,7 +31,8 @@ __all__ = ["Exit", "main", "parser"]
 
 # Each command module declares its subcommand; a new command is one more module here.
 COMMANDS = tuple(
-    module.COMMAND for module in (show, diff, check, export, upcast, regress, rerun, rekey, copy, unlock, view, entropy)
+    module.COMMAND
+    for module in (show, diff, check, reseal, export, upcast, regress, rerun, rekey, copy, unlock, view, entropy)
 )
 
 

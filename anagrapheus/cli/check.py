@@ -1,8 +1,9 @@
-"""`anagrapheus check`: validate recordings (format, events, unambiguous keys, provenance, no secrets)."""
+"""`anagrapheus check`: validate recordings (format, events, unambiguous keys, provenance, no secrets, seal)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
-from anagrapheus.errors import AnagrapheusError, CorruptEvent, ProvenanceMismatch
+from anagrapheus.errors import AnagrapheusError, CorruptEvent, ProvenanceMismatch, SealBroken
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinPromoted,
@@ -74,9 +75,14 @@ def events_decode(source: Source, context: CheckContext) -> Iterable[Problem]:
             yield Problem(Exit.BAD_INPUT, f"{e}{hint}", **_at(source, index))
 
 
+# A pin key's scheme: `p1` in `p1:model_call:<sha256>`. A key of another shape (a resolver's own) has none.
+_SCHEME = re.compile(r"(p[0-9]+):")
+
+
 def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]:
-    """No key is pinned with different results, so the whole file can answer every key it holds."""
+    """No key is pinned with different results, nor under two key schemes, so the file can answer every key it holds."""
     first: dict[str, tuple[int, str, str]] = {}
+    schemes: dict[str, int] = {}
     for index, stored in enumerate(source.events):
         try:
             event = context.types.decode(stored, upcasts=context.upcasts)
@@ -84,6 +90,9 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
             continue  # reported by events_decode
         if not isinstance(event, PinPromoted):
             continue
+        scheme = _SCHEME.match(event.key)
+        if scheme is not None:
+            schemes.setdefault(scheme.group(1), index)
         raw = canonical_json(event.raw)
         seen = first.setdefault(event.key, (index, event.unit_id, raw))
         if seen[2] != raw:
@@ -94,6 +103,26 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
                 f" ({where}); replay one unit at a time, or re-record",
                 **_at(source, index),
             )
+    if len(schemes) > 1:
+        # Replay asks under one scheme: the pins of every other could never answer.
+        (one, at), *others = sorted(schemes.items(), key=lambda item: item[1])
+        named = ", ".join(f"{scheme} (first at {source.where(index)})" for scheme, index in others)
+        yield Problem(
+            Exit.BAD_INPUT,
+            f"pins mix key schemes: {one} (first at {source.where(at)}) and {named}. A replay asks under one scheme,"
+            " so the other's pins never answer: record the run again, or keep one scheme's pins per file",
+            **_at(source, others[0][1]),
+        )
+
+
+def sealed(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """A recording is sealed (its lines were checked against the seal as it was read); an unsealed one is noted."""
+    if source.kind == "recording" and not source.sealed:
+        yield Problem(
+            Exit.OK,
+            "unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`",
+            line=1,
+        )
 
 
 def no_secrets(source: Source, context: CheckContext) -> Iterable[Problem]:
@@ -135,6 +164,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("keys", keys_unambiguous),
     ("provenance", provenance_compatible),
     ("secrets", no_secrets),
+    ("seal", sealed),
 ]
 """The checks run after the format check, by name; a new check is one more entry."""
 
@@ -163,8 +193,10 @@ def check_path(path: str, context: CheckContext) -> dict[str, Any]:
     try:
         source = open_source(path)
     except BadInput as e:
-        # Named as the error names it: a URI without its password.
-        return _report(e.path, [("format", Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
+        # Named as the error names it: a URI without its password. A line that no longer matches the seal is
+        # the seal's finding: nothing else is said of a file that cannot be trusted.
+        check = "seal" if isinstance(e.__cause__, SealBroken) else "format"
+        return _report(e.path, [(check, Problem(Exit.BAD_INPUT, e.message, line=e.line, seq=e.seq))], None)
     problems = [(name, problem) for name, check in CHECKS for problem in check(source, context)]
     return _report(path, problems, len(source.events))
 
@@ -197,10 +229,11 @@ def run(args: argparse.Namespace) -> Outcome:
 
 COMMAND = Command(
     "check",
-    help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets",
+    help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets, seal",
     description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
-    " and line; an incompatible provenance too), 1 when one breaks a rule (an ambiguous key, a credential),"
-    " 0 when all are sound. Another anagrapheus or pydantic-ai version than the recording's is a note.",
+    " and line: a line that no longer matches the recording's seal, pins under two key schemes, an incompatible"
+    " provenance too), 1 when one breaks a rule (an ambiguous key, a credential), 0 when all are sound. Another"
+    " anagrapheus or pydantic-ai version than the recording's, or a recording without a seal, is a note.",
     arguments=_arguments,
     run=run,
 )

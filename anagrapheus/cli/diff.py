@@ -143,7 +143,10 @@ def _line(change: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> Outcome:
     """Compare A and B."""
-    a_source, b_source = open_source(args.a, units=args.unit), open_source(args.b, units=args.unit)
+    a_source, b_source = (
+        open_source(args.a, units=args.unit, seal="ignore"),
+        open_source(args.b, units=args.unit, seal="ignore"),
+    )
     a_units, b_units = _pins(a_source, args), _pins(b_source, args)
     units: list[dict[str, Any]] = []
     for unit in [*a_units, *(u for u in b_units if u not in a_units)]:

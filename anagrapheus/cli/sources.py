@@ -27,6 +27,7 @@ from anagrapheus.timeline import (
     read_recording,
 )
 from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
+from anagrapheus.timeline.recording_seal import SealCheck
 from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.sqlite import read_only_uri
 from anagrapheus.timeline.store import ScratchPin
@@ -69,6 +70,8 @@ class Source:
     """A database's pins still in scratch: units open, never committed nor abandoned (for example after a crash)."""
     lines: tuple[int, ...] = ()
     """For a recording, the line each event sits on."""
+    sealed: bool = False
+    """Whether a recording holds a seal (its lines were checked against it, unless read with `seal="ignore"`)."""
 
     def line(self, index: int) -> int | None:
         """The line of event `index` in a recording; None for a database."""
@@ -163,8 +166,11 @@ def _read_pipe(path: Path, name: str) -> bytes:
         os.close(fd)
 
 
-def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
+def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "verify") -> Source:
     """Read a recording or a database's log, keeping only `units` when some are named.
+
+    A sealed recording whose lines no longer match its seal is refused (`seal="verify"`), naming the
+    first line that does not; the commands that only look at a file (`show`, `diff`, `view`) pass "ignore".
 
     What `name` holds is told as `open_store` tells it (`log_kind`); a pipe is read once, whole, as a
     recording (a sniff would eat its first bytes, and SQLite cannot read a pipe).
@@ -182,9 +188,10 @@ def open_source(name: str, *, units: Sequence[str] = ()) -> Source:
     try:
         if kind == "recording":
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
-            recording = read_recording(path, provenance="ignore", data=piped)
+            recording = read_recording(path, provenance="ignore", data=piped, seal=seal)
             lines = tuple(range(2, len(recording.events) + 2))
-            source = Source(path, "recording", recording.header, recording.events, lines=lines)
+            sealed = recording.seal is not None
+            source = Source(path, "recording", recording.header, recording.events, lines=lines, sealed=sealed)
         else:
             if kind == "sqlite" and not is_log(path):
                 raise BadInput("a SQLite database, but not an anagrapheus event log", path=name)
@@ -219,6 +226,7 @@ def _narrowed(source: Source, units: Sequence[str]) -> Source:
         tuple(source.events[index] for index in kept),
         tuple(pin for pin in source.scratch if pin.unit_id in wanted),
         tuple(source.lines[index] for index in kept) if source.lines else (),
+        source.sealed,
     )
 
 

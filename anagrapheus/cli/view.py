@@ -129,13 +129,13 @@ def run(args: argparse.Namespace) -> Outcome:
         # A page written over the log or recording it shows would destroy it (issue #35): refused before reading.
         if given is not None and output.exists() and output.resolve() == Path(given).resolve():
             raise BadInput("view never writes over its own input: name another -o FILE", path=str(output))
-    source = open_source(path, units=args.unit)
+    source = open_source(path, units=args.unit, seal="ignore")
     units = units_of(source, args)
     header: dict[str, Any] | None = source.header.model_dump(mode="json") if source.header is not None else None
     changes: list[Change] | None = None
     title = f"anagrapheus: {path}"
     if args.against is not None:
-        changes = _changes(args, units, units_of(open_source(args.against, units=args.unit), args))
+        changes = _changes(args, units, units_of(open_source(args.against, units=args.unit, seal="ignore"), args))
         title = f"anagrapheus: {path} against {args.against}"
     page = render_page(
         title=title,

@@ -28,7 +28,7 @@ from anagrapheus.timeline.events import (
     new_uuid7,
 )
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
-from anagrapheus.timeline.resolver import Attachments, FailureCodec, StreamDraw
+from anagrapheus.timeline.resolver import Attachments, FailureCodec, ProcessBound, StreamDraw
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
@@ -202,7 +202,7 @@ def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
     return canonical_json(fields)
 
 
-class PinLedger:
+class PinLedger(ProcessBound):
     """The live resolver for one unit of work: draws once per key, keeps draws in scratch, commits them atomically.
 
     A first draw runs the effect and writes its raw result to the store's scratch at once

@@ -1,8 +1,8 @@
 """Recordings: a header line, then the log's own events as canonical JSON lines, in a file for a repository.
 
 The names a recording's reader and writer use, gathered from the modules that hold them: the header
-(`recording_header`), the writer (`recording_writer`), the readers (`recording_reader`, `recording_pins`)
-and the line limit (`recording_lines`).
+(`recording_header`), the writer (`recording_writer`), the readers (`recording_reader`, `recording_pins`),
+the line limit (`recording_lines`) and the seal (`recording_seal`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from anagrapheus.timeline.recording_header import RECORDING_FORMAT, RECORDING_VE
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES
 from anagrapheus.timeline.recording_pins import stream_pins
 from anagrapheus.timeline.recording_reader import Recording, read_recording, stream_recording
+from anagrapheus.timeline.recording_seal import Seal, SealCheck, UnitSeal
 from anagrapheus.timeline.recording_writer import pin_events, write_recording
 
 __all__ = [
@@ -19,6 +20,9 @@ __all__ = [
     "RECORDING_VERSION",
     "Recording",
     "RecordingHeader",
+    "Seal",
+    "SealCheck",
+    "UnitSeal",
     "pin_events",
     "read_recording",
     "stream_pins",

@@ -108,8 +108,8 @@ def stored_event(fields: dict[str, Any], *, where: str, line: int) -> StoredEven
     )
 
 
-def checked_entries(lines: Iterator[tuple[int, str]], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each event line's checked fields, in a file whose seqs increase and whose event ids are unique."""
+def checked_entries(lines: Iterator[tuple[int, str]], where: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Each event line's number, text and checked fields, in a file whose seqs increase and event ids are unique."""
     seen_ids: dict[str, int] = {}
     last_seq = 0
     for number, text in lines:
@@ -125,4 +125,4 @@ def checked_entries(lines: Iterator[tuple[int, str]], where: str) -> Iterator[tu
             )
         last_seq = seq
         seen_ids[event_id] = number
-        yield number, fields
+        yield number, text, fields

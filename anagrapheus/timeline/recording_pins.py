@@ -20,6 +20,7 @@ from anagrapheus.timeline.provenance import ProvenanceCheck
 from anagrapheus.timeline.recording_header import RecordingHeader
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, stored_event
 from anagrapheus.timeline.recording_reader import open_recording
+from anagrapheus.timeline.recording_seal import SealCheck
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["stream_pins"]
@@ -33,15 +34,17 @@ def stream_pins(
     max_line_bytes: int = MAX_LINE_BYTES,
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
+    seal: SealCheck = "verify",
 ) -> tuple[RecordingHeader, Iterator[PinText]]:
     """Read a recording's header now and its pins, as texts, as they are iterated (what `ReplayPins` keeps).
 
     Every line is checked as `read_recording` checks it. A current pin's payload is read from the
     line as parsed, never written out and parsed again; an older one is upcast through `upcasts`.
-    The header's provenance is checked at once, as `stream_recording` checks it.
+    The header's provenance is checked at once, and every line (a pin or not) against the seal, as
+    `stream_recording` checks them.
     """
     where = str(path)
-    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance)
+    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
     return header, _pins(entries, where, given_or_builtins(registry), upcasts)
 
 

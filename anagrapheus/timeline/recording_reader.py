@@ -13,6 +13,7 @@ from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, g
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
+from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
 from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
 from anagrapheus.timeline.upcast import UpcastRegistry
 
@@ -29,6 +30,8 @@ class Recording:
     """The header line."""
     events: tuple[StoredEvent, ...]
     """The events in file order; event N sits on line N + 1."""
+    seal: Seal | None = None
+    """The seal the file holds (None: unsealed); kept apart from `header`, whose `details` never show it."""
 
     def decode(
         self, registry: EventTypeRegistry | None = None, *, upcasts: UpcastRegistry | None = None
@@ -65,6 +68,7 @@ def read_recording(
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
     data: bytes | None = None,
+    seal: SealCheck = "verify",
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -79,14 +83,20 @@ def read_recording(
     `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
     and are read as they are.
 
+    A sealed recording (see `write_recording`) whose lines no longer match its seal is refused with
+    `SealBroken`, naming the first line that does not; `seal="ignore"` reads it as it is. An unsealed
+    recording is read as it is.
+
     With `data`, the recording is those bytes, already read (a pipe can be read only once), and
     `path` only names it in messages.
     """
     source = Path(path)
     where = str(path)
-    header, entries = open_recording(source, where, max_line_bytes, call_policy, provenance, data=data)
+    header, sealed, entries = open_recording(
+        source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal
+    )
     events = (stored_event(fields, where=where, line=number) for number, fields in entries)
-    recording = Recording(path=source, header=header, events=tuple(events))
+    recording = Recording(path=source, header=header, events=tuple(events), seal=sealed)
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
     return recording
@@ -98,16 +108,18 @@ def stream_recording(
     max_line_bytes: int = MAX_LINE_BYTES,
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
+    seal: SealCheck = "verify",
 ) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
     """Read a recording's header now and its events as they are iterated, one line at a time.
 
     The events are checked as `read_recording` checks them, each when it is reached; nothing but
     the line in hand is held, so a replay can be built from a file larger than memory allows twice.
     A line longer than `max_line_bytes` is refused with a `RecordingError` naming it, unread.
-    The header's provenance is checked at once, as `read_recording` checks it.
+    The header's provenance is checked at once, and each line against the seal as it is reached, as
+    `read_recording` checks them (a unit's lines missing at its end are found once the last line is read).
     """
     where = str(path)
-    header, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance)
+    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
     return header, (stored_event(fields, where=where, line=number) for number, fields in entries)
 
 
@@ -119,8 +131,13 @@ def open_recording(
     provenance: ProvenanceCheck,
     *,
     data: bytes | None = None,
-) -> tuple[RecordingHeader, Iterator[tuple[int, dict[str, Any]]]]:
-    """Read and check the header now; return it with each event line's checked fields, read as iterated."""
+    seal: SealCheck = "verify",
+) -> tuple[RecordingHeader, Seal | None, Iterator[tuple[int, dict[str, Any]]]]:
+    """Read and check the header now; return it, its seal, and each event line's checked fields, read as iterated.
+
+    Each line is checked against the seal as it is read, unless `seal="ignore"` (a seal that cannot be read is
+    then None). The header returned holds no seal in its `details`: a header read is the header written.
+    """
     given = cast("object", max_line_bytes)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise UsageError(f"max_line_bytes must be a positive integer, not {max_line_bytes!r}")
@@ -130,4 +147,13 @@ def open_recording(
         raise RecordingError("empty file: missing header", path=where, line=1)
     header = read_header(first[1], where=where)
     check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
-    return header, checked_entries(lines, where)
+    try:
+        sealed = read_seal(header.details, where=where)
+    except RecordingError:
+        if seal != "ignore":
+            raise
+        sealed = None
+    if SEAL_DETAIL in header.details:
+        details = {name: value for name, value in header.details.items() if name != SEAL_DETAIL}
+        header = header.model_copy(update={"details": details})
+    return header, sealed, verified(checked_entries(lines, where), None if seal == "ignore" else sealed, where)

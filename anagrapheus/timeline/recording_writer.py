@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -14,6 +15,7 @@ from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
+from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
 
 __all__ = ["pin_events", "write_recording"]
@@ -128,9 +130,21 @@ def write_recording(
     first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
     (owner-only by default). A file that already holds the same lines, but for the software versions its
     provenance names, is left as it is: a newer pydantic-ai that records the same run changes nothing.
+
+    Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
+    the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
     """
     target = Path(path)
     chosen = as_header(header)
+    if SEAL_DETAIL in chosen.details:
+        try:
+            read_seal(chosen.details, where=str(target))
+        except RecordingError:
+            raise UsageError(
+                f"header= details[{SEAL_DETAIL!r}] is not a seal: that entry is the recording's seal, which"
+                " write_recording writes; name the detail otherwise"
+            ) from None
+    sealer = Sealer()
     writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretPolicy())
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
@@ -148,10 +162,18 @@ def write_recording(
         line = event.to_json()
         if results is not None and event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
             results.append(PinPromoted.result_in(line["payload"]))
-        lines.append(writer.text(line, seq=event.seq))
+        text = writer.text(line, seq=event.seq)
+        # The reader checks a line under the unit it reads there: an id the line holds otherwise (redacted, or
+        # NFC-normalised as canonical text is) is read back from it.
+        unit = event.correlation_id
+        if unit is not None and (redact is not None or not unicodedata.is_normalized("NFC", unit)):
+            unit = json.loads(text)["correlation_id"]
+        sealer.add(unit, text)
+        lines.append(text)
     if results is not None:
         stamped = stamp_provenance if stamp is None else stamp
         chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
+    chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
     if _same_but_versions(target, lines):
         return target

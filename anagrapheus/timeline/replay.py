@@ -25,7 +25,7 @@ from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, versions_note
 from anagrapheus.timeline.recording_pins import stream_pins
-from anagrapheus.timeline.resolver import Attachments, FailureCodec, PinResolver, StreamDraw
+from anagrapheus.timeline.resolver import Attachments, FailureCodec, PinResolver, ProcessBound, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -40,7 +40,7 @@ class AmbiguousPinWarning(UserWarning):
     """Emitted when a replay is built from events in which one key has several different results."""
 
 
-class ReplayPins:
+class ReplayPins(ProcessBound):
     """Answers keyed effects from pins in the log; the same resolver interface as `PinLedger`.
 
     `on_miss="strict"` raises `PinMiss` before any effect runs. `on_miss="record"` marks the first

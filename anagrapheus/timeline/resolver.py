@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, NoReturn, Protocol, Self, SupportsIndex, TypeVar, cast, runtime_checkable
 
+from anagrapheus.errors import ResolverNotPicklable
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import PendingEvent
 
@@ -18,6 +19,7 @@ __all__ = [
     "DelegatingResolver",
     "FailureCodec",
     "PinResolver",
+    "ProcessBound",
     "StreamDraw",
     "answered_within",
     "answering_position",
@@ -94,6 +96,24 @@ _UNMADE = object()
 """What `Attachments` holds under an attachment not yet made (a made value may be None)."""
 
 
+class ProcessBound:
+    """A resolver of the process that made it: pickling or deep-copying one raises `ResolverNotPicklable`.
+
+    It holds locks, and a ledger an open store, which no other process can use; the typed error says what to
+    hand over instead. A shallow `copy.copy` still shares what the original holds, as it always did.
+    """
+
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        """Refuse with a typed error: the default reaches a lock and says only `cannot pickle '_thread.lock'`."""
+        raise ResolverNotPicklable(type(self).__name__)
+
+    def __copy__(self) -> Self:
+        """A shallow copy sharing every member (what `copy.copy` made before pickling was refused)."""
+        clone = object.__new__(type(self))
+        vars(clone).update(vars(self))
+        return clone
+
+
 @runtime_checkable
 class PinResolver(Protocol):
     """Answers a keyed effect: draws it once (live) or answers it from pins (reuse, replay).
@@ -155,7 +175,7 @@ class PinResolver(Protocol):
         ...
 
 
-class DelegatingResolver(ABC):
+class DelegatingResolver(ProcessBound, ABC):
     """A resolver that answers each key through another one it picks (`_target`), unchanged otherwise.
 
     It says nothing of itself (see `PinResolver`): a live resolver with no unit of its own, whatever

@@ -166,7 +166,7 @@ def test_show_of_a_unit_that_is_not_there_is_bad_input(capsys: pytest.CaptureFix
 def test_check_passes_the_committed_recording(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(capsys, "check", NEGOTIATION) == (
         0,
-        snapshot("recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)\n"),
+        snapshot("recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal)\n"),
         "",
     )
 
@@ -176,7 +176,7 @@ def test_check_names_the_corrupt_line_and_exits_2(corrupt: Path, capsys: pytest.
 
     assert code == 2
     assert out.replace(str(corrupt), "corrupt.jsonl") == snapshot("""\
-recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)
+recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal)
 corrupt.jsonl:5: [format] line is not valid JSON (Expecting value: line 1 column 233 (char 232))
 """)
 
@@ -197,7 +197,14 @@ def test_check_refuses_an_event_type_it_cannot_decode_at_its_line(
                 "line": 69,
                 "seq": None,
                 "message": "unknown event type shop:order_placed (seq 99); pass the application's types with --events MODULE:NAME",
-            }
+            },
+            {
+                "check": "seal",
+                "code": 0,
+                "line": 1,
+                "seq": None,
+                "message": "unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`",
+            },
         ]
     )
 
@@ -213,7 +220,10 @@ def test_check_finds_a_key_pinned_with_two_results_and_exits_1(
 
     assert code == 1
     assert out.replace(str(path), "ambiguous.jsonl") == snapshot(
-        "ambiguous.jsonl:69: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record\n"
+        """\
+ambiguous.jsonl:69: [keys] ambiguous key p1:entity_id:80fee7081c7b324a63dd5ce51fadb65adbf795ff9f46e9718dbc31a16f180304: unit eu-uk-talks-round-5 pinned a different result than unit eu-uk-talks-round-1 (ambiguous.jsonl:2); replay one unit at a time, or re-record
+ambiguous.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
+"""
     )
 
 
@@ -231,6 +241,8 @@ def test_check_finds_a_credential_naming_line_path_and_rule_but_not_the_value(
     assert out.replace(str(path), "leaky.jsonl") == (
         "leaky.jsonl:69: [secrets] seq 99 at $.payload.raw matches secret rule 'github-token';"
         " redact or re-record it before committing\n"
+        "leaky.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with"
+        " `anagrapheus reseal`\n"
     )
 
 
@@ -353,8 +365,13 @@ def test_upcast_rewrites_old_events_and_is_byte_stable(
     )
     upcast_line = json.loads(new.read_text().splitlines()[-1])
     assert (upcast_line["schema_version"], upcast_line["payload"]) == (2, {"currency": "EUR", "order": "7"})
-    # Every other line keeps its bytes, and a second pass changes nothing.
-    assert new.read_text().splitlines()[:-1] == old.read_text().splitlines()[:-1]
+    # Every other event line keeps its bytes, the header gains only the seal, and a second pass changes nothing.
+    new_lines, old_lines = new.read_text().splitlines(), old.read_text().splitlines()
+    assert new_lines[1:-1] == old_lines[1:-1]
+    new_header = json.loads(new_lines[0])
+    assert "seal" in new_header["details"]
+    del new_header["details"]["seal"]
+    assert new_header == json.loads(old_lines[0])
     assert cli(capsys, "upcast", str(new), "-o", str(again), *options)[0] == 0
     assert again.read_bytes() == new.read_bytes()
     assert cli(capsys, "check", str(new), "--events", "shop_v2:types")[0] == 0
@@ -630,7 +647,7 @@ def test_check_and_upcast_on_a_database(tmp_path: Path, capsys: pytest.CaptureFi
 
     assert cli(capsys, "check", str(database)) == (
         0,
-        f"{database}: ok, 2 event(s) (format, events, keys, provenance, secrets)\n",
+        f"{database}: ok, 2 event(s) (format, events, keys, provenance, secrets, seal)\n",
         "",
     )
     code, _, err = cli(capsys, "upcast", str(database), "-o", str(tmp_path / "x.jsonl"))
@@ -672,8 +689,10 @@ def test_check_refuses_a_recording_made_under_another_key_scheme_and_notes_other
     assert code == 2
     assert out.replace(str(tmp_path) + "/", "") == snapshot("""\
 scheme.jsonl:1: [provenance] recorded under pin-key scheme 'p0', but this anagrapheus keys with 'p1': none of its pins can answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with `python -m examples.negotiation --record --seed 2022`; until then, replay it with the anagrapheus that wrote it (0.1.0)
-older.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets)
+scheme.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
+older.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal)
 older.jsonl:1: [provenance] note: recorded with anagrapheus 0.0.9, loaded with anagrapheus 0.1.0; a call the new version asks differently will miss its pin. If the replay misses, re-record it with `python -m examples.negotiation --record --seed 2022`
+older.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
 """)
 
 

@@ -306,3 +306,19 @@ def test_the_regress_demo_gives_three_verdicts_on_the_one_recording(capsys: pyte
     assert verdicts == ["PASSED", "DIVERGED", "FAILED"]
     assert [line for line in out.splitlines() if line.startswith("(exit")] == ["(exit 0)", "(exit 3)", "(exit 1)"]
     assert "DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)" in out
+
+
+def test_the_recording_as_committed_before_the_seal_replays_as_the_sealed_one_does(tmp_path: Path) -> None:
+    # The negotiation as committed before recordings were sealed (issue #41): the same events, no seal. The
+    # committed file is that one sealed once; both replay the same rounds with the same hits.
+    old = ROOT / "tests" / "data" / "negotiation-unsealed.jsonl"
+    assert read_recording(old).seal is None and read_recording(RECORDING).seal is not None
+    assert old.read_text().splitlines()[1:] == RECORDING.read_text().splitlines()[1:]
+
+    before = asyncio.run(replay_negotiation(old, database=tmp_path / "old.db"))
+    now = asyncio.run(replay_negotiation(RECORDING, database=tmp_path / "new.db"))
+
+    assert before.diverged is None and now.diverged is None
+    assert before.hits == now.hits == 59
+    assert before.model_calls == now.model_calls == {"function:scripted-eu": 0, "function:scripted-uk": 0}
+    assert before.rounds == now.rounds

@@ -276,6 +276,7 @@ def test_tampered_run_inputs_fail_typed_in_every_reader(
     from anagrapheus.timeline.recording import write_recording
     from tests import rerun_agents
     from tests.testing.test_rerun import record
+    from tests.timeline.sample_recording import unsealed
 
     path = tmp_path / "support.jsonl"
     with SQLiteEventStore(record(tmp_path / "support.db")) as store:
@@ -293,7 +294,8 @@ def test_tampered_run_inputs_fail_typed_in_every_reader(
             stored["payload"] = json.dumps(payload) if isinstance(stored["payload"], str) else payload
             lines[number] = json.dumps(stored)
             break
-    path.write_text("\n".join(lines), encoding="utf-8")
+    # Unsealed, as a file from before the seal: the seal would refuse the edit before any reader sees the inputs.
+    path.write_text("\n".join(unsealed(lines)), encoding="utf-8")
 
     with pytest.raises(CorruptEvent, match=f"its {tamper} is not what pydantic-ai reads"):
         recorded_runs(read_events(path))

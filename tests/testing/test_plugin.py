@@ -103,6 +103,17 @@ def test_record_once_then_replay_reaches_nothing(project: pytest.Pytester) -> No
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
     assert calls(project) == []
     assert (project.path / RECORDING).read_bytes() == recorded
+    # Sealed, as every recording written is (issue #41): an answer edited by hand fails the replay at its line.
+    from anagrapheus.timeline import read_recording
+
+    assert read_recording(project.path / RECORDING).seal is not None
+    lines = recorded.decode().splitlines(keepends=True)
+    edited = next(n for n, line in enumerate(lines) if '"kind":"model_call"' in line)
+    lines[edited] = lines[edited].replace('"attempts":1', '"attempts":3', 1)
+    (project.path / RECORDING).write_text("".join(lines), encoding="utf-8")
+    project.runpytest().stdout.fnmatch_lines(
+        [f"*test_advice.jsonl:{edited + 1}: this line no longer matches the seal*"]
+    )
 
 
 def test_missing_recording_fails_with_the_command_that_creates_it(project: pytest.Pytester) -> None:

@@ -92,6 +92,7 @@ def test_the_rekeyed_recording_answers_what_the_old_one_held(tmp_path: Path) -> 
     }
     assert results[old] == results[new]
     assert read_recording(new).header.provenance is not None
+    assert read_recording(new).seal is not None  # sealed afresh: its lines are new ones, by design
 
 
 def test_a_recording_of_another_run_cannot_be_paired_and_says_so(tmp_path: Path) -> None:

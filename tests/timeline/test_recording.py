@@ -25,6 +25,7 @@ from anagrapheus.timeline.recording import (
 from anagrapheus.timeline.replay import ReplayPins
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
+from tests.timeline.sample_recording import unsealed
 
 HEADER = RecordingHeader(
     description="Two offers and their pins, for the recording tests.",
@@ -183,7 +184,7 @@ def _lines(path: Path) -> list[str]:
 
 
 def _write(path: Path, lines: list[str], *, final_newline: bool = True) -> None:
-    path.write_text("\n".join(lines) + ("\n" if final_newline else ""), encoding="utf-8")
+    path.write_text("\n".join(unsealed(lines)) + ("\n" if final_newline else ""), encoding="utf-8")
 
 
 def cut_mid_line(path: Path) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import ClassVar
@@ -102,9 +103,24 @@ def _original() -> bytes:
 ORIGINAL = _original()
 
 
+def _unsealed(data: bytes) -> bytes:
+    """The recording with its seal taken out of the header, every other byte as it was."""
+    header, _, rest = data.partition(b"\n")
+    seal = json.dumps({"seal": json.loads(header)["details"]["seal"]}, separators=(",", ":"))[1:-1]
+    # The seal sits among the other details in key order: a comma on one side of it goes with it.
+    unsealed = header.replace(seal.encode() + b",", b"", 1).replace(b"," + seal.encode(), b"", 1)
+    assert b'"seal"' not in unsealed
+    return unsealed + b"\n" + rest
+
+
+# Mutated sealed, most edits are refused by the seal at their line; mutated unsealed (a file from before the
+# seal), they reach every check behind it.
+UNSEALED = _unsealed(ORIGINAL)
+
+
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    data = bytearray(ORIGINAL)
+    data = bytearray(draw(st.sampled_from([ORIGINAL, UNSEALED])))
     for _ in range(draw(st.integers(1, 3))):
         lines = bytes(data).split(b"\n")
         kind = draw(st.sampled_from(["flip", "set", "truncate", "swap", "delete", "duplicate", "insert"]))

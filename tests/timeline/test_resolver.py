@@ -276,3 +276,39 @@ def test_scopes_leave_agent_iter_as_they_found_it(
         with pytest.raises(RuntimeError, match="inside"), every_agent_run(Pinning(PinLedger(store, types))):
             raise RuntimeError("inside the scope")
     assert Agent.iter is original
+
+
+def test_no_resolver_pickles_each_refused_with_a_typed_error_saying_what_to_hand_over(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Issue #41: pickling a ReplayPins raised a bare `TypeError: cannot pickle '_thread.lock' object`.
+    import copy
+    import pickle
+
+    from anagrapheus.errors import ResolverNotPicklable, UsageError
+
+    events = _recorded(store, types, "a")
+    into = PinLedger(store, types, unit_id="fork")
+    pins = ReplayPins.from_events(events, types, unit_id="a")
+    resolvers: list[PinResolver] = [
+        pins,
+        into,
+        ForkPins(events, origin="a", into=into, after_pins=0),
+        UnitPerRun(store, types, unit_of=lambda ctx: "u"),
+        WorldPinned(pins, into),
+    ]
+    for resolver in resolvers:
+        name = type(resolver).__name__
+        for attempt in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(ResolverNotPicklable) as raised:
+                attempt(resolver)
+            # A TypeError still, as pickling's callers expect, and the package's own misuse error.
+            assert isinstance(raised.value, TypeError) and isinstance(raised.value, UsageError)
+            assert raised.value.resolver == name
+            assert str(raised.value).startswith(f"a {name} cannot be pickled: it answers within the process")
+            assert "ReplayPins.from_recording(path)" in str(raised.value)
+        # A shallow copy shares what the original holds, as it always did.
+        assert vars(copy.copy(resolver)) == vars(resolver)
+    # What holds a resolver says the same: the refusal is the resolver's, not a lock's deep inside it.
+    with pytest.raises(ResolverNotPicklable, match="a ReplayPins cannot be pickled"):
+        pickle.dumps(Pinning(pins))
