@@ -30,6 +30,7 @@ from anagrapheus.provider.compat import (
 )
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.in_workflow import refuse_workflow_code
 from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, place_of
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
@@ -145,6 +146,7 @@ class Pinning(AbstractCapability[Any]):
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
+        refuse_workflow_code("wrap_run")
         # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
         with answers_untraced():
             if self._per_run is not None:
@@ -190,6 +192,8 @@ class Pinning(AbstractCapability[Any]):
 
     def _draw_run_id(self, place: str | None) -> str | None:
         """The run's id drawn through the resolver; `place` digests its inputs, when known before it starts."""
+        # The first hook of a run: in Temporal workflow code it stops the run here, before any store is read.
+        refuse_workflow_code("the run's id")
         if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
