@@ -82,6 +82,8 @@ async def main(address: str, task_queue: str) -> None:
         workflows=[HarbourWorkflow],
         plugins=[AgentPlugin(AGENT)],
         workflow_runner=UnsandboxedWorkflowRunner(),
+        # A killed worker's workflow task goes to the next worker soon, instead of after the default 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     )
     print("worker ready", flush=True)
     await worker.run()
