@@ -45,6 +45,7 @@ from anagrapheus.errors import (
     UsageError,
     _OfEventType,  # pyright: ignore[reportPrivateUsage]  # the base of the errors about one event type
 )
+from anagrapheus.provider.in_workflow import PinningInWorkflow
 from anagrapheus.timeline.divergence import Divergence, MovedValue
 
 # One instance of every error class, built as the package builds it (keyword arguments and all).
@@ -91,6 +92,7 @@ SAMPLES: list[AnagrapheusError] = [
     UnusedPins("rec.jsonl", unused={"k": "model_call"}),
     RemoteConnectionRefused(("example.com", 443)),
     BadInput("not a recording", path="x.jsonl", line=None, seq=4),
+    PinningInWorkflow("wrap_run"),
 ]
 
 

@@ -220,8 +220,24 @@ class Pinning(AbstractCapability[Any]):
             clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
-        """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""
-        self._clocks(resolver).start(ctx.run_id, named=False)
+        """Number a run its unit was picked for, and pin its id (the engine's, or fresh) where a replay draws it.
+
+        No unit is known before the run starts, so its id was not drawn through a resolver: it is pinned now, at the
+        position the run's inputs place it, as a run drawn through its ledger would have pinned it. A replay of the
+        unit then takes the recorded id, with nothing passed by hand.
+        """
+        clocks = self._clocks(resolver)
+        run_id = ctx.run_id
+        if run_id is not None:
+            with answers_untraced():
+                place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller)
+                drawn = clocks.draw_run_id(resolver, lambda: run_id, place=place)
+            if drawn != run_id:
+                # The unit holds an earlier run's id there (it resumes a run its engine gave another id): this run
+                # takes that run's place, so what it asks again is answered from that run's pins.
+                clocks.positions[run_id] = clocks.positions[drawn]
+                clocks.end(drawn)
+        clocks.start(run_id, named=False)
 
     def _clocks(self, resolver: PinResolver) -> RunClocks:
         """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""
