@@ -39,16 +39,20 @@ def harbour_agent(
 ) -> Agent[None, str]:
     """The agent; every model request and tool body logs `model <whose> <n>` / `tool <whose> <name>` to `log`.
 
-    With `hang="<whose>:<tool>"`, that tool call logs its line and then hangs, for the parent to kill;
+    With `hang="<whose>:<tool>"` (`*` for any `<whose>`), that tool call logs its line and then hangs, for the parent to kill;
     `hang="<whose>:model <n>"` hangs the model's nth request the same way, and `hang="<whose>:<tool> returned"`
     hangs after the tool returned (through `pin_tool`, which wraps each tool body: its pin is written),
     logging `returned <whose> <tool>`. `pin_model` wraps the model, as the Temporal recipe pins it.
     """
 
+    def hangs(what: str) -> bool:
+        # `*` stands for any run: a Prefect flow run's id is known only once it runs.
+        return hang is not None and hang in (f"{whose()}:{what}", f"*:{what}")
+
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
         note(log, f"model {whose()} {len(returns)}")
-        if hang is not None and hang == f"{whose()}:model {len(returns)}":
+        if hangs(f"model {len(returns)}"):
             time.sleep(600)  # killed here by the parent
         prompt = str(messages[0].parts[0].content)  # pyright: ignore[reportAttributeAccessIssue]
         if len(returns) < len(TOOLS):
@@ -58,7 +62,7 @@ def harbour_agent(
     def tool(name: str) -> Callable[[str], str]:
         def body(where: str) -> str:
             note(log, f"tool {whose()} {name}")
-            if hang is not None and hang == f"{whose()}:{name}":
+            if hangs(name):
                 time.sleep(600)  # killed here by the parent
             return f"{name} at {where}"
 
@@ -72,7 +76,7 @@ def harbour_agent(
         async def returned(where: str) -> str:
             result = pinned(where)
             result = await result if inspect.isawaitable(result) else result
-            if hang == f"{whose()}:{name} returned":
+            if hangs(f"{name} returned"):
                 note(log, f"returned {whose()} {name}")
                 time.sleep(600)  # killed here by the parent, the tool's result not yet reported
             return result
