@@ -39,10 +39,10 @@ def harbour_agent(
 ) -> Agent[None, str]:
     """The agent; every model request and tool body logs `model <whose> <n>` / `tool <whose> <name>` to `log`.
 
-    With `hang="<whose>:<tool>"` (`*` for any `<whose>`), that tool call logs its line and then hangs, for the parent to kill;
-    `hang="<whose>:model <n>"` hangs the model's nth request the same way, and `hang="<whose>:<tool> returned"`
-    hangs after the tool returned (through `pin_tool`, which wraps each tool body: its pin is written),
-    logging `returned <whose> <tool>`. `pin_model` wraps the model, as the Temporal recipe pins it.
+    With `hang="<whose>:<tool>"` (`*` for any `<whose>`), that tool call logs its line and then hangs, for the
+    parent to kill; `hang="<whose>:model <n>"` hangs the model's nth request the same way, and
+    `hang="<whose>:<tool> returned"` hangs after the tool returned (through `pin_tool`, which wraps each tool
+    body: its pin is written), logging `returned <whose> <tool>`. `pin_model` wraps the model, as the Temporal recipe pins it.
     """
 
     def hangs(what: str) -> bool:

@@ -47,7 +47,9 @@ def build(store_at: str, log: Path) -> Agent[None, str]:
         capabilities.append(Pinning(routed))
         if pinning == "tasks":
             pin_tool = lambda tool: pinned_tool(routed, tool)  # noqa: E731
-    return harbour_agent(log, capabilities=capabilities, whose=whose, hang=os.environ.get("HARBOUR_HANG"), pin_tool=pin_tool)
+    return harbour_agent(
+        log, capabilities=capabilities, whose=whose, hang=os.environ.get("HARBOUR_HANG"), pin_tool=pin_tool
+    )
 
 
 AGENT = build(sys.argv[1], Path(sys.argv[2])) if __name__ == "__main__" else None

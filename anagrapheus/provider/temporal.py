@@ -50,12 +50,13 @@ def temporal_unit_id() -> str:
     """The unit of the Temporal workflow whose activity is running: `temporal:<workflow id>`."""
     from temporalio import activity  # Temporal is an optional extra (`anagrapheus[temporal]`): imported when asked.
 
-    if not activity.in_activity():
+    workflow_id: str | None = activity.info().workflow_id if activity.in_activity() else None
+    if workflow_id is None:
         raise UsageError(
-            "TemporalPins draws only inside a Temporal activity (it names the unit after the activity's workflow);"
+            "TemporalPins draws only inside a Temporal activity of a workflow (it names the unit after the workflow);"
             " give the agent TemporalDurability so its model requests and tool calls run as activities"
         )
-    return UNIT_PREFIX + activity.info().workflow_id
+    return UNIT_PREFIX + workflow_id
 
 
 class TemporalUnits(DelegatingResolver):

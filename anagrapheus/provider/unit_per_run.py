@@ -94,7 +94,7 @@ def dbos_workflow_id(ctx: RunContext[Any]) -> str:
 
 
 def prefect_flow_run_id(ctx: RunContext[Any]) -> str:
-    """The id of the Prefect flow run the run is in: the unit its pins land in, the same when that flow run is run again.
+    """The Prefect flow run the run is in, as a unit id (`prefect:<flow run id>`): the same when it is run again.
 
     A new flow run of the same flow is a new unit (and misses Prefect's task cache too): to resume a flow run a
     crash stopped, run that flow run again (see docs/how-to/durable-prefect.md).

@@ -186,4 +186,3 @@ def test_the_flow_run_id_names_the_unit_only_inside_a_flow_run() -> None:
 
     with pytest.raises(UsageError, match="not inside a Prefect flow run"):
         prefect_flow_run_id(None)  # type: ignore[arg-type]
-

@@ -121,9 +121,14 @@ class Workers:
         worker.wait()
 
     def close(self) -> None:
+        # SIGTERM: the worker leaves as a process does at its end (a coverage run saves what it measured there).
         for worker in self.running:
             if worker.poll() is None:
-                self.kill(worker)
+                worker.send_signal(signal.SIGTERM)
+                try:
+                    worker.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self.kill(worker)
             worker.communicate()
 
     def start_workflow(self, workflow_id: str, prompt: str) -> Any:
