@@ -42,7 +42,8 @@ def harbour_agent(
     With `hang="<whose>:<tool>"` (`*` for any `<whose>`), that tool call logs its line and then hangs, for the
     parent to kill; `hang="<whose>:model <n>"` hangs the model's nth request the same way, and
     `hang="<whose>:<tool> returned"` hangs after the tool returned (through `pin_tool`, which wraps each tool
-    body: its pin is written), logging `returned <whose> <tool>`. `pin_model` wraps the model, as the Temporal recipe pins it.
+    body: its pin is written), logging `returned <whose> <tool>`. `pin_model` wraps the model, as the Temporal
+    recipe pins it.
     """
 
     def hangs(what: str) -> bool:
