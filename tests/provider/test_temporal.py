@@ -17,19 +17,23 @@ from pydantic_ai.usage import RunUsage
 
 from anagrapheus import Pinning
 from anagrapheus.errors import UsageError
+from anagrapheus.provider.temporal import TemporalPins, TemporalUnits, temporal_unit_id
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import PinsAbandoned
 
 pytestmark = pytest.mark.durable
 
-temporalio_testing = pytest.importorskip("temporalio.testing", reason="Temporal is an optional extra (.[temporal])")
 
-from anagrapheus.provider.temporal import TemporalPins, TemporalUnits, temporal_unit_id  # noqa: E402
+@pytest.fixture(autouse=True)
+def _temporal() -> None:
+    pytest.importorskip("temporalio.testing", reason="Temporal is an optional extra (pip install -e '.[temporal]')")
 
 
 def in_workflow(workflow_id: str) -> Any:
     """An activity environment whose activity belongs to the workflow `workflow_id`."""
-    environment = temporalio_testing.ActivityEnvironment()
+    from temporalio.testing import ActivityEnvironment
+
+    environment = ActivityEnvironment()
     environment.info = dataclasses.replace(environment.info, workflow_id=workflow_id)
     return environment
 
