@@ -30,7 +30,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
