@@ -226,6 +226,7 @@ class TemporalPins(AbstractCapability[Any]):
         unit_id = self.units.unit_of()
         answering = self.units.unit(unit_id)
         if not isinstance(answering, PinLedger):
+            self.units.forget(unit_id)
             return "committed"  # closed by an earlier attempt of this operation, which Temporal did not see end
         state = answering.state
         if state != "open":
@@ -258,7 +259,7 @@ class TemporalPins(AbstractCapability[Any]):
         history = _history_of(run_id, messages)
         clocks = RunClocks.of(ledger)
         assert clocks is not None  # a PinLedger carries its attachments
-        deps = _carried_deps(ctx)
+        deps = ctx.deps  # carried into the activity by Temporal's run context, as the tools got them
         place = place_of(prompt, history, deps, self.caller)
         clocks.draw_run_id(ledger, lambda: run_id, place=place)
         clocks.start(run_id)
@@ -296,8 +297,3 @@ def _history_of(run_id: str, messages: list[ModelMessage]) -> list[ModelMessage]
 def _answered(messages: list[ModelMessage], at: int) -> bool:
     """Whether the request at `at` was sent: a response follows it."""
     return at + 1 < len(messages) and isinstance(messages[at + 1], ModelResponse)
-
-
-def _carried_deps(ctx: RunContext[Any]) -> object:
-    """The run's deps, as the activity's run context carries them."""
-    return ctx.deps

@@ -102,3 +102,28 @@ def test_temporal_units_serve_no_run_under_pinning(store: SQLiteEventStore, tmp_
     agent = Agent(FunctionModel(lambda m, i: None), capabilities=[Pinning(TemporalUnits(store))])  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="serves no run under Pinning"):
         agent.run_sync("Where?")
+
+
+def test_a_run_that_raised_abandons_its_unit_and_a_retried_close_finds_it_closed(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    pins = TemporalPins(store, types, record_inputs=False)
+
+    def broken(messages: list[Any], info: AgentInfo) -> Any:
+        raise ValueError("the model is down")
+
+    agent = Agent(pins.model(FunctionModel(broken, model_name="harbour")), capabilities=[pins])
+
+    async def run() -> None:
+        await agent.run("Where do we berth?")
+
+    with pytest.raises(ValueError, match="the model is down"):
+        asyncio.run(in_workflow("squall").run(run))
+    assert PinLedger(store, types, unit_id="temporal:squall").state == "abandoned"
+    assert not [e for e in store.read() if e.type == "run_inputs"]  # record_inputs=False
+
+    async def close() -> str:
+        return await pins.close_unit(context(), run_id="r", prompt="p", messages=[], output=None, error=None)
+
+    assert asyncio.run(in_workflow("squall").run(close)) == "abandoned"
+    assert TemporalPins.get_serialization_name() is None
