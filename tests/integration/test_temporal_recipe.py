@@ -222,6 +222,48 @@ def test_pinning_in_workflow_code_fails_the_workflow_at_once_naming_temporal_pin
     assert took < 20
 
 
+def test_pinning_on_the_agent_fails_the_workflow_in_temporals_sandbox_too(server: Server, tmp_path: Path) -> None:
+    # Temporal's default runner re-imports workflow code in a sandbox with its own view of the modules: the guard
+    # must still see that it runs in a workflow.
+    from pydantic_ai import Agent
+    from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin, TemporalDurability
+    from pydantic_ai.models.test import TestModel
+    from temporalio.client import Client, WorkflowFailureError
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from anagrapheus import PinLedger, Pinning, SQLiteEventStore
+    from tests import temporal_sandboxed_agent
+    from tests.temporal_sandboxed import SandboxedHarbour
+
+    pinning = Pinning(PinLedger(SQLiteEventStore(tmp_path / "pins.db")))
+    agent = Agent(TestModel(), name="sandboxed", capabilities=[TemporalDurability(), pinning])
+    temporal_sandboxed_agent.AGENT = agent
+
+    async def run() -> BaseException | None:
+        client = await Client.connect(server.address, plugins=[PydanticAIPlugin()])
+        queue = f"sandboxed-{uuid.uuid4().hex[:8]}"
+        # The sandbox, with the test's own modules passed through (as a user passes the module holding the agent).
+        runner = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("tests"))
+        worker = Worker(
+            client, task_queue=queue, workflows=[SandboxedHarbour], plugins=[AgentPlugin(agent)], workflow_runner=runner
+        )
+        async with worker:
+            try:
+                await asyncio.wait_for(
+                    client.execute_workflow(SandboxedHarbour.run, "berth?", id=queue, task_queue=queue), 30
+                )
+            except WorkflowFailureError as e:
+                return e.cause
+        return None
+
+    try:
+        cause = server.run(run())
+    finally:
+        temporal_sandboxed_agent.AGENT = None
+    assert cause is not None and "PinningInWorkflow" in str(cause)
+
+
 def replay_offline(store_at: str, unit: str, tmp_path: Path) -> str:
     """The unit's `all_messages()` replayed by plain `Pinning` in a fresh process that never imports Temporal."""
     out = subprocess.run(
