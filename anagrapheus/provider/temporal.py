@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, durable_operation
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
-from pydantic_ai.models import KnownModelName, Model
+from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import RunUsage
 
@@ -276,6 +276,16 @@ class TemporalPins(AbstractCapability[Any]):
                 run_id=run_id,
             )
             begun = recorder.begin(asked, ledger)
+            first = next((m for m in messages[len(history) :] if isinstance(m, ModelRequest)), None)
+            if first is not None:
+                # The instructions the run's first request carried (its model settings stayed in the workflow).
+                sent = ModelRequestContext(
+                    model=cast(Model, None),
+                    messages=[first],
+                    model_settings=None,
+                    model_request_parameters=ModelRequestParameters(),
+                )
+                recorder.saw_request(run_id, sent)
         for at, message in enumerate(messages):
             if at >= len(history) and isinstance(message, ModelRequest) and _answered(messages, at):
                 await clocks.stamp(ledger, run_id, messages[: at + 1], clock=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def counting_agent(pins: TemporalPins, calls: list[str]) -> Agent[None, str]:
         calls.append("model")
         return ModelResponse(parts=[TextPart("berth 4")])
 
-    return Agent(pins.model(FunctionModel(answer, model_name="harbour")), capabilities=[pins])
+    model = pins.model(FunctionModel(answer, model_name="harbour"))
+    return Agent(model, instructions="Answer in one line.", capabilities=[pins])
 
 
 def test_the_unit_is_named_only_inside_an_activity() -> None:
@@ -69,6 +71,12 @@ def test_a_run_in_an_activity_pins_into_its_workflows_unit_and_closes_it_once(
     # Outside a workflow the close operation runs inline, in the same activity: the whole run is one unit.
     assert asyncio.run(in_workflow("storm").run(run)) == "berth 4"
     assert PinLedger(store, types, unit_id="temporal:storm").state == "committed"
+    (inputs,) = [json.loads(e.payload)["inputs"] for e in store.read() if e.type == "run_inputs"]
+    assert (inputs["prompt"], inputs["instructions"], inputs["output"]) == (
+        "Where do we berth?",
+        "Answer in one line.",
+        "berth 4",
+    )
     events = len(list(store.read()))
 
     # The close retried (a worker died before Temporal saw it end): it finds the unit committed and adds nothing.
