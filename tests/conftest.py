@@ -236,6 +236,11 @@ def pytest_runtest_makereport(
         elif item.config.getoption("require_postgres"):
             report.outcome = "failed"
             report.longrepr = f"a Postgres test was skipped under --require-postgres, a failure as under CI: {reason}"
+    # So must a durable engine's (its server cannot start, its package is missing): CI starts all three.
+    if report.skipped and item.get_closest_marker("durable") is not None and os.environ.get("CI") == "true":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"a durable-engine test was skipped under CI=true, which counts as a failure: {reason}"
     return report
 
 

@@ -5,7 +5,9 @@ database SYSDB as executor EXECUTOR (which recovers that executor's pending work
 workflow ID not yet started (with PROMPT, by default `berth of ID`), and prints one JSON line
 `{id: output}` once all of them have finished. STORE is anagrapheus's store: a SQLite path, or a
 `postgresql://` DSN followed by `#schema`. With HARBOUR_HANG=<id>:<tool>, that tool call hangs after
-logging its line (see tests/harbour_agent.py); HARBOUR_PINNING=0 runs the agent without Pinning.
+logging its line (see tests/harbour_agent.py); HARBOUR_PINNING=0 runs the agent without Pinning, and
+HARBOUR_PINNING=tools also pins each tool inside its body (`pinned_tool`), so a tool killed after it returned is
+answered from its pin. With HARBOUR_MESSAGES=1 each workflow returns its run's `all_messages()` as JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec.dbos import DBOSDurability
 
 from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore
-from anagrapheus.provider import UnitPerRun, dbos_workflow_id
+from anagrapheus.provider import UnitPerRun, dbos_workflow_id, pinned_tool
 from anagrapheus.timeline.store import TimelineStore
 from tests.harbour_agent import harbour_agent
 
@@ -42,10 +45,15 @@ def build(store_at: str, log: Path) -> Agent[None, str]:
     """The recipe: one agent, `DBOSDurability` and one `Pinning` whose unit is the running workflow's id."""
     types = EventTypeRegistry()
     capabilities: list[AbstractCapability[Any]] = [DBOSDurability()]
-    if os.environ.get("HARBOUR_PINNING", "1") == "1":
-        capabilities.append(Pinning(UnitPerRun(open_store(store_at), types, unit_of=dbos_workflow_id)))
+    pinning = os.environ.get("HARBOUR_PINNING", "1")
+    pin_tool: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda tool: tool  # noqa: E731
+    if pinning != "0":
+        routed = UnitPerRun(open_store(store_at), types, unit_of=dbos_workflow_id)
+        capabilities.append(Pinning(routed))
+        if pinning == "tools":
+            pin_tool = lambda tool: pinned_tool(routed, tool)  # noqa: E731
     hang = os.environ.get("HARBOUR_HANG")
-    return harbour_agent(log, capabilities=capabilities, whose=lambda: DBOS.workflow_id, hang=hang)
+    return harbour_agent(log, capabilities=capabilities, whose=lambda: DBOS.workflow_id, hang=hang, pin_tool=pin_tool)
 
 
 AGENT: Agent[None, str] | None = None
@@ -55,7 +63,8 @@ AGENT: Agent[None, str] | None = None
 async def harbour_workflow(prompt: str) -> str:
     """One agent run, durable: its model requests are DBOS steps, its tool calls pinned in the workflow's unit."""
     assert AGENT is not None
-    return (await AGENT.run(prompt)).output
+    result = await AGENT.run(prompt)
+    return result.all_messages_json().decode() if os.environ.get("HARBOUR_MESSAGES") == "1" else result.output
 
 
 async def main(sysdb: str, store_at: str, log: Path, executor: str, workflows: list[str]) -> None:

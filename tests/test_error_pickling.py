@@ -50,6 +50,7 @@ from anagrapheus.errors import (
     UsageError,
     _OfEventType,  # pyright: ignore[reportPrivateUsage]  # the base of the errors about one event type
 )
+from anagrapheus.provider.in_workflow import PinningInWorkflow
 from anagrapheus.provider.keying.caller import HiddenField
 from anagrapheus.timeline.divergence import Divergence, MovedValue
 
@@ -103,6 +104,7 @@ SAMPLES: list[AnagrapheusError] = [
     UnusedPins("rec.jsonl", unused={"k": "model_call"}),
     RemoteConnectionRefused(("example.com", 443)),
     BadInput("not a recording", path="x.jsonl", line=None, seq=4),
+    PinningInWorkflow("wrap_run"),
 ]
 
 

@@ -7,7 +7,7 @@ from anagrapheus.provider.model import PinnedModel
 from anagrapheus.provider.policy import CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.stream import PinnedStreamedResponse
 from anagrapheus.provider.tools import pinned_tool
-from anagrapheus.provider.unit_per_run import UnitPerRun, dbos_workflow_id
+from anagrapheus.provider.unit_per_run import UnitPerRun, dbos_workflow_id, prefect_flow_run_id
 
 __all__ = [
     "CallPin",
@@ -25,5 +25,6 @@ __all__ = [
     "every_agent_run",
     "fork_run",
     "pinned_tool",
+    "prefect_flow_run_id",
     "refuse_model_requests",
 ]

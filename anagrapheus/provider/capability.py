@@ -31,6 +31,7 @@ from anagrapheus.provider.compat import (
 )
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
+from anagrapheus.provider.in_workflow import refuse_workflow_code
 from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, place_of
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
@@ -146,6 +147,7 @@ class Pinning(AbstractCapability[Any]):
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
+        refuse_workflow_code("wrap_run")
         # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
         with answers_untraced():
             if self._per_run is not None:
@@ -206,6 +208,8 @@ class Pinning(AbstractCapability[Any]):
 
     def _draw_run_id(self, place: str | None) -> str | None:
         """The run's id drawn through the resolver; `place` digests its inputs, when known before it starts."""
+        # The first hook of a run: in Temporal workflow code it stops the run here, before any store is read.
+        refuse_workflow_code("the run's id")
         if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
@@ -238,8 +242,24 @@ class Pinning(AbstractCapability[Any]):
             clocks.take_up(resolver, ctx.run_id, inputs)
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
-        """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""
-        self._clocks(resolver).start(ctx.run_id, named=False)
+        """Number a run its unit was picked for, and pin its id (the engine's, or fresh) where a replay draws it.
+
+        No unit is known before the run starts, so its id was not drawn through a resolver: it is pinned now, at the
+        position the run's inputs place it, as a run drawn through its ledger would have pinned it. A replay of the
+        unit then takes the recorded id, with nothing passed by hand.
+        """
+        clocks = self._clocks(resolver)
+        run_id = ctx.run_id
+        if run_id is not None:
+            with answers_untraced():
+                place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller)
+                drawn = clocks.draw_run_id(resolver, lambda: run_id, place=place)
+            if drawn != run_id:
+                # The unit holds an earlier run's id there (it resumes a run its engine gave another id): this run
+                # takes that run's place, so what it asks again is answered from that run's pins.
+                clocks.positions[run_id] = clocks.positions[drawn]
+                clocks.end(drawn)
+        clocks.start(run_id, named=False)
 
     def _clocks(self, resolver: PinResolver) -> RunClocks:
         """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""

