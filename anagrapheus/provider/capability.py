@@ -252,13 +252,13 @@ class Pinning(AbstractCapability[Any]):
         run_id = ctx.run_id
         if run_id is not None:
             with answers_untraced():
-                place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller)
+                place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
                 drawn = clocks.draw_run_id(resolver, lambda: run_id, place=place)
             if drawn != run_id:
                 # The unit holds an earlier run's id there (it resumes a run its engine gave another id): this run
                 # takes that run's place, so what it asks again is answered from that run's pins.
                 clocks.positions[run_id] = clocks.positions[drawn]
-                clocks.end(drawn)
+                clocks.ended(drawn, failed=False)
         clocks.start(run_id, named=False)
 
     def _clocks(self, resolver: PinResolver) -> RunClocks:

@@ -260,7 +260,7 @@ class TemporalPins(AbstractCapability[Any]):
         clocks = RunClocks.of(ledger)
         assert clocks is not None  # a PinLedger carries its attachments
         deps = ctx.deps  # carried into the activity by Temporal's run context, as the tools got them
-        place = place_of(prompt, history, deps, self.caller)
+        place = place_of(prompt, history, deps, self.caller, ledger)
         clocks.draw_run_id(ledger, lambda: run_id, place=place)
         clocks.start(run_id)
         recorder = self._inputs if self.record_inputs else None
