@@ -32,6 +32,7 @@ from anagrapheus.provider.typed import DeclaredTypes, needs_tags, typed_tree, un
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, RecordingHeader, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.recording import write_recording
+from tests.timeline.sample_recording import unsealed
 
 VALUES = DeclaredTypes(source="the value types")
 
@@ -169,7 +170,8 @@ def retagged(path: Path, retag: Callable[[dict[str, Any]], None]) -> int:
         walk(value)
         raw["ordered_json"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         lines[number] = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
-    path.write_text("".join(lines), encoding="utf-8")
+    # Unsealed: the seal would refuse the edit first (test_recording_seal.py); here the tags' own refusal is held.
+    path.write_text("".join(line + "\n" for line in unsealed([line.rstrip("\n") for line in lines])), encoding="utf-8")
     return rewritten
 
 
