@@ -81,6 +81,7 @@ class TemporalUnits(DelegatingResolver):
         self.unit_of = unit_of
         """The unit of the activity running now: `temporal_unit_id` unless a test names another."""
         self._ledgers: dict[str, PinLedger | ReplayPins] = {}
+        self._open: dict[str, PinLedger] = {}  # the units drawn into live, as the ledgers that close them
         self._lock = threading.Lock()
 
     @property
@@ -104,12 +105,21 @@ class TemporalUnits(DelegatingResolver):
                 committed = ledger.state == "committed"
                 found = ReplayPins.from_store(self.store, self.registry, unit_id=unit_id) if committed else ledger
                 self._ledgers[unit_id] = found
+                if not committed:
+                    self._open[unit_id] = ledger
             return found
+
+    def open_ledger(self, unit_id: str) -> PinLedger | None:
+        """The ledger drawing `unit_id` live, or None where the unit was answered from its log (closed before)."""
+        self.unit(unit_id)
+        with self._lock:
+            return self._open.get(unit_id)
 
     def forget(self, unit_id: str) -> None:
         """Drop the unit's ledger once it closed."""
         with self._lock:
             self._ledgers.pop(unit_id, None)
+            self._open.pop(unit_id, None)
 
     async def serve(
         self,
@@ -224,8 +234,8 @@ class TemporalPins(AbstractCapability[Any]):
         closed already, and does nothing twice. Returns the unit's state.
         """
         unit_id = self.units.unit_of()
-        answering = self.units.unit(unit_id)
-        if not isinstance(answering, PinLedger):
+        answering = self.units.open_ledger(unit_id)
+        if answering is None:
             self.units.forget(unit_id)
             return "committed"  # closed by an earlier attempt of this operation, which Temporal did not see end
         state = answering.state
