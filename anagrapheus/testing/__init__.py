@@ -1,7 +1,14 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
 from anagrapheus.deprecation import moved_names
-from anagrapheus.testing.compare import PAIRED_FIELDS, PER_RUN_FIELDS, assert_same_run, comparable, first_difference
+from anagrapheus.testing.compare import (
+    PAIRED_FIELDS,
+    PER_RUN_FIELDS,
+    PROVIDER_ASSIGNED_FIELDS,
+    assert_same_run,
+    comparable,
+    first_difference,
+)
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
 from anagrapheus.testing.rerun import RerunOutcome, rerun
 from anagrapheus.testing.session import Mode, RecordingSession
@@ -18,6 +25,7 @@ from anagrapheus.testing.verdict import (
 __all__ = [
     "PAIRED_FIELDS",
     "PER_RUN_FIELDS",
+    "PROVIDER_ASSIGNED_FIELDS",
     "AgentBuilder",
     "Conversation",
     "Exchange",

@@ -694,3 +694,25 @@ def test_export_refuses_a_unit_holding_a_credential_unless_redacted(
 
     assert cli(capsys, "export", str(database), "--unit", "leaky", "-o", str(target), "--redact")[0] == 0
     assert cli(capsys, "check", str(target))[0] == 0
+
+
+def test_diff_leaves_out_the_ids_a_provider_gives_each_response_unless_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two recordings of one unchanged run through OpenAI: every response carries a new `chatcmpl-...` id.
+    last = model_call_lines()[-1]
+    sides: list[str] = []
+    for name in ("a", "b"):
+        raw = read_ordered(json.loads(NEGOTIATION_LINES[last - 1])["payload"]["raw"])
+        assert isinstance(raw, dict)
+        raw["provider_response_id"] = f"chatcmpl-{name}"
+        sides.append(str(rewritten(tmp_path, f"{name}.jsonl", last, {"raw": ordered(raw)})))
+
+    code, out, _ = cli(capsys, "diff", *sides)
+    assert (code, out.splitlines()[-1]) == (0, "same: 4 unit(s), 59 pin(s)")
+
+    code, out, _ = cli(capsys, "diff", *sides, "--all")
+    assert code == 1
+    assert out.splitlines()[-2].strip() == snapshot(
+        "same request, another result: result.provider_response_id: 'chatcmpl-a' != 'chatcmpl-b'"
+    )
