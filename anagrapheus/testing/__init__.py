@@ -1,6 +1,14 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
 from anagrapheus.deprecation import moved_names
+from anagrapheus.testing.calls import (
+    ToolCall,
+    assert_called,
+    assert_called_in_order,
+    assert_called_once,
+    assert_not_called,
+    tool_calls,
+)
 from anagrapheus.testing.compare import (
     PAIRED_FIELDS,
     PER_RUN_FIELDS,
@@ -35,15 +43,21 @@ __all__ = [
     "Mode",
     "RecordingSession",
     "RerunOutcome",
+    "ToolCall",
     "Turn",
     "Verdict",
     "VerdictStatus",
     "aregress",
+    "assert_called",
+    "assert_called_in_order",
+    "assert_called_once",
+    "assert_not_called",
     "assert_same_run",
     "comparable",
     "first_difference",
     "regress",
     "rerun",
+    "tool_calls",
 ]
 
 # Renamed: `VOLATILE_FIELDS` names the fields a pin key leaves out; this set is the one runs differ by.
