@@ -54,7 +54,9 @@ def comparable(value: object, *, ignore: Iterable[str] = (), provider_ids: bool 
     any depth; each distinct value of a `PAIRED_FIELDS` field becomes `<call N>`, numbered in order of first
     appearance.
     """
-    dropped = PER_RUN_FIELDS | frozenset(ignore) | (frozenset() if provider_ids else PROVIDER_ASSIGNED_FIELDS)
+    dropped = PER_RUN_FIELDS | frozenset(ignore)
+    if not provider_ids:
+        dropped |= PROVIDER_ASSIGNED_FIELDS
     numbers: dict[str, int] = {}
 
     def walk(item: object) -> object:
