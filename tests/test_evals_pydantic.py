@@ -58,7 +58,6 @@ def test_a_pin_the_candidate_lacks_is_that_cases_failure_naming_what_moved(produ
     assert all("instructions[0]" in failure.error_message for failure in report.failures)
 
 
-
 def test_a_gate_over_a_report_counts_the_cases_that_failed_to_run_as_failed(production: Path) -> None:
     dataset = dataset_from_recording(production)
     dataset.add_evaluator(EqualsExpected())

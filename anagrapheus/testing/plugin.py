@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import threading
 import tomllib
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -21,9 +21,10 @@ from typing import Any, cast
 import pytest
 
 from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnresolvedName, UnusedPins
-from anagrapheus.importing import load_typed
+from anagrapheus.importing import load_object, load_typed
 from anagrapheus.provider import CallPolicy
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
+from anagrapheus.timeline import DEFAULT_RULES, SecretPolicy, SecretRule
 
 __all__ = ["DEFAULT_PATH", "MARKER", "recording_name"]
 
@@ -34,7 +35,7 @@ MARKER = "anagrapheus"
 DEFAULT_PATH = "{test_dir}/recordings/{module}/{name}.jsonl"
 """Where a test's recording lives unless configured: `{test_dir}`, `{module}` and `{name}` are filled per test."""
 
-_KEYS = frozenset(("path", "policy", "allow_unused"))
+_KEYS = frozenset(("path", "policy", "allow_unused", "redact"))
 _MODE = pytest.StashKey[Mode]()
 _SESSION = pytest.StashKey[RecordingSession]()
 _TABLE = pytest.StashKey[dict[str, Any]]()
@@ -106,8 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, settle the mode (refusing record and rewrite under CI) and read the config table."""
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(path=None, policy=None, allow_unused=False): pin every pydantic-ai agent run of the test"
-        " into its recording, replayed strictly unless --anagrapheus says otherwise.",
+        f"{MARKER}(path=None, policy=None, allow_unused=False, redact=None): pin every pydantic-ai agent run of the"
+        " test into its recording, replayed strictly unless --anagrapheus says otherwise.",
     )
     config.stash[_MODE] = _mode(config)
     config.stash[_TABLE] = _table(config)
@@ -167,6 +168,32 @@ def _policy(value: object, *, where: str) -> CallPolicy | None:
         raise pytest.UsageError(f"{where}: policy {e}") from None
 
 
+def _redaction(value: object, *, where: str) -> SecretPolicy | None:
+    """The marker's `redact=`: a `SecretPolicy`, `SecretRule`s beside the default rules, or `MODULE:NAME` of either."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return SecretPolicy()
+    if isinstance(value, str):
+        try:
+            value = load_object(value)
+        except UnresolvedName as e:
+            raise pytest.UsageError(f"{where}: redact {e}") from None
+        if callable(value) and not isinstance(value, SecretPolicy | SecretRule):
+            value = value()  # a function making the policy or the rules, as `policy=` may name one
+    if isinstance(value, SecretPolicy):
+        return value
+    if isinstance(value, SecretRule):
+        value = [value]
+    many = isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
+    rules: list[object] = list(cast("Iterable[object]", value)) if many else []
+    if not rules or not all(isinstance(rule, SecretRule) for rule in rules):
+        raise pytest.UsageError(
+            f"{where}: redact takes a SecretPolicy, SecretRules or 'module:NAME' naming either, not {value!r}"
+        )
+    return SecretPolicy((*DEFAULT_RULES, *cast("list[SecretRule]", rules)))
+
+
 def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
     """Marker keywords (closest first) over the `anagrapheus_config` fixture over `[tool.anagrapheus]`."""
     test_dir = item.path.parent
@@ -197,12 +224,13 @@ def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str,
         "path": path if path.is_absolute() else bases.get("path", test_dir) / path,
         "policy": _policy(chosen.get("policy"), where=item.nodeid),
         "allow_unused": allow_unused,
+        "redact": _redaction(chosen.get("redact"), where=item.nodeid),
     }
 
 
 @pytest.fixture
 def anagrapheus_config() -> dict[str, Any]:
-    """Override in a conftest.py to set `path`, `policy` or `allow_unused` for the tests below it."""
+    """Override in a conftest.py to set `path`, `policy`, `allow_unused` or `redact` for the tests below it."""
     return {}
 
 
@@ -220,6 +248,7 @@ def anagrapheus(request: pytest.FixtureRequest, anagrapheus_config: dict[str, An
             mode=item.config.stash[_MODE],
             policy=settings["policy"],
             allow_unused=settings["allow_unused"],
+            redact=settings["redact"],
         )
     except AnagrapheusError as e:
         item.stash[_OURS] = e

@@ -27,6 +27,7 @@ from anagrapheus.timeline import (
     PinResolver,
     RecordingHeader,
     ReplayPins,
+    SecretPolicy,
     SeededRun,
     SQLiteEventStore,
     write_recording,
@@ -51,7 +52,8 @@ class RecordingSession:
     under `replay` it fails on pins never asked for, under `record` and `rewrite` it writes the file.
     The pins are drawn into a scratch database; the recording's unit id, event ids and times are
     seeded from `name`, so re-recording an unchanged run writes the same bytes. The recording is
-    stamped with `policy`'s identity, and read back only under the same policy.
+    stamped with `policy`'s identity, and read back only under the same policy. `redact` writes what its
+    rules match as placeholders instead of refusing the file.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class RecordingSession:
         mode: Mode = "replay",
         policy: CallPolicy | None = None,
         allow_unused: bool = False,
+        redact: SecretPolicy | None = None,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -76,6 +79,8 @@ class RecordingSession:
         """The command that records it again."""
         self.allow_unused = allow_unused
         """Whether a replay may leave recorded pins unasked."""
+        self.redact = redact
+        """The rules whose matches are written as placeholders (`write_recording(redact=)`); None refuses them."""
         if mode in ("record", "rewrite"):
             # Refused before the run draws anything: a folder that cannot be made would cost every draw.
             _check_folder(self.path, shown=self.shown_path)
@@ -211,7 +216,7 @@ class RecordingSession:
             recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
             rerecord=self.rerecord,
         )
-        return write_recording(self.path, events, header=header, call_policy=self._policy)
+        return write_recording(self.path, events, header=header, call_policy=self._policy, redact=self.redact)
 
     def report(self) -> str | None:
         """A short account of where the run left its recording and how to record it again; None if it did not."""

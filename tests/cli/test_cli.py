@@ -716,3 +716,49 @@ def test_diff_leaves_out_the_ids_a_provider_gives_each_response_unless_all(
     assert out.splitlines()[-2].strip() == snapshot(
         "same request, another result: result.provider_response_id: 'chatcmpl-a' != 'chatcmpl-b'"
     )
+
+
+def test_export_redacts_personal_data_by_the_users_own_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = tmp_path / "desk.db"
+    with SQLiteEventStore(database) as store:
+        ledger = PinLedger(store, builtin_types(), unit_id="desk")
+        answer = "Refund sent to ana@example.org for order ORD-88231."
+        Agent(PinnedModel(Counting(answer).model, ledger)).run_sync("Refund my order")
+        ledger.commit()
+    target = tmp_path / "desk.jsonl"
+    export = ("export", str(database), "--unit", "desk", "-o", str(target))
+
+    # Personal data is no credential: the default rules write it as it is.
+    assert cli(capsys, *export)[0] == 0
+    assert "ana@example.org" in target.read_text()
+
+    rules = ("--redact-rule", r"email=[\w.]+@[\w.]+", "--redact-rule", "order=ORD-(?P<secret>[0-9]+)")
+    assert cli(capsys, *export, *rules)[0] == 0
+    text = target.read_text()
+    assert "ana@example.org" not in text and "88231" not in text
+    assert "Refund sent to [redacted:email:1] for order ORD-[redacted:order:1]." in text.replace("\\", "")
+
+    # A policy of the project's own, named as the other commands name objects.
+    (tmp_path / "personal.py").write_text(
+        "from anagrapheus import SecretPolicy\n"
+        "from anagrapheus.timeline import DEFAULT_RULES, EMAIL_RULE\n"
+        "POLICY = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli(capsys, *export, "--redact-policy", "personal:POLICY")[0] == 0
+    text = target.read_text()
+    assert "ana@example.org" not in text and "ORD-88231" in text
+
+    for wrong, complaint in (
+        (("--redact-rule", "email"), "bad input: email: expected --redact-rule NAME=REGEX"),
+        (("--redact-rule", "email=(["), "bad input: email=([: not a regular expression"),
+        (
+            ("--redact-rule", "a=b", "--redact-policy", "personal:POLICY"),
+            "bad input: personal:POLICY: give --redact-rule or --redact-policy, not both",
+        ),
+        (("--redact-policy", "personal:NOPE"), "bad input: personal:NOPE: personal has no NOPE"),
+    ):
+        code, _, err = cli(capsys, *export, *wrong)
+        assert (code, err.startswith(complaint)) == (2, True), err
