@@ -7,11 +7,14 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome, table
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
+from anagrapheus.provider.keying.request import MODEL_CALL
+from anagrapheus.provider.usage import PinnedUsage, pinned_usage
 from anagrapheus.timeline import PinPromoted, PinsAbandoned, ReplayDiverged
 from anagrapheus.timeline.recording import RECORDING_FORMAT
 
@@ -27,6 +30,7 @@ class _Unit:
     pins: int = 0
     attempts: int = 0
     kinds: Counter[str] = field(default_factory=Counter[str])
+    usage: PinnedUsage = field(default_factory=PinnedUsage)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +65,8 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
             unit.pins += 1
             unit.attempts += event.attempts
             unit.kinds[event.kind] += 1
+            if event.kind == MODEL_CALL and not event.failed:
+                unit.usage.add(pinned_usage(event.raw))  # pyright: ignore[reportArgumentType]
         elif isinstance(event, PinsAbandoned):
             units.setdefault(event.unit_id, _Unit(event.unit_id)).state = "abandoned"
             failures.append(
@@ -89,6 +95,9 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
         unit.attempts += pin.attempts
         unit.kinds[pin.kind] += 1
     others = Counter(f"{e.namespace}:{e.type}" for e in source.events if e.namespace != "anagrapheus")
+    total = PinnedUsage()
+    for unit in units.values():
+        total.add(unit.usage)
     return {
         "path": str(source.path),
         "kind": source.kind,
@@ -101,9 +110,11 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
                 "pins": u.pins,
                 "attempts": u.attempts,
                 "kinds": dict(sorted(u.kinds.items())),
+                "usage": u.usage.as_json(),
             }
             for u in units.values()
         ],
+        "usage": total.as_json(),
         "failures": failures,
         "divergences": divergences,
         "other_events": dict(sorted(others.items())),
@@ -129,6 +140,8 @@ def render(facts: dict[str, Any]) -> str:
         ]
         rows.append(["total", "", *[sum(int(row[i]) for row in rows) for i in range(2, 4 + len(kinds))]])
         lines.extend(table(["unit", "state", "pins", "attempts", *kinds], rows))
+        lines.append("")
+        lines.extend(_usage_table(units, facts["usage"]))
     else:
         lines.append("no units")
     lines.append("")
@@ -153,6 +166,24 @@ def render(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cost(usage: dict[str, Any]) -> str:
+    """A unit's price as `show` prints it (the JSON's figures, worded as `PinnedUsage.describe_cost`)."""
+    return PinnedUsage(
+        model_calls=usage["model_calls"],
+        cost=Decimal(str(usage["cost_usd"] or 0)),
+        unpriced=usage["unpriced"],
+    ).describe_cost()
+
+
+def _usage_table(units: list[dict[str, Any]], total: dict[str, Any]) -> list[str]:
+    """Each unit's model calls, tokens and price, then the whole file's."""
+    rows: list[list[object]] = [
+        [name, usage["model_calls"], usage["input_tokens"], usage["output_tokens"], _cost(usage)]
+        for name, usage in [*((u["unit"], u["usage"]) for u in units), ("total", total)]
+    ]
+    return table(["unit", "model calls", "input tokens", "output tokens", "cost"], rows)
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """Show one recording or database."""
     facts = summarise(open_source(args.path, units=args.unit), args)
@@ -162,8 +193,9 @@ def run(args: argparse.Namespace) -> Outcome:
 COMMAND = Command(
     "show",
     help="print a recording's or a database's header, units, pins, failures and divergences",
-    description="Print the header (provenance included), then each unit with its pins by kind and attempts,"
-    " then the failures (abandoned units) and the divergences (record-mode replays that left a recording).",
+    description="Print the header (provenance included), then each unit with its pins by kind and attempts, its"
+    " model calls' tokens and price (from pydantic-ai's price data; unpriced where it has none), then the failures"
+    " (abandoned units) and the divergences (record-mode replays that left a recording).",
     arguments=_arguments,
     run=run,
 )

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.cli import main
 from anagrapheus.provider import PinnedModel
@@ -89,6 +92,13 @@ eu-uk-talks-round-3  committed    16        16          2           4          4
 eu-uk-talks-round-4  committed    10        10          2           2          2       2          2          0
 total                             59        59          9          14         14       8          8          6
 
+unit                 model calls  input tokens  output tokens  cost
+eu-uk-talks-round-1            4           401             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-2            4           587             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-3            4           793             63  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-4            2           480             36  unpriced (scripted-eu, scripted-uk)
+total                         14          2261            227  unpriced (scripted-eu, scripted-uk)
+
 failures: none
 divergences: none
 """)
@@ -108,6 +118,13 @@ def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) ->
                 "pins": 10,
                 "attempts": 10,
                 "kinds": {"entity_id": 2, "model_call": 2, "run_clock": 2, "run_id": 2, "run_place": 2},
+                "usage": {
+                    "model_calls": 2,
+                    "input_tokens": 480,
+                    "output_tokens": 36,
+                    "cost_usd": None,
+                    "unpriced": {"scripted-eu": 1, "scripted-uk": 1},
+                },
             }
         ]
     )
@@ -130,6 +147,12 @@ support-1  committed     1         1           1
 support-2  abandoned     0         0           0
 support-3  open          1         1           1
 total                    2         2           2
+
+unit       model calls  input tokens  output tokens  cost
+support-1            1            54              6  unpriced (counting)
+support-2            0             0              0  -
+support-3            0             0              0  -
+total                1            54              6  unpriced (counting)
 
 failures: 1
   support-2: abandoned with 1 pin(s), 1 attempt(s): the customer hung up (support.db (seq 2))
@@ -762,3 +785,44 @@ def test_export_redacts_personal_data_by_the_users_own_rules(
     ):
         code, _, err = cli(capsys, *export, *wrong)
         assert (code, err.startswith(complaint)) == (2, True), err
+
+
+def test_show_gives_each_units_tokens_and_the_price_pydantic_ais_price_data_puts_on_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def priced(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[TextPart("The UK holds firm.")], usage=RequestUsage(input_tokens=1000, output_tokens=500)
+        )
+
+    database = tmp_path / "priced.db"
+    with SQLiteEventStore(database) as store:
+        for unit, model in (("gpt", FunctionModel(priced, model_name="gpt-4o")), ("scripted", Counting("Hm.").model)):
+            ledger = PinLedger(store, builtin_types(), unit_id=unit)
+            Agent(PinnedModel(model, ledger)).run_sync("Round 1: state the UK position.")
+            ledger.commit()
+
+    code, out, _ = cli(capsys, "show", str(database))
+    assert code == 0
+    usage = out[out.rindex("unit", 0, out.index("model calls")) :].split("\n\n")[0]
+    assert usage == snapshot("""\
+unit      model calls  input tokens  output tokens  cost
+gpt                 1          1000            500  $0.0075
+scripted            1            57              2  unpriced (counting)
+total               2          1057            502  $0.0075 + 1 unpriced (counting)\
+""")
+    report = json.loads(cli(capsys, "show", str(database), "--json")[1])
+    assert [unit["usage"] for unit in report["units"]] == snapshot(
+        [
+            {"model_calls": 1, "input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0075, "unpriced": {}},
+            {"model_calls": 1, "input_tokens": 57, "output_tokens": 2, "cost_usd": None, "unpriced": {"counting": 1}},
+        ]
+    )
+    assert report["usage"]["cost_usd"] == 0.0075
+
+
+def test_a_model_call_pin_that_holds_no_response_is_counted_unpriced() -> None:
+    from anagrapheus.provider.usage import pinned_usage
+
+    usage = pinned_usage({"parts": "not a list"})
+    assert (usage.model_calls, usage.unpriced, usage.describe_cost()) == (1, {"unknown": 1}, "unpriced (unknown)")
