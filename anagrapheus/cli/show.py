@@ -7,7 +7,6 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from anagrapheus.cli.commands import Command, add_unit_option
@@ -168,11 +167,7 @@ def render(facts: dict[str, Any]) -> str:
 
 def _cost(usage: dict[str, Any]) -> str:
     """A unit's price as `show` prints it (the JSON's figures, worded as `PinnedUsage.describe_cost`)."""
-    return PinnedUsage(
-        model_calls=usage["model_calls"],
-        cost=Decimal(str(usage["cost_usd"] or 0)),
-        unpriced=usage["unpriced"],
-    ).describe_cost()
+    return PinnedUsage.from_json(usage).describe_cost()
 
 
 def _usage_table(units: list[dict[str, Any]], total: dict[str, Any]) -> list[str]:

@@ -7,9 +7,10 @@ same table, and one whose model the table does not know is counted as unpriced, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.provider.compat import fill_response_cost
@@ -51,7 +52,7 @@ class PinnedUsage:
         return self.model_calls - sum(self.unpriced.values())
 
     def describe_cost(self) -> str:
-        """The price as a reader wants it: `$0.0123`, `unpriced (scripted-eu)`, both when some calls are priced, or `-`."""
+        """The price as a reader wants it: `$0.0123`, `unpriced (scripted-eu)`, both (some calls priced), or `-`."""
         models = ", ".join(sorted(self.unpriced))
         if not self.model_calls:
             return "-"
@@ -60,6 +61,25 @@ class PinnedUsage:
         if self.priced_calls == 0:
             return f"unpriced ({models})"
         return f"${self.cost:.4f} + {sum(self.unpriced.values())} unpriced ({models})"
+
+    def spared_line(self, tests: int) -> str:
+        """The pytest plugin's summary line: what the replays of `tests` tests answered from their recordings."""
+        cost = "" if not self.model_calls else f"; cost not spent: {self.describe_cost()}"
+        return (
+            f"anagrapheus: {tests} test(s) replayed {self.model_calls} model call(s) from their recordings:"
+            f" {self.input_tokens} input and {self.output_tokens} output tokens not drawn{cost}"
+        )
+
+    @classmethod
+    def from_json(cls, figures: Mapping[str, Any]) -> PinnedUsage:
+        """The usage `as_json` gave."""
+        return cls(
+            model_calls=figures["model_calls"],
+            input_tokens=figures["input_tokens"],
+            output_tokens=figures["output_tokens"],
+            cost=Decimal(str(figures["cost_usd"] or 0)),
+            unpriced=dict(figures["unpriced"]),
+        )
 
     def as_json(self) -> dict[str, JSONValue]:
         """The figures as JSON: `cost_usd` is None when no call is priced."""

@@ -23,6 +23,7 @@ import pytest
 from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnresolvedName, UnusedPins
 from anagrapheus.importing import load_object, load_typed
 from anagrapheus.provider import CallPolicy
+from anagrapheus.provider.usage import PinnedUsage
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
 from anagrapheus.timeline import DEFAULT_RULES, SecretPolicy, SecretRule
 
@@ -44,6 +45,8 @@ _CLAIMS = pytest.StashKey[Path]()
 # its message alone, where a traceback through the plugin would say nothing more.
 _OURS = pytest.StashKey[AnagrapheusError]()
 _CLAIMS_OPTION = "anagrapheus_claims"
+_REPLAYED = "anagrapheus_replayed"
+"""The user property a replayed test's report carries: what its recording answered (`PinnedUsage.as_json`)."""
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_LIMIT = 120
 
@@ -293,7 +296,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     except AnagrapheusError as e:
         item.stash[_OURS] = e
         raise
+    if session.replayed is not None:
+        # On the report (xdist carries user properties to the controller), for the session's summary line.
+        item.user_properties.append((_REPLAYED, session.replayed.as_json()))
     return outcome
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say what the replays spared: the model calls the recordings answered, their tokens and their price."""
+    spared = PinnedUsage()
+    tests = 0
+    for report in terminalreporter.stats.get("passed", []):
+        for name, value in cast("list[tuple[str, object]]", getattr(report, "user_properties", [])):
+            if name == _REPLAYED and isinstance(value, dict):
+                tests += 1
+                spared.add(PinnedUsage.from_json(cast("dict[str, Any]", value)))
+    if tests:
+        terminalreporter.write_line(spared.spared_line(tests))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -16,6 +16,7 @@ from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, Unused
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.run_clock import RUN_PLACE
+from anagrapheus.provider.usage import PinnedUsage, usage_by_unit
 from anagrapheus.testing.miss import write_miss
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -33,6 +34,7 @@ from anagrapheus.timeline import (
     write_recording,
 )
 from anagrapheus.timeline.events import RunInputs, events_of
+from anagrapheus.timeline.recording import read_recording
 
 __all__ = ["MODES", "Mode", "RecordingSession"]
 
@@ -81,6 +83,8 @@ class RecordingSession:
         """Whether a replay may leave recorded pins unasked."""
         self.redact = redact
         """The rules whose matches are written as placeholders (`write_recording(redact=)`); None refuses them."""
+        self.replayed: PinnedUsage | None = None
+        """Under `replay`, once the run passed: the model calls the recording answered, their tokens and price."""
         if mode in ("record", "rewrite"):
             # Refused before the run draws anything: a folder that cannot be made would cost every draw.
             _check_folder(self.path, shown=self.shown_path)
@@ -179,6 +183,12 @@ class RecordingSession:
             unused = self.unused()
             if unused and not self.allow_unused:
                 raise UnusedPins(self.shown_path, unused=unused)
+            self.replayed = PinnedUsage()
+            if self.path.exists():
+                # Opened and checked above; read again for the answers, which the replay does not hand out.
+                events = read_recording(self.path, provenance="ignore").events
+                for usage in usage_by_unit(events, skip=unused).values():
+                    self.replayed.add(usage)
             return None
         assert self._ledger is not None
         if self.mode == "live":

@@ -96,8 +96,16 @@ def test_record_once_then_replay_reaches_nothing(project: pytest.Pytester) -> No
     assert calls(project) == ["model", "tool", "model"]
     recorded = (project.path / RECORDING).read_bytes()
 
-    project.runpytest().assert_outcomes(passed=1)
+    replayed = project.runpytest()
+    replayed.assert_outcomes(passed=1)
     assert calls(project) == []
+    # The summary says what the replay spared: the recording's two model calls, their tokens, their (absent) price.
+    replayed.stdout.fnmatch_lines(
+        [
+            "anagrapheus: 1 test(s) replayed 2 model call(s) from their recordings: 117 input and 17 output tokens"
+            " not drawn; cost not spent: unpriced (scripted-weather)"
+        ]
+    )
 
     # Recording an unchanged test again answers every call from the file and writes the same bytes.
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
@@ -522,6 +530,10 @@ def test_under_xdist_each_worker_writes_its_own_tests_files(project: pytest.Pyte
     assert not list(project.path.glob("recordings/**/.*.tmp"))
     project.runpytest().assert_outcomes(passed=4)
     assert calls(project) == []
+    # What the workers' replays spared reaches the controller's summary.
+    replayed = project.runpytest_subprocess("-n", "2")
+    replayed.assert_outcomes(passed=4)
+    replayed.stdout.fnmatch_lines(["anagrapheus: 4 test(s) replayed 8 model call(s) from their recordings: *"])
 
 
 def test_recording_names_are_file_safe_and_distinct() -> None:
@@ -622,7 +634,9 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
         + '\n\ndef test_zz_reached():\n    assert weather.reached == {"model": 0, "tool": 0}\n'
     )
     pytester.makepyfile(test_weather=replayed)
-    pytester.runpytest().assert_outcomes(passed=2)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])  # what the replay spared
 
     # A reworded question fails with the account the page shows, and its command records the change.
     reworded = titled["test_weather.py"].replace("Do I need an umbrella", "Should I take an umbrella")
@@ -630,7 +644,7 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_weather=reworded)
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])
-    rerecord = next(line for line in shown[1] if "re-record: " in line)
+    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[2]])
+    rerecord = next(line for line in shown[2] if "re-record: " in line)
     pytester.runpytest(*rerecord.split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
     pytester.runpytest().assert_outcomes(passed=1)
