@@ -26,6 +26,17 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--live-model", action="store_true", help="draw model requests live; the world is still answered from pins"
     )
     parser.add_argument(
+        "--drift",
+        action="store_true",
+        help="draw every model request live (the world still from pins) and say, per call, what the provider now"
+        " answers differently; the recording is left as it is (exit 0 unchanged, 1 drifted)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --drift: compare the ids a provider gives each response (provider_response_id) too",
+    )
+    parser.add_argument(
         "--deps", metavar="MODULE:ATTR", help="a function of the recorded run (its .deps snapshot) giving the deps"
     )
 
@@ -47,16 +58,26 @@ def run(args: argparse.Namespace) -> Outcome:
             unit=args.unit,
             live_model=args.live_model,
             deps=deps,  # pyright: ignore[reportArgumentType]
+            drift=args.drift,
+            provider_ids=args.all,
         )
     except UsageError as e:
         raise BadInput(str(e), path=args.source) from e
     except AnagrapheusError as e:
         raise bad_input(e, path=args.source) from e
     statuses = {outcome.status for outcome in outcomes}
-    code = Exit.FAILED if "failed" in statuses else Exit.DIVERGED if "diverged" in statuses else Exit.OK
+    failed = bool(statuses & {"failed", "drifted"})
+    code = Exit.FAILED if failed else Exit.DIVERGED if "diverged" in statuses else Exit.OK
     how = "with the model live" if args.live_model else "strictly replayed"
+    if args.drift:
+        how = "every model call live against its recorded answer, the world from pins"
     lines = [f"rerun {args.source} against {args.agent}, {how}: {len(outcomes)} run(s)"]
     lines += [f"  {outcome.describe()}" for outcome in outcomes]
+    if args.drift:
+        calls = [call for outcome in outcomes for call in outcome.calls]
+        moved = sum(1 for call in calls if call.status != "same")
+        verdict = "drifted" if "drifted" in statuses else "unchanged"
+        lines.append(f"{verdict}: {moved} of {len(calls)} model call(s) answered otherwise; the recording is as it was")
     runs: list[dict[str, Any]] = [
         {
             "unit": outcome.unit_id,
@@ -64,6 +85,10 @@ def run(args: argparse.Namespace) -> Outcome:
             "status": outcome.status,
             "moved": list(outcome.moved),
             "detail": outcome.detail,
+            "calls": [
+                {"position": call.position, "key": call.key, "status": call.status, "difference": call.difference}
+                for call in outcome.calls
+            ],
         }
         for outcome in outcomes
     ]
@@ -77,7 +102,8 @@ COMMAND = Command(
     " prompt and history the recording holds, strictly replayed (nothing reaches the model or the world), or"
     " with --live-model the model drawn live and the tools and MCP servers still answered from pins. Each run"
     " is same, diverged (what moved) or failed. Exit 0 when every run is the same, 3 when one diverged, 1 when"
-    " one failed.",
+    " one failed. With --drift, every model request is drawn live and its answer compared with the recorded one,"
+    " per call: exit 0 unchanged, 1 drifted; nothing is written.",
     arguments=_arguments,
     run=run,
 )

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.cli import main
@@ -235,3 +237,60 @@ def test_the_command_refuses_a_recording_keyed_under_another_scheme_as_check_doe
     assert main(["check", str(path)]) == 2
     assert main(["rerun", str(path), "--agent", "tests.rerun_agents:support"]) == 2
     assert "pin-key scheme 'p9'" in capsys.readouterr().err
+
+
+def test_drift_draws_every_model_call_live_and_says_which_answer_moved(
+    production: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reached = len(rerun_agents.WORLD)
+    written = production.read_bytes()
+
+    unchanged = rerun(production, rerun_agents.support, drift=True)
+    assert [(o.status, [c.status for c in o.calls]) for o in unchanged] == [("same", ["same", "same"])] * 2
+
+    # The provider now answers the second request of each run otherwise: that call drifted, the first did not.
+    drifted = rerun(production, rerun_agents.chattier, drift=True)
+    assert [o.status for o in drifted] == ["drifted", "drifted"]
+    assert [call.describe() for call in drifted[0].calls] == [
+        "model_call #1: same",
+        "model_call #2: drifted: result.parts[0].content: 'The UK holds firm on fisheries. sunny in Paris'"
+        " != 'The EU and the UK hold firm. sunny in Paris'",
+    ]
+    assert len(rerun_agents.WORLD) == reached  # the world was answered from the recording
+    assert production.read_bytes() == written  # and the recording left as it was
+
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:support", "--drift"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "unchanged: 0 of 4 model call(s) answered otherwise; the recording is as it was"
+    )
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:chattier", "--drift"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith(
+        ": drifted: 1 of 2 model call(s) answered otherwise or asked anew; then the output moved: recorded"
+        ' "The UK holds firm on fisheries. sunny in Paris", now "The EU and the UK hold firm. sunny in Paris"'
+    )
+    assert out[2:4] == [
+        "    model_call #1: same",
+        "    model_call #2: drifted: result.parts[0].content: 'The UK holds firm on fisheries. sunny in Paris'"
+        " != 'The EU and the UK hold firm. sunny in Paris'",
+    ]
+    assert out[-1] == "drifted: 2 of 4 model call(s) answered otherwise; the recording is as it was"
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:chattier", "--drift", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [call["status"] for run in report["runs"] for call in run["calls"]] == ["same", "drifted"] * 2
+
+
+def test_drift_that_asks_the_world_what_the_recording_lacks_stops_there_unreached(production: Path) -> None:
+    # The provider now calls the tool for another city: that answer drifted, and the tool call it asks for is
+    # not in the recording, which is a miss (the world is never reached), not a live call.
+    def elsewhere(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Lyon"})])
+
+    agent = rerun_agents.build()
+    reached = len(rerun_agents.WORLD)
+    with agent.override(model=FunctionModel(elsewhere, model_name="support")):
+        outcomes = rerun(production, agent, drift=True, unit="support-7")
+    assert outcomes[0].status == "drifted"
+    assert outcomes[0].calls[0].describe().startswith("model_call #1: drifted: result.parts[0].args.city: 'Paris'")
+    assert "no pin for tool_call" in outcomes[0].detail
+    assert len(rerun_agents.WORLD) == reached
