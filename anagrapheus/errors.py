@@ -25,6 +25,7 @@ __all__ = [
     "PinnedFailure",
     "ProvenanceMismatch",
     "RecordingConflict",
+    "RecordingDrifted",
     "RecordingError",
     "RecordingMissing",
     "RemoteConnectionRefused",
@@ -397,6 +398,17 @@ class UnusedPins(AnagrapheusError):
         self.path = path
         self.unused = unused
         """Each unused key, with its kind."""
+
+
+class RecordingDrifted(AnagrapheusError):
+    """Asked live again, the provider answered some of a recording's model calls otherwise; the file was left as is."""
+
+    def __init__(self, path: str, *, calls: list[str]) -> None:
+        listed = "\n  ".join(calls)
+        super().__init__(f"the provider now answers {len(calls)} model call(s) of {path} otherwise:\n  {listed}")
+        self.path = path
+        self.calls = calls
+        """Each call that drifted, described (`model_call #2: drifted: result.parts[0].content: ...`)."""
 
 
 class RemoteConnectionRefused(AnagrapheusError):

@@ -20,7 +20,14 @@ from typing import Any, cast
 
 import pytest
 
-from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnresolvedName, UnusedPins
+from anagrapheus.errors import (
+    AnagrapheusError,
+    PinMiss,
+    RecordingConflict,
+    RecordingDrifted,
+    UnresolvedName,
+    UnusedPins,
+)
 from anagrapheus.importing import load_object, load_typed
 from anagrapheus.provider import CallPolicy
 from anagrapheus.provider.usage import PinnedUsage
@@ -60,7 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=MODES,
         default=None,
         help="replay (default; a miss fails), record (draw what diverged, rewrite the recording),"
-        " rewrite (draw everything anew) or live (no recording). Default: $ANAGRAPHEUS_MODE or replay.",
+        " rewrite (draw everything anew), live (no recording) or drift (draw every model call live, the world"
+        " from the recording, and fail where the provider now answers otherwise; writes nothing)."
+        " Default: $ANAGRAPHEUS_MODE or replay.",
     )
     group.addoption(
         "--anagrapheus-force",
@@ -334,7 +343,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = account
     elif error is ours:
         text = f"{item.nodeid}: {error}"
-        if isinstance(error, UnusedPins | PinMiss) and session is not None:
+        if isinstance(error, UnusedPins | PinMiss | RecordingDrifted) and session is not None:
             text += f"\n  re-record: {session.rerecord}"
         report.longrepr = text
     elif session is not None and report.when == "call":

@@ -12,11 +12,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Literal, get_args
 
-from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
+from anagrapheus.errors import PinMiss, RecordingDrifted, RecordingError, RecordingMissing, UnusedPins, UsageError
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.run_clock import RUN_PLACE
 from anagrapheus.provider.usage import PinnedUsage, usage_by_unit
+from anagrapheus.testing.drift import DriftPins, drifted_calls
 from anagrapheus.testing.miss import write_miss
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -38,10 +39,11 @@ from anagrapheus.timeline.recording import read_recording
 
 __all__ = ["MODES", "Mode", "RecordingSession"]
 
-Mode = Literal["replay", "record", "rewrite", "live"]
+Mode = Literal["replay", "record", "rewrite", "live", "drift"]
 """`replay` answers only from the recording (a miss fails); `record` answers what matches and draws what
 diverged, then rewrites the recording with the pins used; `rewrite` draws everything anew; `live` reads
-and writes no recording."""
+and writes no recording; `drift` draws every model call live, the world still from the recording, fails
+where the provider now answers otherwise, and writes nothing."""
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 
@@ -96,7 +98,7 @@ class RecordingSession:
         unit_id = SeededRun(f"anagrapheus-unit:{name}").new_id()
         self._ledger: PinLedger | None = None
         self._replay: ReplayPins | None = None
-        self.missing = mode == "replay" and not self.path.exists()
+        self.missing = mode in ("replay", "drift") and not self.path.exists()
         """Whether replay was asked of a recording that does not exist."""
         # A recording that holds its runs' inputs (a test exported from a production run asks them again) keeps
         # them when it is recorded again; any other keeps its pins only, as it always has. Canonical JSON spells it so.
@@ -114,6 +116,14 @@ class RecordingSession:
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
 
     def _open(self, unit_id: str) -> PinResolver:
+        if self.mode == "drift":
+            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+            self._replay = (
+                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy)
+                if self.path.exists()
+                else ReplayPins.from_events((), self._types)
+            )
+            return DriftPins(self._replay, self._ledger)
         if self.mode not in ("replay", "record"):
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             return self._ledger
@@ -191,6 +201,14 @@ class RecordingSession:
                     self.replayed.add(usage)
             return None
         assert self._ledger is not None
+        if self.mode == "drift":
+            assert self._replay is not None
+            calls = drifted_calls(self._replay, self._ledger)
+            self._ledger.abandon(reason="drift: the recording is compared, never written")
+            drifted = [call.describe() for call in calls if call.status != "same"]
+            if drifted:
+                raise RecordingDrifted(self.shown_path, calls=drifted)
+            return None
         if self.mode == "live":
             self._ledger.abandon(reason="live run: nothing is recorded")
             return None

@@ -648,3 +648,36 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     rerecord = next(line for line in shown[2] if "re-record: " in line)
     pytester.runpytest(*rerecord.split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_drift_asks_the_model_live_and_fails_where_it_now_answers_otherwise(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.makepyfile(test_app=TEST_ADVICE)
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    calls(project)
+    recorded = (project.path / RECORDING).read_bytes()
+
+    # Unchanged: the model is asked live, the tool answered from the recording, and the test passes.
+    project.runpytest("--anagrapheus=drift").assert_outcomes(passed=1)
+    assert calls(project) == ["model", "model"]
+
+    # The provider now words its answer otherwise: the test fails naming the call, and the file is as it was.
+    project.makepyfile(app=APP.replace("Pack an umbrella", "Bring an umbrella"))
+    result = project.runpytest("--anagrapheus=drift")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_app.py::test_advice: the provider now answers 1 model call(s) of"
+            " recordings/test_app/test_advice.jsonl otherwise:",
+            "  model_call #2: drifted: result.parts[0].content: 'Pack an umbrella: rain in Paris.'"
+            " != 'Bring an umbrella: rain in Paris.'",
+            "  re-record: pytest test_app.py::test_advice --anagrapheus=record",
+        ]
+    )
+    assert calls(project) == ["model", "model"]
+    assert (project.path / RECORDING).read_bytes() == recorded
+    # Drift writes nothing, so CI may run it (record may not).
+    monkeypatch.setenv("CI", "true")
+    project.runpytest("--anagrapheus=drift").assert_outcomes(failed=1)
+    assert project.runpytest("--anagrapheus=record").ret == pytest.ExitCode.USAGE_ERROR
