@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from anagrapheus.deprecation import deprecated
@@ -27,6 +29,7 @@ __all__ = [
     "RecordingConflict",
     "RecordingDrifted",
     "RecordingError",
+    "RecordingExpired",
     "RecordingMissing",
     "RemoteConnectionRefused",
     "SchemaTooNew",
@@ -325,6 +328,18 @@ class RecordingError(AnagrapheusError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.line = line
+
+
+class RecordingExpired(RecordingError):
+    """A recording holds units recorded longer ago than a test or a check allows (`max_age`)."""
+
+    def __init__(self, path: str, *, max_age: timedelta, units: Mapping[str, str], rerecord: str | None = None) -> None:
+        listed = ", ".join(f"{unit} recorded {when}" for unit, when in units.items())
+        again = f"; record it again with `{rerecord}`" if rerecord else ""
+        super().__init__(f"older than max_age ({max_age.days} days): {listed}{again}", path=path)
+        self.max_age = max_age
+        self.units = dict(units)
+        """Each unit past `max_age`, with when it was recorded."""
 
 
 class ProvenanceMismatch(RecordingError):

@@ -15,6 +15,7 @@ from anagrapheus.cli.sources import Source, add_registry_options, event_types, o
 from anagrapheus.provider.keying.request import MODEL_CALL
 from anagrapheus.provider.usage import PinnedUsage, pinned_usage
 from anagrapheus.timeline import PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline.ages import UnitAge, unit_ages
 from anagrapheus.timeline.recording import RECORDING_FORMAT
 
 __all__ = ["COMMAND", "run"]
@@ -30,6 +31,7 @@ class _Unit:
     attempts: int = 0
     kinds: Counter[str] = field(default_factory=Counter[str])
     usage: PinnedUsage = field(default_factory=PinnedUsage)
+    age: UnitAge | None = None
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,8 +97,10 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
         unit.kinds[pin.kind] += 1
     others = Counter(f"{e.namespace}:{e.type}" for e in source.events if e.namespace != "anagrapheus")
     total = PinnedUsage()
+    ages = unit_ages(source.events)
     for unit in units.values():
         total.add(unit.usage)
+        unit.age = ages.get(unit.unit_id)
     return {
         "path": str(source.path),
         "kind": source.kind,
@@ -110,6 +114,9 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
                 "attempts": u.attempts,
                 "kinds": dict(sorted(u.kinds.items())),
                 "usage": u.usage.as_json(),
+                "recorded_at": None if u.age is None or u.age.recorded_at is None else u.age.recorded_at.isoformat(),
+                "age_days": None if u.age is None or u.age.age is None else u.age.age.days,
+                "recorded": "unknown" if u.age is None else u.age.describe(),
             }
             for u in units.values()
         ],
@@ -171,12 +178,14 @@ def _cost(usage: dict[str, Any]) -> str:
 
 
 def _usage_table(units: list[dict[str, Any]], total: dict[str, Any]) -> list[str]:
-    """Each unit's model calls, tokens and price, then the whole file's."""
-    rows: list[list[object]] = [
-        [name, usage["model_calls"], usage["input_tokens"], usage["output_tokens"], _cost(usage)]
-        for name, usage in [*((u["unit"], u["usage"]) for u in units), ("total", total)]
-    ]
-    return table(["unit", "model calls", "input tokens", "output tokens", "cost"], rows)
+    """Each unit's date (the last instant its runs were given), model calls, tokens and price; then the file's."""
+    rows: list[list[object]] = [[u["unit"], u["recorded"], *_figures(u["usage"])] for u in units]
+    rows.append(["total", "", *_figures(total)])
+    return table(["unit", "recorded", "model calls", "input tokens", "output tokens", "cost"], rows)
+
+
+def _figures(usage: dict[str, Any]) -> list[object]:
+    return [usage["model_calls"], usage["input_tokens"], usage["output_tokens"], _cost(usage)]
 
 
 def run(args: argparse.Namespace) -> Outcome:

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import tomllib
 from collections.abc import Generator, Iterable, Mapping
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -43,7 +44,7 @@ MARKER = "anagrapheus"
 DEFAULT_PATH = "{test_dir}/recordings/{module}/{name}.jsonl"
 """Where a test's recording lives unless configured: `{test_dir}`, `{module}` and `{name}` are filled per test."""
 
-_KEYS = frozenset(("path", "policy", "allow_unused", "redact"))
+_KEYS = frozenset(("path", "policy", "allow_unused", "redact", "max_age"))
 _MODE = pytest.StashKey[Mode]()
 _SESSION = pytest.StashKey[RecordingSession]()
 _TABLE = pytest.StashKey[dict[str, Any]]()
@@ -119,8 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, settle the mode (refusing record and rewrite under CI) and read the config table."""
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(path=None, policy=None, allow_unused=False, redact=None): pin every pydantic-ai agent run of the"
-        " test into its recording, replayed strictly unless --anagrapheus says otherwise.",
+        f"{MARKER}(path=None, policy=None, allow_unused=False, redact=None, max_age=None): pin every pydantic-ai"
+        " agent run of the test into its recording, replayed strictly unless --anagrapheus says otherwise.",
     )
     config.stash[_MODE] = _mode(config)
     config.stash[_TABLE] = _table(config)
@@ -206,6 +207,15 @@ def _redaction(value: object, *, where: str) -> SecretPolicy | None:
     return SecretPolicy((*DEFAULT_RULES, *cast("list[SecretRule]", rules)))
 
 
+def _max_age(value: object, *, where: str) -> timedelta | None:
+    """The marker's `max_age=`: a `timedelta`, or a number of days."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return timedelta(days=value)
+    raise pytest.UsageError(f"{where}: max_age takes a timedelta or a number of days, not {value!r}")
+
+
 def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
     """Marker keywords (closest first) over the `anagrapheus_config` fixture over `[tool.anagrapheus]`."""
     test_dir = item.path.parent
@@ -237,12 +247,13 @@ def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str,
         "policy": _policy(chosen.get("policy"), where=item.nodeid),
         "allow_unused": allow_unused,
         "redact": _redaction(chosen.get("redact"), where=item.nodeid),
+        "max_age": _max_age(chosen.get("max_age"), where=item.nodeid),
     }
 
 
 @pytest.fixture
 def anagrapheus_config() -> dict[str, Any]:
-    """Override in a conftest.py to set `path`, `policy`, `allow_unused` or `redact` for the tests below it."""
+    """Override in a conftest.py to set `path`, `policy`, `allow_unused`, `redact` or `max_age` for the tests below."""
     return {}
 
 
@@ -261,6 +272,7 @@ def anagrapheus(request: pytest.FixtureRequest, anagrapheus_config: dict[str, An
             policy=settings["policy"],
             allow_unused=settings["allow_unused"],
             redact=settings["redact"],
+            max_age=settings["max_age"],
         )
     except AnagrapheusError as e:
         item.stash[_OURS] = e

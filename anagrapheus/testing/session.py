@@ -9,10 +9,19 @@ import os
 import tempfile
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal, get_args
 
-from anagrapheus.errors import PinMiss, RecordingDrifted, RecordingError, RecordingMissing, UnusedPins, UsageError
+from anagrapheus.errors import (
+    PinMiss,
+    RecordingDrifted,
+    RecordingError,
+    RecordingExpired,
+    RecordingMissing,
+    UnusedPins,
+    UsageError,
+)
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.run_clock import RUN_PLACE
@@ -34,6 +43,7 @@ from anagrapheus.timeline import (
     SQLiteEventStore,
     write_recording,
 )
+from anagrapheus.timeline.ages import expired
 from anagrapheus.timeline.events import RunInputs, events_of
 from anagrapheus.timeline.recording import read_recording
 
@@ -57,7 +67,8 @@ class RecordingSession:
     The pins are drawn into a scratch database; the recording's unit id, event ids and times are
     seeded from `name`, so re-recording an unchanged run writes the same bytes. The recording is
     stamped with `policy`'s identity, and read back only under the same policy. `redact` writes what its
-    rules match as placeholders instead of refusing the file.
+    rules match as placeholders instead of refusing the file. With `max_age`, replaying a recording holding a
+    unit recorded longer ago raises `RecordingExpired` before the run (a unit of unknown date is not judged).
     """
 
     def __init__(
@@ -70,6 +81,7 @@ class RecordingSession:
         policy: CallPolicy | None = None,
         allow_unused: bool = False,
         redact: SecretPolicy | None = None,
+        max_age: timedelta | None = None,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -105,6 +117,8 @@ class RecordingSession:
         self._with_inputs = mode in ("record", "rewrite") and _holds_inputs(self.path)
         try:
             resolver = self._open(unit_id)
+            if max_age is not None and mode in ("replay", "drift") and self.path.exists():
+                self._refuse_expired(max_age)
         except BaseException:
             # A recording that cannot be read (its RecordingError names the line) leaves no scratch behind.
             self._store.close()
@@ -144,6 +158,12 @@ class RecordingSession:
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
         return self._replay
+
+    def _refuse_expired(self, max_age: timedelta) -> None:
+        """Raise `RecordingExpired` when a unit of the recording was recorded longer ago than `max_age`."""
+        old = expired(read_recording(self.path, provenance="ignore").ages(), max_age)
+        if old:
+            raise RecordingExpired(self.shown_path, max_age=max_age, units=old, rerecord=self.rerecord)
 
     @property
     def shown_path(self) -> str:

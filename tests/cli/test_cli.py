@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -34,6 +35,11 @@ from tests.cli_fixtures import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NEGOTIATION = str(RECORDING.relative_to(ROOT))
+
+
+def undated(text: str) -> str:
+    """`show`'s output with each unit's age (`335 days ago`, a day older tomorrow) left out; its date stays."""
+    return re.sub(r"\((\d+) days ago\)", lambda days: f"({'N' * len(days[1])} days ago)", text)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -68,7 +74,7 @@ def test_show_prints_the_header_then_units_pins_by_kind_and_attempts(capsys: pyt
     code, out, _ = cli(capsys, "show", NEGOTIATION)
 
     assert code == 0
-    assert out == snapshot("""\
+    assert undated(out) == snapshot("""\
 recordings/negotiation.jsonl
   format         anagrapheus.recording, 67 event(s)
   description    A 4-round EU-UK fisheries negotiation: two negotiators on distinct models, pinned
@@ -92,12 +98,12 @@ eu-uk-talks-round-3  committed    16        16          2           4          4
 eu-uk-talks-round-4  committed    10        10          2           2          2       2          2          0
 total                             59        59          9          14         14       8          8          6
 
-unit                 model calls  input tokens  output tokens  cost
-eu-uk-talks-round-1            4           401             64  unpriced (scripted-eu, scripted-uk)
-eu-uk-talks-round-2            4           587             64  unpriced (scripted-eu, scripted-uk)
-eu-uk-talks-round-3            4           793             63  unpriced (scripted-eu, scripted-uk)
-eu-uk-talks-round-4            2           480             36  unpriced (scripted-eu, scripted-uk)
-total                         14          2261            227  unpriced (scripted-eu, scripted-uk)
+unit                 recorded                   model calls  input tokens  output tokens  cost
+eu-uk-talks-round-1  2026-01-05 (NNN days ago)            4           401             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-2  2026-01-05 (NNN days ago)            4           587             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-3  2026-01-05 (NNN days ago)            4           793             63  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-4  2026-01-05 (NNN days ago)            2           480             36  unpriced (scripted-eu, scripted-uk)
+total                                                    14          2261            227  unpriced (scripted-eu, scripted-uk)
 
 failures: none
 divergences: none
@@ -109,6 +115,9 @@ def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) ->
 
     report = json.loads(out)
     assert code == report["exit_code"] == 0
+    assert report["units"][0].pop("recorded_at") == "2026-01-05T09:00:47+00:00"
+    assert report["units"][0].pop("age_days") > 300
+    assert undated(report["units"][0].pop("recorded")) == "2026-01-05 (NNN days ago)"
     assert report["header"]["models"] == {"EU": "function:scripted-eu", "UK": "function:scripted-uk"}
     assert report["units"] == snapshot(
         [
@@ -148,11 +157,11 @@ support-2  abandoned     0         0           0
 support-3  open          1         1           1
 total                    2         2           2
 
-unit       model calls  input tokens  output tokens  cost
-support-1            1            54              6  unpriced (counting)
-support-2            0             0              0  -
-support-3            0             0              0  -
-total                1            54              6  unpriced (counting)
+unit       recorded  model calls  input tokens  output tokens  cost
+support-1  unknown             1            54              6  unpriced (counting)
+support-2  unknown             0             0              0  -
+support-3  unknown             0             0              0  -
+total                          1            54              6  unpriced (counting)
 
 failures: 1
   support-2: abandoned with 1 pin(s), 1 attempt(s): the customer hung up (support.db (seq 2))
@@ -448,7 +457,9 @@ def test_the_cli_reference_shows_what_the_command_prints(
     argv = shlex.split(command.removeprefix("$ anagrapheus "))
     main(argv)
     out = capsys.readouterr().out
-    assert [line.rstrip() for line in out.splitlines()] == [line.rstrip() for line in expected.splitlines()]
+    assert [line.rstrip() for line in undated(out).splitlines()] == [
+        line.rstrip() for line in undated(expected).splitlines()
+    ]
 
 
 # diff
@@ -806,10 +817,10 @@ def test_show_gives_each_units_tokens_and_the_price_pydantic_ais_price_data_puts
     assert code == 0
     usage = out[out.rindex("unit", 0, out.index("model calls")) :].split("\n\n")[0]
     assert usage == snapshot("""\
-unit      model calls  input tokens  output tokens  cost
-gpt                 1          1000            500  $0.0075
-scripted            1            57              2  unpriced (counting)
-total               2          1057            502  $0.0075 + 1 unpriced (counting)\
+unit      recorded  model calls  input tokens  output tokens  cost
+gpt       unknown             1          1000            500  $0.0075
+scripted  unknown             1            57              2  unpriced (counting)
+total                         2          1057            502  $0.0075 + 1 unpriced (counting)\
 """)
     report = json.loads(cli(capsys, "show", str(database), "--json")[1])
     assert [unit["usage"] for unit in report["units"]] == snapshot(
@@ -826,3 +837,26 @@ def test_a_model_call_pin_that_holds_no_response_is_counted_unpriced() -> None:
 
     usage = pinned_usage({"parts": "not a list"})
     assert (usage.model_calls, usage.unpriced, usage.describe_cost()) == (1, {"unknown": 1}, "unpriced (unknown)")
+
+
+def test_check_max_age_fails_a_unit_recorded_longer_ago_and_notes_undated_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "check", NEGOTIATION, "--max-age", "30")
+    assert code == 1
+    assert undated(out.splitlines()[0]) == (
+        "recordings/negotiation.jsonl: [age] unit eu-uk-talks-round-1 was recorded 2026-01-05 (NNN days ago):"
+        " older than --max-age 30 days"
+    )
+    code, out, _ = cli(capsys, "check", NEGOTIATION, "--max-age", "100000")
+    assert (code, out) == (
+        0,
+        "recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, age)\n",
+    )
+
+    database = units_database(tmp_path / "support.db")
+    code, out, _ = cli(capsys, "check", str(database), "--max-age", "1")
+    assert code == 0
+    assert out.splitlines()[-1].endswith(
+        "[age] note: no recorded date (no run clock pinned) for unit(s) support-1: not judged"
+    )

@@ -681,3 +681,28 @@ def test_drift_asks_the_model_live_and_fails_where_it_now_answers_otherwise(
     monkeypatch.setenv("CI", "true")
     project.runpytest("--anagrapheus=drift").assert_outcomes(failed=1)
     assert project.runpytest("--anagrapheus=record").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_max_age_fails_a_replay_of_a_recording_older_than_it(project: pytest.Pytester) -> None:
+    project.makepyfile(test_app=TEST_ADVICE)
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    calls(project)
+
+    # Recorded a moment ago (the instants its run was given): within thirty days, and past zero.
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age=30)\n"))
+    project.runpytest().assert_outcomes(passed=1)
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age=timedelta(0))\n"))
+    (project.path / "test_app.py").write_text(
+        "from datetime import timedelta\n" + (project.path / "test_app.py").read_text()
+    )
+    result = project.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_app.py::test_advice: recordings/test_app/test_advice.jsonl: older than max_age (0 days):"
+            " * recorded 20* (0 days ago); record it again with `pytest test_app.py::test_advice --anagrapheus=record`"
+        ]
+    )
+    assert calls(project) == []
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age='old')\n"))
+    assert "max_age takes a timedelta or a number of days, not 'old'" in project.runpytest().stdout.str()
