@@ -9,9 +9,10 @@ from pydantic_ai import Agent
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
-from anagrapheus.cli.sources import load_function, load_typed, open_source
+from anagrapheus.cli.sources import Source, load_function, load_typed, open_source
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing.rerun import rerun_events
+from anagrapheus.testing.trials import trial_events
 from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["COMMAND", "run"]
@@ -37,6 +38,19 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="with --drift: compare the ids a provider gives each response (provider_response_id) too",
     )
     parser.add_argument(
+        "--trials",
+        type=int,
+        metavar="N",
+        help="ask each recorded run N times with the model live (the world from pins) and report the share whose"
+        " outcome (output and tool calls) is the recorded one",
+    )
+    parser.add_argument(
+        "--min-share",
+        type=float,
+        metavar="SHARE",
+        help="with --trials: exit 1 when a run holds in fewer than this share (0 to 1) of its trials",
+    )
+    parser.add_argument(
         "--deps", metavar="MODULE:ATTR", help="a function of the recorded run (its .deps snapshot) giving the deps"
     )
 
@@ -48,6 +62,8 @@ def run(args: argparse.Namespace) -> Outcome:
     if args.deps is not None:
         deps = load_function(args.deps, what="a function of the recorded run")
     source = open_source(args.source, units=[args.unit] if args.unit else ())
+    if args.trials is not None:
+        return _trials(args, source, agent, deps)
     try:
         if source.header is not None:
             # As `check` and replay refuse them: pins keyed under another scheme or call policy answer nothing here.
@@ -95,6 +111,56 @@ def run(args: argparse.Namespace) -> Outcome:
     return Outcome(code, "\n".join(lines), {"source": args.source, "agent": args.agent, "runs": runs})
 
 
+def _trials(args: argparse.Namespace, source: Source, agent: object, deps: object) -> Outcome:
+    """`--trials N`: each recorded run asked N times live, the share that held, gated by `--min-share`."""
+    if args.min_share is not None and not 0 <= args.min_share <= 1:
+        raise BadInput(f"--min-share is a share from 0 to 1, not {args.min_share}", path=args.source)
+    try:
+        if source.header is not None:
+            check_provenance(source.header.provenance, path=args.source, rerecord=source.header.rerecord)
+        outcomes = trial_events(
+            source.events,
+            agent,  # pyright: ignore[reportArgumentType]
+            times=args.trials,
+            unit=args.unit,
+            deps=deps,  # pyright: ignore[reportArgumentType]
+        )
+    except UsageError as e:
+        raise BadInput(str(e), path=args.source) from e
+    except AnagrapheusError as e:
+        raise bad_input(e, path=args.source) from e
+    lines = [
+        f"trials of {args.source} against {args.agent}: {len(outcomes)} run(s), {args.trials} trial(s) each,"
+        " the model live, the world from pins"
+    ]
+    lines += [f"  {outcome.describe()}" for outcome in outcomes]
+    held = sum(outcome.matched for outcome in outcomes)
+    asked = sum(outcome.trials for outcome in outcomes)
+    lines.append(f"held: {held} of {asked} trial(s) ({held / asked:.0%}) gave the recorded outcome")
+    low = [o for o in outcomes if args.min_share is not None and o.share < args.min_share]
+    if low:
+        lines.append(f"below --min-share {args.min_share:.0%}: {len(low)} run(s)")
+    runs: list[dict[str, Any]] = [
+        {
+            "unit": o.unit_id,
+            "run_id": o.run_id,
+            "trials": o.trials,
+            "matched": o.matched,
+            "share": o.share,
+            "other": o.other,
+        }
+        for o in outcomes
+    ]
+    data = {
+        "source": args.source,
+        "agent": args.agent,
+        "trials": args.trials,
+        "min_share": args.min_share,
+        "runs": runs,
+    }
+    return Outcome(Exit.FAILED if low else Exit.OK, "\n".join(lines), data)
+
+
 COMMAND = Command(
     "rerun",
     help="ask each recorded run of a unit again of an agent, from its recorded inputs",
@@ -103,7 +169,8 @@ COMMAND = Command(
     " with --live-model the model drawn live and the tools and MCP servers still answered from pins. Each run"
     " is same, diverged (what moved) or failed. Exit 0 when every run is the same, 3 when one diverged, 1 when"
     " one failed. With --drift, every model request is drawn live and its answer compared with the recorded one,"
-    " per call: exit 0 unchanged, 1 drifted; nothing is written.",
+    " per call: exit 0 unchanged, 1 drifted; nothing is written. With --trials N, each run is asked N times live"
+    " and the share whose outcome (output, tool calls) is the recorded one reported; --min-share gates it.",
     arguments=_arguments,
     run=run,
 )

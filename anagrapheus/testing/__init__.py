@@ -20,6 +20,7 @@ from anagrapheus.testing.compare import (
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
 from anagrapheus.testing.rerun import RerunOutcome, rerun
 from anagrapheus.testing.session import Mode, RecordingSession
+from anagrapheus.testing.trials import TrialOutcome, trials
 from anagrapheus.testing.verdict import (
     Conversation,
     Exchange,
@@ -44,6 +45,7 @@ __all__ = [
     "RecordingSession",
     "RerunOutcome",
     "ToolCall",
+    "TrialOutcome",
     "Turn",
     "Verdict",
     "VerdictStatus",
@@ -58,6 +60,7 @@ __all__ = [
     "regress",
     "rerun",
     "tool_calls",
+    "trials",
 ]
 
 # Renamed: `VOLATILE_FIELDS` names the fields a pin key leaves out; this set is the one runs differ by.

@@ -21,6 +21,7 @@ from anagrapheus.errors import PinMiss, UsageError
 from anagrapheus.provider import Pinning, every_agent_run, refuse_model_requests
 from anagrapheus.provider.inputs import RecordedRun, output_json, recorded_runs
 from anagrapheus.provider.keying.request import MODEL_CALL
+from anagrapheus.testing.calls import ToolCall, tool_calls
 from anagrapheus.testing.drift import WORLD_KINDS, CallDrift, DriftPins, drifted_calls
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -74,6 +75,8 @@ class RerunOutcome:
     """The recorded prompt the run was asked."""
     calls: tuple[CallDrift, ...] = ()
     """With `drift=True`: each model call the run asked live, against the recorded answer."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls the run made (its new messages'), when it completed."""
 
     def describe(self) -> str:
         """One line (or a paragraph, when it diverged) naming the run and how it ended."""
@@ -173,11 +176,13 @@ def rerun_events(
 
 def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun], object] | None) -> RerunOutcome:
     """Ask one recorded run again and judge how it ended."""
+    made: tuple[ToolCall, ...] = ()
 
     def ends(
         status: RerunStatus, detail: str = "", moved: tuple[str, ...] = (), output: JSONValue = None
     ) -> RerunOutcome:
         return RerunOutcome(
+            tool_calls=made,
             unit_id=run.unit_id,
             run_id=run.run_id,
             status=status,
@@ -208,6 +213,7 @@ def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun
             return ends("same", detail=f"failed as recorded: {run.error}")
         return ends("failed", detail=f"{type(e).__name__}: {e}")
     output = output_json(result.output)
+    made = tuple(tool_calls(result.new_messages()))
     if run.outcome == "failed":
         return ends("diverged", moved=("outcome",), detail=f"completed; it failed: {run.error}")
     if canonical_json(output) != canonical_json(run.output):

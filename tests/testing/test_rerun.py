@@ -294,3 +294,44 @@ def test_drift_that_asks_the_world_what_the_recording_lacks_stops_there_unreache
     assert outcomes[0].calls[0].describe().startswith("model_call #1: drifted: result.parts[0].args.city: 'Paris'")
     assert "no pin for tool_call" in outcomes[0].detail
     assert len(rerun_agents.WORLD) == reached
+
+
+def test_trials_report_the_share_of_live_runs_whose_outcome_held(
+    production: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.testing import trials
+
+    reached = len(rerun_agents.WORLD)
+    steady = trials(production, rerun_agents.support, times=3)
+    assert [(o.matched, o.trials, o.share) for o in steady] == [(3, 3, 1.0)] * 2
+
+    # The provider gives the recorded answer one time in two: each run holds in half its trials.
+    wavering = trials(production, rerun_agents.wavering, times=4)
+    assert [(o.matched, o.share) for o in wavering] == [(2, 0.5)] * 2
+    assert (
+        wavering[0]
+        .describe()
+        .endswith(
+            ': 2 of 4 (50%) held; first other: output: recorded "The UK holds firm on fisheries. sunny in Paris",'
+            ' now "The EU and the UK hold firm. sunny in Paris"'
+        )
+    )
+    assert len(rerun_agents.WORLD) == reached  # every tool call was answered from the recording
+
+    command = ["rerun", str(production), "--agent", "tests.rerun_agents:wavering", "--trials", "4"]
+    assert main(command) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "held: 4 of 8 trial(s) (50%) gave the recorded outcome"
+    assert main([*command, "--min-share", "0.8"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "below --min-share 80%: 2 run(s)"
+    assert main([*command, "--min-share", "0.5", "--json"]) == 0
+    assert [run["share"] for run in json.loads(capsys.readouterr().out)["runs"]] == [0.5, 0.5]
+    assert main([*command, "--min-share", "80"]) == 2
+
+
+def test_trials_need_an_agent_that_replays_the_recording(production: Path) -> None:
+    from anagrapheus.testing import trials
+
+    with pytest.raises(UsageError, match="does not replay as recorded"):
+        trials(production, rerun_agents.reworded, times=2)
+    with pytest.raises(UsageError, match="at least once, not 0 times"):
+        trials(production, rerun_agents.support, times=0)
