@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponsePart, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
@@ -335,3 +336,55 @@ def test_trials_need_an_agent_that_replays_the_recording(production: Path) -> No
         trials(production, rerun_agents.reworded, times=2)
     with pytest.raises(UsageError, match="at least once, not 0 times"):
         trials(production, rerun_agents.support, times=0)
+
+
+class Provider:
+    """A `support` model whose first answer is given (`first`), then the recorded text whatever it was told."""
+
+    def __init__(self, first: list[ModelResponsePart] | Exception) -> None:
+        self.first = first
+
+    def reply(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1 or (len(messages) == 3 and "tomorrow" in str(messages[-1])):
+            if isinstance(self.first, Exception):
+                raise self.first
+            return ModelResponse(parts=self.first)
+        return ModelResponse(parts=[TextPart("The UK holds firm on fisheries. sunny in Paris")])
+
+
+def provider_agent(first: list[ModelResponsePart] | Exception) -> Agent[str, str]:
+    return rerun_agents.build(model=FunctionModel(Provider(first).reply, model_name="support"))
+
+
+def test_drift_after_a_moved_answer_asks_anew_and_a_failure_now_is_drift(production: Path) -> None:
+    # A word before the tool call: that answer drifted, so the next request (its history) is one the recording lacks.
+    chatty = provider_agent([TextPart("Let me look."), ToolCallPart("weather", {"city": "Paris"})])
+    outcome = rerun(production, chatty, drift=True)[0]
+    assert [call.status for call in outcome.calls] == ["drifted", "new"]
+    assert outcome.calls[1].describe() == (
+        "model_call #2: new: a request the recording lacks (an earlier answer moved what the run asked next)"
+    )
+    # The provider fails where it answered: drift, and the run fails as its agent would.
+    down = provider_agent(ModelHTTPError(503, "support", "overloaded"))
+    outcome = rerun(production, down, drift=True)[0]
+    assert outcome.status == "drifted"
+    assert outcome.calls[0].difference is not None and outcome.calls[0].difference.startswith("result: it failed now")
+
+
+def test_a_trial_that_calls_other_tools_or_fails_does_not_hold(
+    production: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.testing import trials
+
+    # The same output, given without asking the weather: the tool calls are part of the outcome.
+    guessed = provider_agent([TextPart("The UK holds firm on fisheries. sunny in Paris")])
+    held = trials(production, guessed, times=1)[0]
+    assert (held.matched, held.other) == (0, "tool calls: recorded weather(city='Paris'), now none")
+    down = trials(production, provider_agent(ModelHTTPError(503, "support", "overloaded")), times=1)[0]
+    assert down.matched == 0 and down.other.startswith("it did not complete: ")
+
+    # From a recording file, whose provenance is checked first; an agent that does not replay it is bad input.
+    exported = tmp_path / "support.jsonl"
+    assert main(["export", str(production), "--unit", "support-7", "-o", str(exported)]) == 0
+    assert main(["rerun", str(exported), "--agent", "tests.rerun_agents:reworded", "--trials", "2"]) == 2
+    assert "does not replay as recorded" in capsys.readouterr().err

@@ -43,3 +43,16 @@ def test_a_unit_without_a_run_clock_has_no_date_and_is_not_judged(tmp_path: Path
         ages = unit_ages(store.read())
     assert {age.describe() for age in ages.values()} == {"unknown"}
     assert expired(ages, timedelta(0)) == {}
+
+
+def test_a_clock_pin_is_read_for_the_instants_it_holds_and_nothing_else(tmp_path: Path) -> None:
+    from anagrapheus.timeline import PinLedger
+
+    with SQLiteEventStore(tmp_path / "clock.db") as store:
+        ledger = PinLedger(store, unit_id="odd-clock")
+        raw = ["not a time", 7, "2026-01-05T09:00:00", "2026-01-05T10:00:00+01:00"]
+        ledger.resolve("p1:run_clock:odd", kind="run_clock", effect=lambda: raw, interpret=lambda value: value)
+        ledger.commit()
+        ages = unit_ages(store.read(), now=LATER)
+    # Naive instants are UTC; the other offset is turned to UTC; what is no instant is passed over.
+    assert ages["odd-clock"].recorded_at == datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
