@@ -58,7 +58,6 @@ from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
-from anagrapheus.timeline.tracing import answers_untraced
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
 
@@ -144,13 +143,15 @@ class Pinning(AbstractCapability[Any]):
         return None
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
-        # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
-        with answers_untraced():
-            if self._per_run is not None:
-                # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
-                return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
-            return await self._recorded(ctx, handler)
+        """Keep model work answered from pins out of traces and metrics, as a durable engine keeps replayed work out.
+
+        The pins' own spans are exported (outcome `answered`, as `PinnedModel` reports them): a trace of a
+        replayed run shows what was answered, while pydantic-ai's model and tool spans stay out of it.
+        """
+        if self._per_run is not None:
+            # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
+            return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
+        return await self._recorded(ctx, handler)
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Run `handler` in its replay scope, noting the run's inputs (and its output or error) unless turned off."""
@@ -193,9 +194,7 @@ class Pinning(AbstractCapability[Any]):
         if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
-        # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
-        with answers_untraced():
-            return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
+        return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
@@ -212,8 +211,7 @@ class Pinning(AbstractCapability[Any]):
         """Number the run among the runs through `resolver`; pin where it was placed, if its id said nothing of it."""
         clocks = self._clocks(resolver)
         clocks.start(ctx.run_id)
-        with answers_untraced():
-            clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
+        clocks.note_place(resolver, ctx.run_id, lambda: place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller))
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for: by where it starts, its id being fresh or the engine's."""
