@@ -808,7 +808,10 @@ def test_show_gives_each_units_tokens_and_the_price_pydantic_ais_price_data_puts
 
     database = tmp_path / "priced.db"
     with SQLiteEventStore(database) as store:
-        for unit, model in (("gpt", FunctionModel(priced, model_name="gpt-4o")), ("scripted", Counting("Hm.").model)):
+        for unit, model in (
+            ("gpt", FunctionModel(priced, model_name="gpt-4o")),
+            ("scripted", FunctionModel(priced, model_name="desk")),
+        ):
             ledger = PinLedger(store, builtin_types(), unit_id=unit)
             Agent(PinnedModel(model, ledger)).run_sync("Round 1: state the UK position.")
             ledger.commit()
@@ -819,14 +822,14 @@ def test_show_gives_each_units_tokens_and_the_price_pydantic_ais_price_data_puts
     assert usage == snapshot("""\
 unit      recorded  model calls  input tokens  output tokens  cost
 gpt       unknown             1          1000            500  $0.0075
-scripted  unknown             1            57              2  unpriced (counting)
-total                         2          1057            502  $0.0075 + 1 unpriced (counting)\
+scripted  unknown             1          1000            500  unpriced (desk)
+total                         2          2000           1000  $0.0075 + 1 unpriced (desk)\
 """)
     report = json.loads(cli(capsys, "show", str(database), "--json")[1])
     assert [unit["usage"] for unit in report["units"]] == snapshot(
         [
             {"model_calls": 1, "input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0075, "unpriced": {}},
-            {"model_calls": 1, "input_tokens": 57, "output_tokens": 2, "cost_usd": None, "unpriced": {"counting": 1}},
+            {"model_calls": 1, "input_tokens": 1000, "output_tokens": 500, "cost_usd": None, "unpriced": {"desk": 1}},
         ]
     )
     assert report["usage"]["cost_usd"] == 0.0075

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,8 @@ def test_record_once_then_replay_reaches_nothing(project: pytest.Pytester) -> No
     # The summary says what the replay spared: the recording's two model calls, their tokens, their (absent) price.
     replayed.stdout.fnmatch_lines(
         [
-            "anagrapheus: 1 test(s) replayed 2 model call(s) from their recordings: 117 input and 17 output tokens"
+            # The tokens are pydantic-ai's estimate for a FunctionModel, which may move between its releases.
+            "anagrapheus: 1 test(s) replayed 2 model call(s) from their recordings: * input and * output tokens"
             " not drawn; cost not spent: unpriced (scripted-weather)"
         ]
     )
@@ -636,7 +638,9 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_weather=replayed)
     result = pytester.runpytest()
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])  # what the replay spared
+    # What the replay spared (the tokens, pydantic-ai's estimate for a FunctionModel, may move between its releases).
+    spared = [re.sub(r"\d+ (input|output)", r"* \1", line) for line in shown[1]]
+    result.stdout.fnmatch_lines(spared)
 
     # A reworded question fails with the account the page shows, and its command records the change.
     reworded = titled["test_weather.py"].replace("Do I need an umbrella", "Should I take an umbrella")
