@@ -15,6 +15,7 @@ from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import use_stamp
 from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
+from anagrapheus.timeline.secrets import SecretPolicy, SecretRule
 from anagrapheus.timeline.sqlite import SQLiteEventStore
 
 # The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses,
@@ -34,6 +35,8 @@ __all__ = [
     "Pinning",
     "ReplayPins",
     "SQLiteEventStore",
+    "SecretPolicy",
+    "SecretRule",
     "SemanticCallPolicy",
     "aresume",
     "mint_entity_id",

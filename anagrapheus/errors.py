@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from anagrapheus.deprecation import deprecated
@@ -27,7 +29,9 @@ __all__ = [
     "PinnedFailure",
     "ProvenanceMismatch",
     "RecordingConflict",
+    "RecordingDrifted",
     "RecordingError",
+    "RecordingExpired",
     "RecordingMissing",
     "RemoteConnectionRefused",
     "ResolverNotPicklable",
@@ -396,6 +400,18 @@ class RecordingError(AnagrapheusError):
         self.line = line
 
 
+class RecordingExpired(RecordingError):
+    """A recording holds units recorded longer ago than a test or a check allows (`max_age`)."""
+
+    def __init__(self, path: str, *, max_age: timedelta, units: Mapping[str, str], rerecord: str | None = None) -> None:
+        listed = ", ".join(f"{unit} recorded {when}" for unit, when in units.items())
+        again = f"; record it again with `{rerecord}`" if rerecord else ""
+        super().__init__(f"older than max_age ({max_age.days} days): {listed}{again}", path=path)
+        self.max_age = max_age
+        self.units = dict(units)
+        """Each unit past `max_age`, with when it was recorded."""
+
+
 class ProvenanceMismatch(RecordingError):
     """A recording was made under a key scheme, call policy or (strictly) versions other than the ones replaying it."""
 
@@ -483,6 +499,17 @@ class UnusedPins(AnagrapheusError):
         self.path = path
         self.unused = unused
         """Each unused key, with its kind."""
+
+
+class RecordingDrifted(AnagrapheusError):
+    """Asked live again, the provider answered some of a recording's model calls otherwise; the file was left as is."""
+
+    def __init__(self, path: str, *, calls: list[str]) -> None:
+        listed = "\n  ".join(calls)
+        super().__init__(f"the provider now answers {len(calls)} model call(s) of {path} otherwise:\n  {listed}")
+        self.path = path
+        self.calls = calls
+        """Each call that drifted, described (`model_call #2: drifted: result.parts[0].content: ...`)."""
 
 
 class RemoteConnectionRefused(AnagrapheusError):

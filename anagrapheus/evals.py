@@ -5,7 +5,8 @@ one); `pinned_task(path, agent)` returns the task an evaluation framework calls 
 candidate agent the case's run with every tool call, MCP server and output function answered from
 the recording's pins, and the model pinned too or, with `live_model=True`, drawn live. A pin the
 candidate needs but the recording lacks raises `PinMiss` for that case (saying what moved), and is
-never answered live. `dataset_from_recording` builds a `pydantic_evals.Dataset` of the cases.
+never answered live. `dataset_from_recording` builds a `pydantic_evals.Dataset` of the cases, and
+`passed_shares` / `below` turn its report into each evaluator's share of passed cases and a gate.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from anagrapheus.timeline import (
 )
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE
 
-__all__ = ["RecordedCase", "dataset_from_recording", "pinned_task", "recorded_cases"]
+__all__ = ["RecordedCase", "below", "dataset_from_recording", "passed_shares", "pinned_task", "recorded_cases"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +144,30 @@ def dataset_from_recording(path: str | Path, *, unit: str | None = None, name: s
         for case in recorded_cases(path, unit=unit)
     ]
     return evals.Dataset(name=name or Path(path).stem, cases=cases)
+
+
+def passed_shares(report: Any) -> dict[str, float]:
+    """Each evaluator's share of the cases it passed in a pydantic-evals `EvaluationReport`, from 0 to 1.
+
+    A case that failed to run (`report.failures`: a `PinMiss`, say) counts as failed by every evaluator, so
+    a candidate that leaves the recording cannot score well by scoring few cases.
+    """
+    totals: dict[str, int] = {}
+    for case in report.cases:
+        for evaluator, result in case.assertions.items():
+            totals[evaluator] = totals.get(evaluator, 0) + bool(result.value)
+    scored = len(report.cases) + len(report.failures)
+    return {evaluator: passed / scored for evaluator, passed in totals.items()}
+
+
+def below(report: Any, min_share: float) -> dict[str, float]:
+    """The evaluators whose share of passed cases (`passed_shares`) is below `min_share`: empty when the gate passes.
+
+    A report with no case scored at all is below any threshold above 0 (as `"cases"`, with share 0).
+    """
+    if not 0 <= min_share <= 1:
+        raise UsageError(f"a threshold is a share from 0 to 1, not {min_share}")
+    shares = passed_shares(report)
+    if not shares and min_share > 0:
+        return {"cases": 0.0}
+    return {evaluator: share for evaluator, share in shares.items() if share < min_share}

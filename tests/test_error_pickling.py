@@ -6,6 +6,7 @@ import importlib
 import pickle
 import pkgutil
 from concurrent.futures import ProcessPoolExecutor
+from datetime import timedelta
 
 import pytest
 
@@ -28,7 +29,9 @@ from anagrapheus.errors import (
     PinResultError,
     ProvenanceMismatch,
     RecordingConflict,
+    RecordingDrifted,
     RecordingError,
+    RecordingExpired,
     RecordingMissing,
     RemoteConnectionRefused,
     ResolverNotPicklable,
@@ -63,6 +66,8 @@ SAMPLES: list[AnagrapheusError] = [
     ManifestError("unknown key", path="pyproject.toml", key="clock.speed"),
     StoreUnavailable("the server did not answer within 30 s"),
     RecordingConflict("rec.jsonl", first="a", second="b"),
+    RecordingExpired("rec.jsonl", max_age=timedelta(days=30), units={"unit-1": "2026-01-05 (60 days ago)"}),
+    RecordingDrifted("rec.jsonl", calls=["model_call #2: drifted: result.parts[0].content: 'a' != 'b'"]),
     InexactReplay("a fallback's failed attempts", instead="pin the whole agent with Pinning"),
     UnkeyedCaller("balance", deps_type="Bank", reason="$.lock: Lock has no JSON form"),
     HiddenCallerField("balance", deps_type="Bank", field="$.lock", how="a private attribute", reason="no JSON form"),

@@ -18,7 +18,8 @@ pydantic_evals = pytest.importorskip(
 
 from pydantic_evals.evaluators import EqualsExpected  # noqa: E402
 
-from anagrapheus.evals import dataset_from_recording, pinned_task  # noqa: E402
+from anagrapheus.errors import UsageError  # noqa: E402
+from anagrapheus.evals import below, dataset_from_recording, passed_shares, pinned_task  # noqa: E402
 from tests import rerun_agents  # noqa: E402
 
 
@@ -55,3 +56,23 @@ def test_a_pin_the_candidate_lacks_is_that_cases_failure_naming_what_moved(produ
     assert [failure.name for failure in report.failures] == ["support-7/0", "support-7/1"]
     assert all("PinMiss" in failure.error_message for failure in report.failures)
     assert all("instructions[0]" in failure.error_message for failure in report.failures)
+
+
+def test_a_gate_over_a_report_counts_the_cases_that_failed_to_run_as_failed(production: Path) -> None:
+    dataset = dataset_from_recording(production)
+    dataset.add_evaluator(EqualsExpected())
+    recorded = dataset.evaluate_sync(pinned_task(production, rerun_agents.support, deps=lambda run: "ann"))
+    assert passed_shares(recorded) == {"EqualsExpected": 1.0}
+    assert below(recorded, 1.0) == {}
+
+    changed = rerun_agents.build(instructions="Answer in two lines.", text="The EU and the UK hold firm.")
+    warmer = dataset.evaluate_sync(pinned_task(production, changed, live_model=True, deps=lambda run: "ann"))
+    assert below(warmer, 0.5) == {"EqualsExpected": 0.0}
+    assert below(warmer, 0.0) == {}
+
+    # Every case left the recording: nothing was scored, which no threshold above 0 lets through.
+    diverged = dataset.evaluate_sync(pinned_task(production, rerun_agents.reworded))
+    assert passed_shares(diverged) == {}
+    assert below(diverged, 0.5) == {"cases": 0.0}
+    with pytest.raises(UsageError, match="a threshold is a share from 0 to 1, not 80"):
+        below(recorded, 80)

@@ -39,6 +39,9 @@ def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -
     assert (anagrapheus.write_recording, anagrapheus.read_recording) == (write_recording, read_recording)
     assert anagrapheus.PinMiss is PinMiss is timeline_miss
     assert anagrapheus.SemanticCallPolicy is SemanticCallPolicy
+    from anagrapheus.timeline import SecretPolicy, SecretRule
+
+    assert (anagrapheus.SecretPolicy, anagrapheus.SecretRule) == (SecretPolicy, SecretRule)
 
 
 def test_the_exports_are_the_names_users_write_against() -> None:
@@ -56,6 +59,8 @@ def test_the_exports_are_the_names_users_write_against() -> None:
             "Pinning",
             "ReplayPins",
             "SQLiteEventStore",
+            "SecretPolicy",
+            "SecretRule",
             "SemanticCallPolicy",
             "aresume",
             "mint_entity_id",

@@ -7,6 +7,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from anagrapheus.cli.commands import Command
@@ -22,6 +23,7 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     canonical_json,
 )
+from anagrapheus.timeline.ages import expired, unit_ages
 from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["CHECKS", "COMMAND", "Check", "CheckContext", "Problem", "run"]
@@ -49,6 +51,8 @@ class CheckContext:
     """The built-in event types and the application's."""
     upcasts: UpcastRegistry | None
     """The application's upcasts."""
+    max_age: timedelta | None = None
+    """With `--max-age`: how long ago a unit may have been recorded."""
 
 
 Check = Callable[[Source, CheckContext], Iterable[Problem]]
@@ -159,12 +163,25 @@ def provenance_compatible(source: Source, context: CheckContext) -> Iterable[Pro
             yield Problem(Exit.OK, str(warning.message).removeprefix(f"{source.path}: "), line=1)
 
 
+def recent_enough(source: Source, context: CheckContext) -> Iterable[Problem]:
+    """With `--max-age`: no unit recorded longer ago (by the instants its runs were given); unknown dates noted."""
+    if context.max_age is None:
+        return
+    ages = unit_ages(source.events)
+    for unit, when in expired(ages, context.max_age).items():
+        yield Problem(Exit.FAILED, f"unit {unit} was recorded {when}: older than --max-age {context.max_age.days} days")
+    unknown = [unit for unit, age in ages.items() if age.recorded_at is None]
+    if unknown:
+        yield Problem(Exit.OK, f"no recorded date (no run clock pinned) for unit(s) {', '.join(unknown)}: not judged")
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("events", events_decode),
     ("keys", keys_unambiguous),
     ("provenance", provenance_compatible),
     ("secrets", no_secrets),
     ("seal", sealed),
+    ("age", recent_enough),
 ]
 """The checks run after the format check, by name; a new check is one more entry."""
 
@@ -172,6 +189,12 @@ CHECKS: list[tuple[str, Check]] = [
 def _arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of `check`."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="recordings or anagrapheus SQLite databases")
+    parser.add_argument(
+        "--max-age",
+        type=float,
+        metavar="DAYS",
+        help="fail (exit 1) when a unit was recorded longer ago than DAYS (by the instants its runs were given)",
+    )
     add_registry_options(parser)
 
 
@@ -203,14 +226,16 @@ def check_path(path: str, context: CheckContext) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> Outcome:
     """Check every path; the exit code is the worst found."""
-    context = CheckContext(types=event_types(args.events), upcasts=upcasts_of(args.upcasts))
+    max_age = None if args.max_age is None else timedelta(days=args.max_age)
+    context = CheckContext(types=event_types(args.events), upcasts=upcasts_of(args.upcasts), max_age=max_age)
     reports = [check_path(path, context) for path in args.paths]
     lines: list[str] = []
     worst = Exit.OK
     for report in reports:
         problems: list[dict[str, Any]] = report["problems"]
         if not any(problem["code"] != Exit.OK for problem in problems):
-            checks = ", ".join(["format", *(name for name, _ in CHECKS)])
+            run_checks = [name for name, _ in CHECKS if name != "age" or max_age is not None]
+            checks = ", ".join(["format", *run_checks])
             lines.append(f"{report['path']}: ok, {report['events']} event(s) ({checks})")
         for problem in problems:
             worst = max(worst, Exit(problem["code"]))
@@ -229,11 +254,12 @@ def run(args: argparse.Namespace) -> Outcome:
 
 COMMAND = Command(
     "check",
-    help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets, seal",
+    help="validate recordings: format, events decode and upcast, no ambiguous keys, provenance, no secrets, seal, age",
     description="Validate recordings (or databases). Exit 2 when one cannot be read or trusted (naming the file"
     " and line: a line that no longer matches the recording's seal, pins under two key schemes, an incompatible"
     " provenance too), 1 when one breaks a rule (an ambiguous key, a credential), 0 when all are sound. Another"
-    " anagrapheus or pydantic-ai version than the recording's, or a recording without a seal, is a note.",
+    " anagrapheus or pydantic-ai version than the recording's, or a recording without a seal, is a note. With"
+    " --max-age DAYS, a unit recorded longer ago fails too.",
     arguments=_arguments,
     run=run,
 )

@@ -42,6 +42,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="a recording or an anagrapheus SQLite database")
     parser.add_argument("b", metavar="B", help="a recording or an anagrapheus SQLite database")
     add_unit_option(parser)
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="compare the ids a provider gives each response (provider_response_id) too: they differ on every call",
+    )
     add_registry_options(parser)
 
 
@@ -55,7 +60,7 @@ def _pins(source: Source, args: argparse.Namespace) -> dict[str, list[_Pin]]:
         pins = units.setdefault(event.unit_id, [])
         # An answer pinned as ordered text is compared by what it says.
         raw: JSONValue = read_ordered(event.raw)  # pyright: ignore[reportArgumentType]
-        compared: JSONValue = _shape(raw) if event.kind in _VOLATILE_KINDS else comparable(raw)
+        compared: JSONValue = _shape(raw) if event.kind in _VOLATILE_KINDS else comparable(raw, provider_ids=args.all)
         key = event.key
         if event.kind == RUN_PLACE:
             # Keyed on a digest of the run's inputs, which names the runs its history came from by their ids: two

@@ -22,7 +22,15 @@ from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_o
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
-from anagrapheus.timeline import PinPromoted, RecordingHeader, SecretPolicy, StoredEvent, write_recording
+from anagrapheus.timeline import (
+    DEFAULT_RULES,
+    PinPromoted,
+    RecordingHeader,
+    SecretPolicy,
+    SecretRule,
+    StoredEvent,
+    write_recording,
+)
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.events import RunInputs, events_of
 
@@ -53,6 +61,20 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="write credential-shaped strings as placeholders instead of refusing (a replay sees the placeholders)",
     )
     parser.add_argument(
+        "--redact-rule",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="with --redact (implied): also write what REGEX matches as [redacted:NAME:n] (repeatable): an e-mail,"
+        " a customer number; a group named `secret` narrows what is replaced",
+    )
+    parser.add_argument(
+        "--redact-policy",
+        metavar="MODULE:NAME",
+        help="with --redact (implied): redact by this SecretPolicy (or a function making one) instead of the"
+        " default rules",
+    )
+    parser.add_argument(
         "--model", action="append", default=[], metavar="ROLE=ID", help="the model id behind a role (header)"
     )
     parser.add_argument(
@@ -60,8 +82,31 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _redaction(args: argparse.Namespace) -> SecretPolicy | None:
+    """The policy `--redact`, `--redact-rule` and `--redact-policy` ask for; None to refuse a secret."""
+    if args.redact_policy is not None:
+        if args.redact_rule:
+            raise BadInput(
+                "give --redact-rule or --redact-policy, not both: add the rules to the policy", path=args.redact_policy
+            )
+        return load_typed(args.redact_policy, SecretPolicy, what="a SecretPolicy")
+    rules: list[SecretRule] = []
+    for given in args.redact_rule:
+        name, equals, pattern = given.partition("=")
+        if not equals or not name or not pattern:
+            raise BadInput("expected --redact-rule NAME=REGEX", path=given)
+        try:
+            rules.append(SecretRule(name, pattern))
+        except re.error as e:
+            raise BadInput(f"not a regular expression ({e})", path=given) from e
+    if rules:
+        return SecretPolicy((*DEFAULT_RULES, *rules))
+    return SecretPolicy() if args.redact else None
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """Export the units."""
+    args.redaction = _redaction(args)
     source = open_source(args.source, units=args.unit)
     kept = list(events_of(source.events, PinPromoted, RunInputs))
     pins = [event for event in kept if event.type == "pin_promoted"]
@@ -99,7 +144,7 @@ def run(args: argparse.Namespace) -> Outcome:
         details={"exported_from": source.path.name, "units": list(args.unit)},
     )
     try:
-        written = write_recording(args.output, kept, header=header, redact=SecretPolicy() if args.redact else None)
+        written = write_recording(args.output, kept, header=header, redact=args.redaction)
     except SecretInRecording as e:
         raise BadInput(f"{e}; or export with --redact", path=args.source) from e
     except (OSError, AnagrapheusError) as e:
@@ -191,7 +236,7 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         command += f" --deps {args.deps}"
     description = args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test."
     # Under --redact the generated module and its file names are redacted as the recordings are (issue #35).
-    redactor = SecretPolicy().redactor() if args.redact else None
+    redactor = None if args.redaction is None else cast("SecretPolicy", args.redaction).redactor()
 
     def shown(text: str) -> str:
         return text if redactor is None else redactor.redact_text(text)
@@ -247,7 +292,7 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
             models=models,
             details={"exported_from": log_name, "units": [unit]},
         )
-        _write(recording, events, header, redact=args.redact, source=args.source)
+        _write(recording, events, header, redact=args.redaction, source=args.source)
         written.append(str(recording))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -326,11 +371,13 @@ def _position_key(payload: dict[str, Any], unit: str, alias: str, *, runs: int, 
     raise BadInput(f"a {kind} pin of unit {alias} is keyed on no position it can hold", path=alias)
 
 
-def _write(path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: bool, source: str) -> None:
+def _write(
+    path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: SecretPolicy | None, source: str
+) -> None:
     """Write one recording, refusing a secret unless asked to redact it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_recording(path, events, header=header, redact=SecretPolicy() if redact else None)
+        write_recording(path, events, header=header, redact=redact)
     except SecretInRecording as e:
         raise BadInput(f"{e}; or export with --redact", path=source) from e
     except (OSError, AnagrapheusError) as e:

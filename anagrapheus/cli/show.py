@@ -12,7 +12,10 @@ from typing import Any
 from anagrapheus.cli.commands import Command, add_unit_option
 from anagrapheus.cli.report import Exit, Outcome, table
 from anagrapheus.cli.sources import Source, add_registry_options, event_types, open_source, upcasts_of
+from anagrapheus.provider.keying.request import MODEL_CALL
+from anagrapheus.provider.usage import PinnedUsage, pinned_usage
 from anagrapheus.timeline import PinPromoted, PinsAbandoned, ReplayDiverged
+from anagrapheus.timeline.ages import UnitAge, unit_ages
 from anagrapheus.timeline.recording import RECORDING_FORMAT
 
 __all__ = ["COMMAND", "run"]
@@ -27,6 +30,8 @@ class _Unit:
     pins: int = 0
     attempts: int = 0
     kinds: Counter[str] = field(default_factory=Counter[str])
+    usage: PinnedUsage = field(default_factory=PinnedUsage)
+    age: UnitAge | None = None
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +66,8 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
             unit.pins += 1
             unit.attempts += event.attempts
             unit.kinds[event.kind] += 1
+            if event.kind == MODEL_CALL and not event.failed:
+                unit.usage.add(pinned_usage(event.raw))  # pyright: ignore[reportArgumentType]
         elif isinstance(event, PinsAbandoned):
             units.setdefault(event.unit_id, _Unit(event.unit_id)).state = "abandoned"
             failures.append(
@@ -89,6 +96,11 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
         unit.attempts += pin.attempts
         unit.kinds[pin.kind] += 1
     others = Counter(f"{e.namespace}:{e.type}" for e in source.events if e.namespace != "anagrapheus")
+    total = PinnedUsage()
+    ages = unit_ages(source.events)
+    for unit in units.values():
+        total.add(unit.usage)
+        unit.age = ages.get(unit.unit_id)
     return {
         "path": str(source.path),
         "kind": source.kind,
@@ -101,9 +113,14 @@ def summarise(source: Source, args: argparse.Namespace) -> dict[str, Any]:
                 "pins": u.pins,
                 "attempts": u.attempts,
                 "kinds": dict(sorted(u.kinds.items())),
+                "usage": u.usage.as_json(),
+                "recorded_at": None if u.age is None or u.age.recorded_at is None else u.age.recorded_at.isoformat(),
+                "age_days": None if u.age is None or u.age.age is None else u.age.age.days,
+                "recorded": "unknown" if u.age is None else u.age.describe(),
             }
             for u in units.values()
         ],
+        "usage": total.as_json(),
         "failures": failures,
         "divergences": divergences,
         "other_events": dict(sorted(others.items())),
@@ -129,6 +146,8 @@ def render(facts: dict[str, Any]) -> str:
         ]
         rows.append(["total", "", *[sum(int(row[i]) for row in rows) for i in range(2, 4 + len(kinds))]])
         lines.extend(table(["unit", "state", "pins", "attempts", *kinds], rows))
+        lines.append("")
+        lines.extend(_usage_table(units, facts["usage"]))
     else:
         lines.append("no units")
     lines.append("")
@@ -153,6 +172,22 @@ def render(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cost(usage: dict[str, Any]) -> str:
+    """A unit's price as `show` prints it (the JSON's figures, worded as `PinnedUsage.describe_cost`)."""
+    return PinnedUsage.from_json(usage).describe_cost()
+
+
+def _usage_table(units: list[dict[str, Any]], total: dict[str, Any]) -> list[str]:
+    """Each unit's date (the last instant its runs were given), model calls, tokens and price; then the file's."""
+    rows: list[list[object]] = [[u["unit"], u["recorded"], *_figures(u["usage"])] for u in units]
+    rows.append(["total", "", *_figures(total)])
+    return table(["unit", "recorded", "model calls", "input tokens", "output tokens", "cost"], rows)
+
+
+def _figures(usage: dict[str, Any]) -> list[object]:
+    return [usage["model_calls"], usage["input_tokens"], usage["output_tokens"], _cost(usage)]
+
+
 def run(args: argparse.Namespace) -> Outcome:
     """Show one recording or database."""
     facts = summarise(open_source(args.path, units=args.unit, seal="ignore"), args)
@@ -162,8 +197,9 @@ def run(args: argparse.Namespace) -> Outcome:
 COMMAND = Command(
     "show",
     help="print a recording's or a database's header, units, pins, failures and divergences",
-    description="Print the header (provenance included), then each unit with its pins by kind and attempts,"
-    " then the failures (abandoned units) and the divergences (record-mode replays that left a recording).",
+    description="Print the header (provenance included), then each unit with its pins by kind and attempts, its"
+    " model calls' tokens and price (from pydantic-ai's price data; unpriced where it has none), then the failures"
+    " (abandoned units) and the divergences (record-mode replays that left a recording).",
     arguments=_arguments,
     run=run,
 )

@@ -92,7 +92,8 @@ def _scratch_pin(unit: str, position: int, kind: str, key: str, attempts: int, r
 
 def _changes(args: argparse.Namespace, a: list[UnitView], b: list[UnitView]) -> list[Change]:
     """`anagrapheus diff`'s changes, with the pins on both sides to show."""
-    compared = run_diff(argparse.Namespace(**{**vars(args), "a": args.path, "b": args.against}))
+    # As `diff` compares them by default: without the ids a provider gives each response.
+    compared = run_diff(argparse.Namespace(**{**vars(args), "a": args.path, "b": args.against, "all": False}))
     pins = [{(u.unit_id, p.position): p for u in side for p in u.pins} for side in (a, b)]
     changes: list[Change] = []
     for unit in compared.data["units"]:

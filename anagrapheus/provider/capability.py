@@ -60,7 +60,6 @@ from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import PinResolver
-from anagrapheus.timeline.tracing import answers_untraced
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
 
@@ -146,14 +145,16 @@ class Pinning(AbstractCapability[Any]):
         return None
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        """Keep work answered from pins out of traces and metrics, as a durable engine keeps replayed work out."""
+        """Keep model work answered from pins out of traces and metrics, as a durable engine keeps replayed work out.
+
+        The pins' own spans are exported (outcome `answered`, as `PinnedModel` reports them): a trace of a
+        replayed run shows what was answered, while pydantic-ai's model and tool spans stay out of it.
+        """
         refuse_workflow_code("wrap_run")
-        # A pin's own span, when answered rather than drawn, stays out of traces too (anagrapheus.timeline.tracing).
-        with answers_untraced():
-            if self._per_run is not None:
-                # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
-                return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
-            return await self._recorded(ctx, handler)
+        if self._per_run is not None:
+            # The run's unit is picked now, from the run: its draws go there, and it closes as the run ends.
+            return await self._per_run.serve(ctx, lambda: self._recorded(ctx, handler), started=self._start_served)
+        return await self._recorded(ctx, handler)
 
     async def _recorded(self, ctx: RunContext[Any], handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Run `handler` as `_noted` does, and say how it ended to the runs' clocks (the retry rule)."""
@@ -213,9 +214,7 @@ class Pinning(AbstractCapability[Any]):
         if self._per_run is not None:
             # No run is known before it starts, so no unit: the id is the engine's (a DBOS run's is stable) or fresh.
             return None
-        # Drawn before the run's replay scope opens: an id answered from a pin stays out of traces all the same.
-        with answers_untraced():
-            return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
+        return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
@@ -237,9 +236,8 @@ class Pinning(AbstractCapability[Any]):
         def inputs() -> str | None:
             return place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
 
-        with answers_untraced():
-            clocks.note_place(resolver, ctx.run_id, inputs)
-            clocks.take_up(resolver, ctx.run_id, inputs)
+        clocks.note_place(resolver, ctx.run_id, inputs)
+        clocks.take_up(resolver, ctx.run_id, inputs)
 
     def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for, and pin its id (the engine's, or fresh) where a replay draws it.
@@ -251,9 +249,8 @@ class Pinning(AbstractCapability[Any]):
         clocks = self._clocks(resolver)
         run_id = ctx.run_id
         if run_id is not None:
-            with answers_untraced():
-                place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
-                drawn = clocks.draw_run_id(resolver, lambda: run_id, place=place)
+            place = place_of(ctx.prompt, ctx.messages, ctx.deps, self.caller, resolver)
+            drawn = clocks.draw_run_id(resolver, lambda: run_id, place=place)
             if drawn != run_id:
                 # The unit holds an earlier run's id there (it resumes a run its engine gave another id): this run
                 # takes that run's place, so what it asks again is answered from that run's pins.

@@ -1,10 +1,26 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
 from anagrapheus.deprecation import moved_names
-from anagrapheus.testing.compare import PAIRED_FIELDS, PER_RUN_FIELDS, assert_same_run, comparable, first_difference
+from anagrapheus.testing.calls import (
+    ToolCall,
+    assert_called,
+    assert_called_in_order,
+    assert_called_once,
+    assert_not_called,
+    tool_calls,
+)
+from anagrapheus.testing.compare import (
+    PAIRED_FIELDS,
+    PER_RUN_FIELDS,
+    PROVIDER_ASSIGNED_FIELDS,
+    assert_same_run,
+    comparable,
+    first_difference,
+)
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
 from anagrapheus.testing.rerun import RerunOutcome, rerun
 from anagrapheus.testing.session import Mode, RecordingSession
+from anagrapheus.testing.trials import TrialOutcome, trials
 from anagrapheus.testing.verdict import (
     Conversation,
     Exchange,
@@ -18,6 +34,7 @@ from anagrapheus.testing.verdict import (
 __all__ = [
     "PAIRED_FIELDS",
     "PER_RUN_FIELDS",
+    "PROVIDER_ASSIGNED_FIELDS",
     "AgentBuilder",
     "Conversation",
     "Exchange",
@@ -27,15 +44,23 @@ __all__ = [
     "Mode",
     "RecordingSession",
     "RerunOutcome",
+    "ToolCall",
+    "TrialOutcome",
     "Turn",
     "Verdict",
     "VerdictStatus",
     "aregress",
+    "assert_called",
+    "assert_called_in_order",
+    "assert_called_once",
+    "assert_not_called",
     "assert_same_run",
     "comparable",
     "first_difference",
     "regress",
     "rerun",
+    "tool_calls",
+    "trials",
 ]
 
 # Renamed: `VOLATILE_FIELDS` names the fields a pin key leaves out; this set is the one runs differ by.

@@ -11,7 +11,14 @@ from pydantic_core import to_jsonable_python
 
 from anagrapheus.deprecation import moved_names
 
-__all__ = ["PAIRED_FIELDS", "PER_RUN_FIELDS", "assert_same_run", "comparable", "first_difference"]
+__all__ = [
+    "PAIRED_FIELDS",
+    "PER_RUN_FIELDS",
+    "PROVIDER_ASSIGNED_FIELDS",
+    "assert_same_run",
+    "comparable",
+    "first_difference",
+]
 
 PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id", "request_timestamp", "duration"})
 """The fields `assert_same_run` drops: wall-clock instants and the ids a run is given, not drawn.
@@ -22,6 +29,10 @@ PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id", "request_t
 
 # The old name, for one release: `VOLATILE_FIELDS` names the fields a pin key leaves out, in provider.
 __getattr__ = moved_names(__name__, {"VOLATILE_FIELDS": "anagrapheus.testing.compare:PER_RUN_FIELDS"})
+
+PROVIDER_ASSIGNED_FIELDS = frozenset({"provider_response_id"})
+"""The ids a provider gives each response (OpenAI's `chatcmpl-...`, Anthropic's `msg_...`): new on every call of an
+unchanged run, so dropped like run ids unless asked for (`provider_ids=True`, the command line's `--all`)."""
 
 PAIRED_FIELDS = frozenset({"tool_call_id"})
 """The fields compared by how they pair up rather than by value: each distinct value is renumbered
@@ -36,13 +47,16 @@ def _shown(value: object) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def comparable(value: object, *, ignore: Iterable[str] = ()) -> Any:
+def comparable(value: object, *, ignore: Iterable[str] = (), provider_ids: bool = False) -> Any:
     """Return a JSON-shaped value as runs are compared: volatile fields dropped, paired fields renumbered.
 
-    `PER_RUN_FIELDS` and the names in `ignore` are dropped at any depth; each distinct value of a
-    `PAIRED_FIELDS` field becomes `<call N>`, numbered in order of first appearance.
+    `PER_RUN_FIELDS`, `PROVIDER_ASSIGNED_FIELDS` (unless `provider_ids`) and the names in `ignore` are dropped at
+    any depth; each distinct value of a `PAIRED_FIELDS` field becomes `<call N>`, numbered in order of first
+    appearance.
     """
     dropped = PER_RUN_FIELDS | frozenset(ignore)
+    if not provider_ids:
+        dropped |= PROVIDER_ASSIGNED_FIELDS
     numbers: dict[str, int] = {}
 
     def walk(item: object) -> object:
@@ -128,26 +142,29 @@ def _outcome(run: object) -> dict[str, Any] | None:
     return {"output": to_jsonable_python(getattr(run, "output", None)), "usage": to_jsonable_python(usage)}
 
 
-def assert_same_run(a: object, b: object, *, ignore: Iterable[str] = ()) -> None:
+def assert_same_run(a: object, b: object, *, ignore: Iterable[str] = (), provider_ids: bool = False) -> None:
     """Assert that two runs (results or message lists) asked and answered the same, in the same order.
 
     Compares the sequence of messages and their parts (kinds, content, tool calls with their
     arguments), then the output and the usage when both are run results. Wall-clock instants and
-    run ids are dropped (`PER_RUN_FIELDS`), and so are the field names in `ignore`; tool call ids
+    run ids are dropped (`PER_RUN_FIELDS`), the provider's response ids unless `provider_ids`
+    (`PROVIDER_ASSIGNED_FIELDS`), and the field names in `ignore`; tool call ids
     are compared by how calls and returns pair up, not by value (`PAIRED_FIELDS`). The
     `AssertionError` names the first field or message index that moved.
     """
     ignored = frozenset(ignore)
-    dumped_a = comparable(ModelMessagesTypeAdapter.dump_python(_messages(a), mode="json"), ignore=ignored)
-    dumped_b = comparable(ModelMessagesTypeAdapter.dump_python(_messages(b), mode="json"), ignore=ignored)
+
+    def compared(value: object) -> Any:
+        return comparable(value, ignore=ignored, provider_ids=provider_ids)
+
+    dumped_a = compared(ModelMessagesTypeAdapter.dump_python(_messages(a), mode="json"))
+    dumped_b = compared(ModelMessagesTypeAdapter.dump_python(_messages(b), mode="json"))
     found = first_difference(dumped_a, dumped_b, path="messages")
     if found is None:
         outcome_a, outcome_b = _outcome(a), _outcome(b)
         if outcome_a is not None and outcome_b is not None:
             for name in ("output", "usage"):
-                found = first_difference(
-                    comparable(outcome_a[name], ignore=ignored), comparable(outcome_b[name], ignore=ignored), path=name
-                )
+                found = first_difference(compared(outcome_a[name]), compared(outcome_b[name]), path=name)
                 if found is not None:
                     break
     if found is not None:

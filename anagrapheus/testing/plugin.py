@@ -13,17 +13,27 @@ import shutil
 import tempfile
 import threading
 import tomllib
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from anagrapheus.errors import AnagrapheusError, PinMiss, RecordingConflict, UnresolvedName, UnusedPins
-from anagrapheus.importing import load_typed
+from anagrapheus.errors import (
+    AnagrapheusError,
+    PinMiss,
+    RecordingConflict,
+    RecordingDrifted,
+    UnresolvedName,
+    UnusedPins,
+)
+from anagrapheus.importing import load_object, load_typed
 from anagrapheus.provider import CallPolicy
+from anagrapheus.provider.usage import PinnedUsage
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
+from anagrapheus.timeline import DEFAULT_RULES, SecretPolicy, SecretRule
 
 __all__ = ["DEFAULT_PATH", "MARKER", "recording_name"]
 
@@ -34,7 +44,7 @@ MARKER = "anagrapheus"
 DEFAULT_PATH = "{test_dir}/recordings/{module}/{name}.jsonl"
 """Where a test's recording lives unless configured: `{test_dir}`, `{module}` and `{name}` are filled per test."""
 
-_KEYS = frozenset(("path", "policy", "allow_unused"))
+_KEYS = frozenset(("path", "policy", "allow_unused", "redact", "max_age"))
 _MODE = pytest.StashKey[Mode]()
 _SESSION = pytest.StashKey[RecordingSession]()
 _TABLE = pytest.StashKey[dict[str, Any]]()
@@ -43,6 +53,8 @@ _CLAIMS = pytest.StashKey[Path]()
 # its message alone, where a traceback through the plugin would say nothing more.
 _OURS = pytest.StashKey[AnagrapheusError]()
 _CLAIMS_OPTION = "anagrapheus_claims"
+_REPLAYED = "anagrapheus_replayed"
+"""The user property a replayed test's report carries: what its recording answered (`PinnedUsage.as_json`)."""
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_LIMIT = 120
 
@@ -56,7 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=MODES,
         default=None,
         help="replay (default; a miss fails), record (draw what diverged, rewrite the recording),"
-        " rewrite (draw everything anew) or live (no recording). Default: $ANAGRAPHEUS_MODE or replay.",
+        " rewrite (draw everything anew), live (no recording) or drift (draw every model call live, the world"
+        " from the recording, and fail where the provider now answers otherwise; writes nothing)."
+        " Default: $ANAGRAPHEUS_MODE or replay.",
     )
     group.addoption(
         "--anagrapheus-force",
@@ -106,8 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, settle the mode (refusing record and rewrite under CI) and read the config table."""
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(path=None, policy=None, allow_unused=False): pin every pydantic-ai agent run of the test"
-        " into its recording, replayed strictly unless --anagrapheus says otherwise.",
+        f"{MARKER}(path=None, policy=None, allow_unused=False, redact=None, max_age=None): pin every pydantic-ai"
+        " agent run of the test into its recording, replayed strictly unless --anagrapheus says otherwise.",
     )
     config.stash[_MODE] = _mode(config)
     config.stash[_TABLE] = _table(config)
@@ -167,6 +181,41 @@ def _policy(value: object, *, where: str) -> CallPolicy | None:
         raise pytest.UsageError(f"{where}: policy {e}") from None
 
 
+def _redaction(value: object, *, where: str) -> SecretPolicy | None:
+    """The marker's `redact=`: a `SecretPolicy`, `SecretRule`s beside the default rules, or `MODULE:NAME` of either."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return SecretPolicy()
+    if isinstance(value, str):
+        try:
+            value = load_object(value)
+        except UnresolvedName as e:
+            raise pytest.UsageError(f"{where}: redact {e}") from None
+        if callable(value) and not isinstance(value, SecretPolicy | SecretRule):
+            value = value()  # a function making the policy or the rules, as `policy=` may name one
+    if isinstance(value, SecretPolicy):
+        return value
+    if isinstance(value, SecretRule):
+        value = [value]
+    many = isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
+    rules: list[object] = list(cast("Iterable[object]", value)) if many else []
+    if not rules or not all(isinstance(rule, SecretRule) for rule in rules):
+        raise pytest.UsageError(
+            f"{where}: redact takes a SecretPolicy, SecretRules or 'module:NAME' naming either, not {value!r}"
+        )
+    return SecretPolicy((*DEFAULT_RULES, *cast("list[SecretRule]", rules)))
+
+
+def _max_age(value: object, *, where: str) -> timedelta | None:
+    """The marker's `max_age=`: a `timedelta`, or a number of days."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return timedelta(days=value)
+    raise pytest.UsageError(f"{where}: max_age takes a timedelta or a number of days, not {value!r}")
+
+
 def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
     """Marker keywords (closest first) over the `anagrapheus_config` fixture over `[tool.anagrapheus]`."""
     test_dir = item.path.parent
@@ -197,12 +246,14 @@ def _settings(item: pytest.Item, fixture: Mapping[str, Any], table: Mapping[str,
         "path": path if path.is_absolute() else bases.get("path", test_dir) / path,
         "policy": _policy(chosen.get("policy"), where=item.nodeid),
         "allow_unused": allow_unused,
+        "redact": _redaction(chosen.get("redact"), where=item.nodeid),
+        "max_age": _max_age(chosen.get("max_age"), where=item.nodeid),
     }
 
 
 @pytest.fixture
 def anagrapheus_config() -> dict[str, Any]:
-    """Override in a conftest.py to set `path`, `policy` or `allow_unused` for the tests below it."""
+    """Override in a conftest.py to set `path`, `policy`, `allow_unused`, `redact` or `max_age` for the tests below."""
     return {}
 
 
@@ -220,6 +271,8 @@ def anagrapheus(request: pytest.FixtureRequest, anagrapheus_config: dict[str, An
             mode=item.config.stash[_MODE],
             policy=settings["policy"],
             allow_unused=settings["allow_unused"],
+            redact=settings["redact"],
+            max_age=settings["max_age"],
         )
     except AnagrapheusError as e:
         item.stash[_OURS] = e
@@ -264,7 +317,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     except AnagrapheusError as e:
         item.stash[_OURS] = e
         raise
+    if session.replayed is not None:
+        # On the report (xdist carries user properties to the controller), for the session's summary line.
+        item.user_properties.append((_REPLAYED, session.replayed.as_json()))
     return outcome
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say what the replays spared: the model calls the recordings answered, their tokens and their price."""
+    spared = PinnedUsage()
+    tests = 0
+    for report in terminalreporter.stats.get("passed", []):
+        for name, value in cast("list[tuple[str, object]]", getattr(report, "user_properties", [])):
+            if name == _REPLAYED and isinstance(value, dict):
+                tests += 1
+                spared.add(PinnedUsage.from_json(cast("dict[str, Any]", value)))
+    if tests:
+        terminalreporter.write_line(spared.spared_line(tests))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -286,7 +355,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = account
     elif error is ours:
         text = f"{item.nodeid}: {error}"
-        if isinstance(error, UnusedPins | PinMiss) and session is not None:
+        if isinstance(error, UnusedPins | PinMiss | RecordingDrifted) and session is not None:
             text += f"\n  re-record: {session.rerecord}"
         report.longrepr = text
     elif session is not None and report.when == "call":

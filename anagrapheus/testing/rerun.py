@@ -7,6 +7,7 @@ Each run ends `same` (no miss, the recorded output), `diverged` (what moved) or 
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -18,10 +19,10 @@ from pydantic_ai import Agent
 
 from anagrapheus.errors import PinMiss, UsageError
 from anagrapheus.provider import Pinning, every_agent_run, refuse_model_requests
-from anagrapheus.provider.discovery import TOOLSET_INSTRUCTIONS, TOOLSET_TOOLS
 from anagrapheus.provider.inputs import RecordedRun, output_json, recorded_runs
-from anagrapheus.provider.outputs import OUTPUT_CALL
-from anagrapheus.provider.tools import TOOL_CALL
+from anagrapheus.provider.keying.request import MODEL_CALL
+from anagrapheus.testing.calls import ToolCall, tool_calls
+from anagrapheus.testing.drift import WORLD_KINDS, CallDrift, DriftPins, drifted_calls
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
     EventTypeRegistry,
@@ -47,11 +48,9 @@ __all__ = [
     "rerun_events",
 ]
 
-RerunStatus = Literal["same", "diverged", "failed"]
-"""How a re-run run ended against its recording."""
-
-WORLD_KINDS = frozenset((TOOL_CALL, TOOLSET_TOOLS, TOOLSET_INSTRUCTIONS, OUTPUT_CALL))
-"""The pin kinds that read the world (tools, MCP servers, output functions): answered only from pins."""
+RerunStatus = Literal["same", "diverged", "failed", "drifted"]
+"""How a re-run run ended against its recording (`drifted`: asked with `drift=True`, a live model call answered
+otherwise than recorded)."""
 
 
 @dataclass(frozen=True)
@@ -74,11 +73,16 @@ class RerunOutcome:
     """The output this run gave, when it completed."""
     prompt: object = field(default=None, repr=False)
     """The recorded prompt the run was asked."""
+    calls: tuple[CallDrift, ...] = ()
+    """With `drift=True`: each model call the run asked live, against the recorded answer."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls the run made (its new messages'), when it completed."""
 
     def describe(self) -> str:
         """One line (or a paragraph, when it diverged) naming the run and how it ended."""
         head = f"run {self.run_id} of unit {self.unit_id}: {self.status}"
-        return head if not self.detail else f"{head}: {self.detail}"
+        text = head if not self.detail else f"{head}: {self.detail}"
+        return "\n    ".join([text, *(call.describe() for call in self.calls)])
 
 
 class WorldPinned(DelegatingResolver):
@@ -109,9 +113,18 @@ def rerun(
     unit: str | None = None,
     live_model: bool = False,
     deps: Callable[[RecordedRun], object] | None = None,
+    drift: bool = False,
+    provider_ids: bool = False,
 ) -> list[RerunOutcome]:
-    """Ask each recorded run of `unit` (or of every unit) in the recording or database at `path` again of `agent`."""
-    return rerun_events(read_events(path), agent, unit=unit, live_model=live_model, deps=deps)
+    """Ask each recorded run of `unit` (or of every unit) in the recording or database at `path` again of `agent`.
+
+    With `drift`, every model call is drawn live (the world still answered from pins) and compared with its
+    recorded answer (`RerunOutcome.calls`; `provider_ids` compares the provider's response ids too); a run
+    with a call answered otherwise, or asking what the recording lacks, is `drifted`. Nothing is written.
+    """
+    return rerun_events(
+        read_events(path), agent, unit=unit, live_model=live_model, deps=deps, drift=drift, provider_ids=provider_ids
+    )
 
 
 def rerun_events(
@@ -121,6 +134,8 @@ def rerun_events(
     unit: str | None = None,
     live_model: bool = False,
     deps: Callable[[RecordedRun], object] | None = None,
+    drift: bool = False,
+    provider_ids: bool = False,
 ) -> list[RerunOutcome]:
     """Like `rerun`, over events already read; the runs of a unit are asked in the order they were recorded."""
     events = list(events)
@@ -136,26 +151,38 @@ def rerun_events(
             pins = ReplayPins.from_events(events, registry, unit_id=unit_id)
             with ExitStack() as stack:
                 resolver: PinResolver = pins
-                if live_model:
+                live: PinLedger | None = None
+                if live_model or drift:
                     store = stack.enter_context(SQLiteEventStore(Path(scratch) / f"{len(outcomes)}.db"))
                     live = PinLedger(store, registry)
                     stack.callback(live.abandon, reason="a re-run with the model live: nothing is kept")
-                    resolver = WorldPinned(pins, live)
+                    resolver = DriftPins(pins, live) if drift else WorldPinned(pins, live)
                 else:
                     stack.enter_context(refuse_model_requests())
                     stack.enter_context(loopback_only())
                 stack.enter_context(every_agent_run(Pinning(resolver, record_inputs=False)))
-                outcomes.extend(_asked(agent, run, deps) for run in runs if run.unit_id == unit_id)
+                for run in runs:
+                    if run.unit_id != unit_id:
+                        continue
+                    if live is None or not drift:
+                        outcomes.append(_asked(agent, run, deps))
+                        continue
+                    asked_before = sum(1 for pin in live.pins() if pin.kind.split("!")[0] == MODEL_CALL)
+                    outcome = _asked(agent, run, deps)
+                    calls = drifted_calls(pins, live, provider_ids=provider_ids, since=asked_before)
+                    outcomes.append(_drifted(outcome, tuple(calls)))
     return outcomes
 
 
 def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun], object] | None) -> RerunOutcome:
     """Ask one recorded run again and judge how it ended."""
+    made: tuple[ToolCall, ...] = ()
 
     def ends(
         status: RerunStatus, detail: str = "", moved: tuple[str, ...] = (), output: JSONValue = None
     ) -> RerunOutcome:
         return RerunOutcome(
+            tool_calls=made,
             unit_id=run.unit_id,
             run_id=run.run_id,
             status=status,
@@ -186,12 +213,25 @@ def _asked(agent: Agent[Any, Any], run: RecordedRun, deps: Callable[[RecordedRun
             return ends("same", detail=f"failed as recorded: {run.error}")
         return ends("failed", detail=f"{type(e).__name__}: {e}")
     output = output_json(result.output)
+    made = tuple(tool_calls(result.new_messages()))
     if run.outcome == "failed":
         return ends("diverged", moved=("outcome",), detail=f"completed; it failed: {run.error}")
     if canonical_json(output) != canonical_json(run.output):
         detail = f"the output moved: recorded {canonical_json(run.output)[:200]}, now {canonical_json(output)[:200]}"
         return ends("diverged", moved=("output",), detail=detail, output=output)
     return ends("same", output=output)
+
+
+def _drifted(outcome: RerunOutcome, calls: tuple[CallDrift, ...]) -> RerunOutcome:
+    """A run asked with its model live, judged by its calls: `same` only when every answer was the recorded one."""
+    moved = [call for call in calls if call.status != "same"]
+    if not moved and outcome.status in ("same", "failed"):
+        # Every answer as recorded: a failure is the agent's own, not drift.
+        return dataclasses.replace(outcome, calls=calls)
+    detail = f"{len(moved)} of {len(calls)} model call(s) answered otherwise or asked anew"
+    if outcome.status != "same":
+        detail += f"; then {outcome.detail}"
+    return dataclasses.replace(outcome, status="drifted", detail=detail, calls=calls)
 
 
 def ask_recorded_runs(

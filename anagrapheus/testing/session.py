@@ -9,14 +9,25 @@ import os
 import tempfile
 from collections.abc import Generator
 from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal, get_args
 
-from anagrapheus.errors import PinMiss, RecordingError, RecordingMissing, UnusedPins, UsageError
+from anagrapheus.errors import (
+    PinMiss,
+    RecordingDrifted,
+    RecordingError,
+    RecordingExpired,
+    RecordingMissing,
+    UnusedPins,
+    UsageError,
+)
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.callers import CALLER_SALT
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
 from anagrapheus.provider.run_clock import RUN_PLACE
+from anagrapheus.provider.usage import PinnedUsage, usage_by_unit
+from anagrapheus.testing.drift import DriftPins, drifted_calls
 from anagrapheus.testing.miss import write_miss
 from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
@@ -28,18 +39,22 @@ from anagrapheus.timeline import (
     PinResolver,
     RecordingHeader,
     ReplayPins,
+    SecretPolicy,
     SeededRun,
     SQLiteEventStore,
     write_recording,
 )
+from anagrapheus.timeline.ages import expired
 from anagrapheus.timeline.events import RunInputs, events_of
+from anagrapheus.timeline.recording import read_recording
 
 __all__ = ["MODES", "Mode", "RecordingSession"]
 
-Mode = Literal["replay", "record", "rewrite", "live"]
+Mode = Literal["replay", "record", "rewrite", "live", "drift"]
 """`replay` answers only from the recording (a miss fails); `record` answers what matches and draws what
 diverged, then rewrites the recording with the pins used; `rewrite` draws everything anew; `live` reads
-and writes no recording."""
+and writes no recording; `drift` draws every model call live, the world still from the recording, fails
+where the provider now answers otherwise, and writes nothing."""
 
 MODES: tuple[Mode, ...] = get_args(Mode)
 
@@ -52,7 +67,9 @@ class RecordingSession:
     under `replay` it fails on pins never asked for, under `record` and `rewrite` it writes the file.
     The pins are drawn into a scratch database; the recording's unit id, event ids and times are
     seeded from `name`, so re-recording an unchanged run writes the same bytes. The recording is
-    stamped with `policy`'s identity, and read back only under the same policy.
+    stamped with `policy`'s identity, and read back only under the same policy. `redact` writes what its
+    rules match as placeholders instead of refusing the file. With `max_age`, replaying a recording holding a
+    unit recorded longer ago raises `RecordingExpired` before the run (a unit of unknown date is not judged).
     """
 
     def __init__(
@@ -64,6 +81,8 @@ class RecordingSession:
         mode: Mode = "replay",
         policy: CallPolicy | None = None,
         allow_unused: bool = False,
+        redact: SecretPolicy | None = None,
+        max_age: timedelta | None = None,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -77,6 +96,10 @@ class RecordingSession:
         """The command that records it again."""
         self.allow_unused = allow_unused
         """Whether a replay may leave recorded pins unasked."""
+        self.redact = redact
+        """The rules whose matches are written as placeholders (`write_recording(redact=)`); None refuses them."""
+        self.replayed: PinnedUsage | None = None
+        """Under `replay`, once the run passed: the model calls the recording answered, their tokens and price."""
         if mode in ("record", "rewrite"):
             # Refused before the run draws anything: a folder that cannot be made would cost every draw.
             _check_folder(self.path, shown=self.shown_path)
@@ -88,13 +111,15 @@ class RecordingSession:
         unit_id = SeededRun(f"anagrapheus-unit:{name}").new_id()
         self._ledger: PinLedger | None = None
         self._replay: ReplayPins | None = None
-        self.missing = mode == "replay" and not self.path.exists()
+        self.missing = mode in ("replay", "drift") and not self.path.exists()
         """Whether replay was asked of a recording that does not exist."""
         # A recording that holds its runs' inputs (a test exported from a production run asks them again) keeps
         # them when it is recorded again; any other keeps its pins only, as it always has. Canonical JSON spells it so.
         self._with_inputs = mode in ("record", "rewrite") and _holds_inputs(self.path)
         try:
             resolver = self._open(unit_id)
+            if max_age is not None and mode in ("replay", "drift") and self.path.exists():
+                self._refuse_expired(max_age)
         except BaseException:
             # A recording that cannot be read (its RecordingError names the line) leaves no scratch behind.
             self._store.close()
@@ -106,6 +131,14 @@ class RecordingSession:
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
 
     def _open(self, unit_id: str) -> PinResolver:
+        if self.mode == "drift":
+            self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
+            self._replay = (
+                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy)
+                if self.path.exists()
+                else ReplayPins.from_events((), self._types)
+            )
+            return DriftPins(self._replay, self._ledger)
         if self.mode not in ("replay", "record"):
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             return self._ledger
@@ -126,6 +159,12 @@ class RecordingSession:
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
         return self._replay
+
+    def _refuse_expired(self, max_age: timedelta) -> None:
+        """Raise `RecordingExpired` when a unit of the recording was recorded longer ago than `max_age`."""
+        old = expired(read_recording(self.path, provenance="ignore").ages(), max_age)
+        if old:
+            raise RecordingExpired(self.shown_path, max_age=max_age, units=old, rerecord=self.rerecord)
 
     @property
     def shown_path(self) -> str:
@@ -176,8 +215,22 @@ class RecordingSession:
             unused = self.unused()
             if unused and not self.allow_unused:
                 raise UnusedPins(self.shown_path, unused=unused)
+            self.replayed = PinnedUsage()
+            if self.path.exists():
+                # Opened and checked above; read again for the answers, which the replay does not hand out.
+                events = read_recording(self.path, provenance="ignore").events
+                for usage in usage_by_unit(events, skip=unused).values():
+                    self.replayed.add(usage)
             return None
         assert self._ledger is not None
+        if self.mode == "drift":
+            assert self._replay is not None
+            calls = drifted_calls(self._replay, self._ledger)
+            self._ledger.abandon(reason="drift: the recording is compared, never written")
+            drifted = [call.describe() for call in calls if call.status != "same"]
+            if drifted:
+                raise RecordingDrifted(self.shown_path, calls=drifted)
+            return None
         if self.mode == "live":
             self._ledger.abandon(reason="live run: nothing is recorded")
             return None
@@ -213,7 +266,7 @@ class RecordingSession:
             recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
             rerecord=self.rerecord,
         )
-        return write_recording(self.path, events, header=header, call_policy=self._policy)
+        return write_recording(self.path, events, header=header, call_policy=self._policy, redact=self.redact)
 
     def report(self) -> str | None:
         """A short account of where the run left its recording and how to record it again; None if it did not."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from anagrapheus.errors import AnagrapheusError, RecordingError, UsageError
+from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpired, UsageError
+from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
@@ -32,6 +34,10 @@ class Recording:
     """The events in file order; event N sits on line N + 1."""
     seal: Seal | None = None
     """The seal the file holds (None: unsealed); kept apart from `header`, whose `details` never show it."""
+
+    def ages(self, *, now: datetime | None = None) -> dict[str, UnitAge]:
+        """When each unit was recorded (the last instant its runs were given) and how old it is; see `unit_ages`."""
+        return unit_ages(self.events, now=now)
 
     def decode(
         self, registry: EventTypeRegistry | None = None, *, upcasts: UpcastRegistry | None = None
@@ -69,6 +75,7 @@ def read_recording(
     provenance: ProvenanceCheck = "warn",
     data: bytes | None = None,
     seal: SealCheck = "verify",
+    max_age: timedelta | None = None,
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -88,7 +95,8 @@ def read_recording(
     recording is read as it is.
 
     With `data`, the recording is those bytes, already read (a pipe can be read only once), and
-    `path` only names it in messages.
+    `path` only names it in messages. With `max_age`, a unit recorded longer ago (by the instants its runs
+    were given: `Recording.ages()`) raises `RecordingExpired`; a unit of unknown date is not judged.
     """
     source = Path(path)
     where = str(path)
@@ -99,6 +107,10 @@ def read_recording(
     recording = Recording(path=source, header=header, events=tuple(events), seal=sealed)
     if registry is not None:
         recording.decode(registry, upcasts=upcasts)
+    if max_age is not None:
+        old = expired(recording.ages(), max_age)
+        if old:
+            raise RecordingExpired(where, max_age=max_age, units=old, rerecord=header.rerecord)
     return recording
 
 

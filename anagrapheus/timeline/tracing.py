@@ -1,9 +1,8 @@
 """Spans for pins: every resolve, commit and abandon reported through OpenTelemetry's API (no SDK needed).
 
 A span is made only where a tracer provider is set (the user's, or logfire's); without one, opening a pin's span
-costs one check of OpenTelemetry's global. Inside `answers_untraced()` (which `Pinning` opens with pydantic-ai's
-replay scope) a span whose pin was answered, not drawn, is never ended, so never exported: replayed work stays
-out of traces, as pydantic-ai keeps a durable engine's replayed work out.
+costs one check of OpenTelemetry's global. Inside `answers_untraced()` a span whose pin was answered, not drawn,
+is never ended, so never exported (`Pinning` no longer opens it: a replay's pins are spans, outcome `answered`).
 """
 
 from __future__ import annotations

@@ -87,8 +87,24 @@ def _write_view(recording: Path, report: ReplayReport, page: Path) -> None:
     print(f"Wrote {_shown(page)}: open it in a browser (j/k move between pins, d jumps to the divergence)")
 
 
-def _evals(path: Path) -> int:
-    """Score the two candidate pairs over the recording's runs, with pydantic-evals, the world pinned."""
+DEFAULT_MIN_SHARE = 0.8
+"""`--evals` fails (exit 1) when a candidate passes an evaluator on fewer than this share of the cases."""
+
+
+def _share(text: str) -> float:
+    """A share from 0 to 1, as `--min-share` takes it."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 <= share <= 1:
+        raise argparse.ArgumentTypeError(f"a share from 0 to 1 (0.8 is 80%), not {text!r}")
+    return share
+
+
+def _evals(path: Path, min_share: float) -> int:
+    """Score the two candidate pairs over the recording's runs, with pydantic-evals, the world pinned; gate them."""
+    from anagrapheus.evals import below
     from examples.negotiation.evals import evaluate
 
     try:
@@ -97,10 +113,18 @@ def _evals(path: Path) -> int:
         print(f"cannot evaluate: {e}", file=sys.stderr)
         return 2
     print(f"Scoring two candidate negotiators on {_shown(path)}: one case per recorded run, the world pinned.")
+    failing: list[str] = []
     for name, result in scored.items():
         passed = ", ".join(f"{evaluator} {share:.0%}" for evaluator, share in result.passed.items())
         failures = len(result.report.failures)
         print(f"  {name:<12} {len(result.report.cases)} case(s) scored, {failures} failed to run: {passed}")
+        low = below(result.report, min_share)
+        if low:
+            failing.append(f"{name} ({', '.join(f'{evaluator} {share:.0%}' for evaluator, share in low.items())})")
+    if failing:
+        print(f"Below the threshold of {min_share:.0%} (--min-share): {'; '.join(failing)}")
+        return 1
+    print(f"Every candidate passed every evaluator on at least {min_share:.0%} of the cases (--min-share).")
     return 0
 
 
@@ -140,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
         "--evals",
         action="store_true",
         help="score two candidate negotiators with pydantic-evals on the pinned world (installed beside)",
+    )
+    parser.add_argument(
+        "--min-share",
+        type=_share,
+        default=DEFAULT_MIN_SHARE,
+        metavar="SHARE",
+        help="with --evals: the share of cases (0 to 1) each candidate must pass with each evaluator, else exit 1"
+        f" (default {DEFAULT_MIN_SHARE})",
     )
     mode.add_argument(
         "--fork",
@@ -204,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(exit {verdict.exit_code})")
         return 0
     if args.evals:
-        return _evals(path)
+        return _evals(path, args.min_share)
     if args.fork:
         return _fork(path)
     how = "with the UK's round-3 prompt reworded" if args.diverge else "strictly"

@@ -30,7 +30,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import EventTypeRegistry, PinLedger, SQLiteEventStore
-from anagrapheus.evals import dataset_from_recording, pinned_task
+from anagrapheus.evals import dataset_from_recording, passed_shares, pinned_task
 from anagrapheus.provider import Forked, fork_run
 from anagrapheus.provider.inputs import RecordedRun
 from anagrapheus.testing.rerun import read_events
@@ -113,12 +113,7 @@ def evaluate(path: Path, *, live_model: bool = False) -> dict[str, Scored]:
     scored: dict[str, Scored] = {}
     for name, build in CANDIDATES.items():
         report = dataset.evaluate_sync(_task(path, build(), live_model=live_model), name=name, progress=False)
-        totals: dict[str, list[bool]] = {}
-        for case in report.cases:
-            for evaluator, result in case.assertions.items():
-                totals.setdefault(evaluator, []).append(bool(result.value))
-        passed = {evaluator: sum(values) / len(values) for evaluator, values in totals.items()}
-        scored[name] = Scored(report=report, passed=passed)
+        scored[name] = Scored(report=report, passed=passed_shares(report))
     return scored
 
 

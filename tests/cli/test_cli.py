@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.cli import main
 from anagrapheus.provider import PinnedModel
@@ -31,6 +35,11 @@ from tests.cli_fixtures import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NEGOTIATION = str(RECORDING.relative_to(ROOT))
+
+
+def undated(text: str) -> str:
+    """`show`'s output with each unit's age (`335 days ago`, a day older tomorrow) left out; its date stays."""
+    return re.sub(r"\((\d+) days ago\)", lambda days: f"({'N' * len(days[1])} days ago)", text)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -65,7 +74,7 @@ def test_show_prints_the_header_then_units_pins_by_kind_and_attempts(capsys: pyt
     code, out, _ = cli(capsys, "show", NEGOTIATION)
 
     assert code == 0
-    assert out == snapshot("""\
+    assert undated(out) == snapshot("""\
 recordings/negotiation.jsonl
   format         anagrapheus.recording, 67 event(s)
   description    A 4-round EU-UK fisheries negotiation: two negotiators on distinct models, pinned
@@ -89,6 +98,13 @@ eu-uk-talks-round-3  committed    16        16          2           4          4
 eu-uk-talks-round-4  committed    10        10          2           2          2       2          2          0
 total                             59        59          9          14         14       8          8          6
 
+unit                 recorded                   model calls  input tokens  output tokens  cost
+eu-uk-talks-round-1  2026-01-05 (NNN days ago)            4           401             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-2  2026-01-05 (NNN days ago)            4           587             64  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-3  2026-01-05 (NNN days ago)            4           793             63  unpriced (scripted-eu, scripted-uk)
+eu-uk-talks-round-4  2026-01-05 (NNN days ago)            2           480             36  unpriced (scripted-eu, scripted-uk)
+total                                                    14          2261            227  unpriced (scripted-eu, scripted-uk)
+
 failures: none
 divergences: none
 """)
@@ -99,6 +115,9 @@ def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) ->
 
     report = json.loads(out)
     assert code == report["exit_code"] == 0
+    assert report["units"][0].pop("recorded_at") == "2026-01-05T09:00:47+00:00"
+    assert report["units"][0].pop("age_days") > 300
+    assert undated(report["units"][0].pop("recorded")) == "2026-01-05 (NNN days ago)"
     assert report["header"]["models"] == {"EU": "function:scripted-eu", "UK": "function:scripted-uk"}
     assert report["units"] == snapshot(
         [
@@ -108,6 +127,13 @@ def test_show_json_carries_the_same_facts(capsys: pytest.CaptureFixture[str]) ->
                 "pins": 10,
                 "attempts": 10,
                 "kinds": {"entity_id": 2, "model_call": 2, "run_clock": 2, "run_id": 2, "run_place": 2},
+                "usage": {
+                    "model_calls": 2,
+                    "input_tokens": 480,
+                    "output_tokens": 36,
+                    "cost_usd": None,
+                    "unpriced": {"scripted-eu": 1, "scripted-uk": 1},
+                },
             }
         ]
     )
@@ -130,6 +156,12 @@ support-1  committed     1         1           1
 support-2  abandoned     0         0           0
 support-3  open          1         1           1
 total                    2         2           2
+
+unit       recorded  model calls  input tokens  output tokens  cost
+support-1  unknown             1            54              6  unpriced (counting)
+support-2  unknown             0             0              0  -
+support-3  unknown             0             0              0  -
+total                          1            54              6  unpriced (counting)
 
 failures: 1
   support-2: abandoned with 1 pin(s), 1 attempt(s): the customer hung up (support.db (seq 2))
@@ -442,7 +474,9 @@ def test_the_cli_reference_shows_what_the_command_prints(
     argv = shlex.split(command.removeprefix("$ anagrapheus "))
     main(argv)
     out = capsys.readouterr().out
-    assert [line.rstrip() for line in out.splitlines()] == [line.rstrip() for line in expected.splitlines()]
+    assert [line.rstrip() for line in undated(out).splitlines()] == [
+        line.rstrip() for line in undated(expected).splitlines()
+    ]
 
 
 # diff
@@ -713,3 +747,138 @@ def test_export_refuses_a_unit_holding_a_credential_unless_redacted(
 
     assert cli(capsys, "export", str(database), "--unit", "leaky", "-o", str(target), "--redact")[0] == 0
     assert cli(capsys, "check", str(target))[0] == 0
+
+
+def test_diff_leaves_out_the_ids_a_provider_gives_each_response_unless_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two recordings of one unchanged run through OpenAI: every response carries a new `chatcmpl-...` id.
+    last = model_call_lines()[-1]
+    sides: list[str] = []
+    for name in ("a", "b"):
+        raw = read_ordered(json.loads(NEGOTIATION_LINES[last - 1])["payload"]["raw"])
+        assert isinstance(raw, dict)
+        raw["provider_response_id"] = f"chatcmpl-{name}"
+        sides.append(str(rewritten(tmp_path, f"{name}.jsonl", last, {"raw": ordered(raw)})))
+
+    code, out, _ = cli(capsys, "diff", *sides)
+    assert (code, out.splitlines()[-1]) == (0, "same: 4 unit(s), 59 pin(s)")
+
+    code, out, _ = cli(capsys, "diff", *sides, "--all")
+    assert code == 1
+    assert out.splitlines()[-2].strip() == snapshot(
+        "same request, another result: result.provider_response_id: 'chatcmpl-a' != 'chatcmpl-b'"
+    )
+
+
+def test_export_redacts_personal_data_by_the_users_own_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = tmp_path / "desk.db"
+    with SQLiteEventStore(database) as store:
+        ledger = PinLedger(store, builtin_types(), unit_id="desk")
+        answer = "Refund sent to ana@example.org for order ORD-88231."
+        Agent(PinnedModel(Counting(answer).model, ledger)).run_sync("Refund my order")
+        ledger.commit()
+    target = tmp_path / "desk.jsonl"
+    export = ("export", str(database), "--unit", "desk", "-o", str(target))
+
+    # Personal data is no credential: the default rules write it as it is.
+    assert cli(capsys, *export)[0] == 0
+    assert "ana@example.org" in target.read_text()
+
+    rules = ("--redact-rule", r"email=[\w.]+@[\w.]+", "--redact-rule", "order=ORD-(?P<secret>[0-9]+)")
+    assert cli(capsys, *export, *rules)[0] == 0
+    text = target.read_text()
+    assert "ana@example.org" not in text and "88231" not in text
+    assert "Refund sent to [redacted:email:1] for order ORD-[redacted:order:1]." in text.replace("\\", "")
+
+    # A policy of the project's own, named as the other commands name objects.
+    (tmp_path / "personal.py").write_text(
+        "from anagrapheus import SecretPolicy\n"
+        "from anagrapheus.timeline import DEFAULT_RULES, EMAIL_RULE\n"
+        "POLICY = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli(capsys, *export, "--redact-policy", "personal:POLICY")[0] == 0
+    text = target.read_text()
+    assert "ana@example.org" not in text and "ORD-88231" in text
+
+    for wrong, complaint in (
+        (("--redact-rule", "email"), "bad input: email: expected --redact-rule NAME=REGEX"),
+        (("--redact-rule", "email=(["), "bad input: email=([: not a regular expression"),
+        (
+            ("--redact-rule", "a=b", "--redact-policy", "personal:POLICY"),
+            "bad input: personal:POLICY: give --redact-rule or --redact-policy, not both",
+        ),
+        (("--redact-policy", "personal:NOPE"), "bad input: personal:NOPE: personal has no NOPE"),
+    ):
+        code, _, err = cli(capsys, *export, *wrong)
+        assert (code, err.startswith(complaint)) == (2, True), err
+
+
+def test_show_gives_each_units_tokens_and_the_price_pydantic_ais_price_data_puts_on_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def priced(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[TextPart("The UK holds firm.")], usage=RequestUsage(input_tokens=1000, output_tokens=500)
+        )
+
+    database = tmp_path / "priced.db"
+    with SQLiteEventStore(database) as store:
+        for unit, model in (
+            ("gpt", FunctionModel(priced, model_name="gpt-4o")),
+            ("scripted", FunctionModel(priced, model_name="desk")),
+        ):
+            ledger = PinLedger(store, builtin_types(), unit_id=unit)
+            Agent(PinnedModel(model, ledger)).run_sync("Round 1: state the UK position.")
+            ledger.commit()
+
+    code, out, _ = cli(capsys, "show", str(database))
+    assert code == 0
+    usage = out[out.rindex("unit", 0, out.index("model calls")) :].split("\n\n")[0]
+    assert usage == snapshot("""\
+unit      recorded  model calls  input tokens  output tokens  cost
+gpt       unknown             1          1000            500  $0.0075
+scripted  unknown             1          1000            500  unpriced (desk)
+total                         2          2000           1000  $0.0075 + 1 unpriced (desk)\
+""")
+    report = json.loads(cli(capsys, "show", str(database), "--json")[1])
+    assert [unit["usage"] for unit in report["units"]] == snapshot(
+        [
+            {"model_calls": 1, "input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0075, "unpriced": {}},
+            {"model_calls": 1, "input_tokens": 1000, "output_tokens": 500, "cost_usd": None, "unpriced": {"desk": 1}},
+        ]
+    )
+    assert report["usage"]["cost_usd"] == 0.0075
+
+
+def test_a_model_call_pin_that_holds_no_response_is_counted_unpriced() -> None:
+    from anagrapheus.provider.usage import pinned_usage
+
+    usage = pinned_usage({"parts": "not a list"})
+    assert (usage.model_calls, usage.unpriced, usage.describe_cost()) == (1, {"unknown": 1}, "unpriced (unknown)")
+
+
+def test_check_max_age_fails_a_unit_recorded_longer_ago_and_notes_undated_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "check", NEGOTIATION, "--max-age", "30")
+    assert code == 1
+    assert undated(out.splitlines()[0]) == (
+        "recordings/negotiation.jsonl: [age] unit eu-uk-talks-round-1 was recorded 2026-01-05 (NNN days ago):"
+        " older than --max-age 30 days"
+    )
+    code, out, _ = cli(capsys, "check", NEGOTIATION, "--max-age", "100000")
+    assert (code, out) == (
+        0,
+        "recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, age)\n",
+    )
+
+    database = units_database(tmp_path / "support.db")
+    code, out, _ = cli(capsys, "check", str(database), "--max-age", "1")
+    assert code == 0
+    assert out.splitlines()[-1].endswith(
+        "[age] note: no recorded date (no run clock pinned) for unit(s) support-1: not judged"
+    )

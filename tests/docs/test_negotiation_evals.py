@@ -72,9 +72,28 @@ def test_two_candidate_negotiators_scored_by_pydantic_evals_on_the_pinned_world(
     assert house_style.passed == {"EqualsExpected": 1 / 8, "StatesAShare": 2 / 8}
     assert recorded.report.failures == [] and house_style.report.failures == []
 
-    assert main(["--evals"]) == 0
+    # The house style passes too few cases: below the default threshold (80%), the demo fails.
+    assert main(["--evals"]) == 1
     out = capsys.readouterr().out
     assert "recorded     8 case(s) scored, 0 failed to run: EqualsExpected 100%, StatesAShare 100%" in out
+    assert out.splitlines()[-1] == (
+        "Below the threshold of 80% (--min-share): house style (EqualsExpected 12%, StatesAShare 25%)"
+    )
+    assert main(["--evals", "--min-share", "0.1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Every candidate passed every evaluator on at least 10% of the cases (--min-share)."
+    )
+
+
+def test_the_evals_threshold_is_stated_in_the_help_and_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "(default 0.8)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as exited:
+        main(["--evals", "--min-share", "80"])
+    assert exited.value.code == 2
+    assert "a share from 0 to 1 (0.8 is 80%), not '80'" in capsys.readouterr().err
 
 
 def test_without_pydantic_evals_the_demo_says_how_to_install_it(

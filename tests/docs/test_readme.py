@@ -31,8 +31,28 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
         command = ci_command(name)
         assert command in readme_lines(), f"README.md lacks .ci/run's {name} on a line of its own: {command}"
     quick_start = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    commands = [line.strip() for line in quick_start.splitlines() if line.strip().startswith("python3 -m venv")]
+    starts = ("python3 -m venv", "test -d .venv")
+    commands = [line.strip() for line in quick_start.splitlines() if line.strip().startswith(starts)]
     assert commands == [ci_command("DEMO_COMMAND"), ci_command("TEST_COMMAND")]
+
+
+def test_the_test_command_reuses_the_demos_venv_and_makes_one_on_a_fresh_clone(tmp_path: Path) -> None:
+    # Only the set-up, up to the activation: with the venv there it is kept as it is; without, it is made.
+    setup = ci_command("TEST_COMMAND").split(" && pip install", 1)[0] + " && echo ready"
+    kept = tmp_path / "with" / ".venv" / "bin"
+    kept.mkdir(parents=True)
+    (kept / "activate").write_text("KEPT=yes\n")
+    run = subprocess.run(["bash", "-c", setup + " $KEPT"], cwd=kept.parents[1], capture_output=True, text=True)
+    assert (run.returncode, run.stdout) == (0, "ready yes\n")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    made = subprocess.run(
+        ["bash", "-c", setup.replace("python3 -m venv", f"{sys.executable} -m venv --without-pip")],
+        cwd=fresh,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0 and (fresh / ".venv" / "bin" / "activate").is_file(), made.stderr
 
 
 def test_readme_states_the_python_the_package_requires() -> None:

@@ -1,4 +1,4 @@
-"""Telemetry under `Pinning`: a span that covered only answers from pins is not exported; drawn work is."""
+"""Telemetry under `Pinning`: pydantic-ai's spans of work answered from pins are not exported; the pins' own are."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 
 from anagrapheus import Pinning
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.tracing import traced_to
 from tests.conftest import Scripted
 
 
@@ -42,3 +43,24 @@ def test_a_replay_exports_the_run_but_not_the_calls_it_answered_from_pins(
 
     assert recorded == unpinned == ["chat scripted-uk", "chat scripted-uk", "execute_tool fleet", "invoke_agent agent"]
     assert replayed == ["invoke_agent agent"]
+
+
+def test_a_replay_under_pinning_exports_each_pins_span_as_answered(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    spans_of(Pinning(ledger))
+    ledger.commit()
+
+    # The pins' spans go to their own provider (here through `traced_to`); pydantic-ai's stay out as above.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with traced_to(provider):
+        replayed = spans_of(Pinning(ReplayPins.from_events(store.read(), types)))
+    pins = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
+
+    assert replayed == ["invoke_agent agent"]
+    kinds = sorted(str(pin["anagrapheus.pin.kind"]) for pin in pins)
+    assert kinds == ["model_call", "model_call", "run_clock", "run_clock", "run_id", "run_place", "tool_call"]
+    assert {pin["anagrapheus.pin.outcome"] for pin in pins} == {"answered"}

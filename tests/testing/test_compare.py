@@ -213,3 +213,25 @@ def test_first_difference_tells_true_from_one_and_one_from_one_point_oh() -> Non
     assert first_difference({"a": [1, True]}, {"a": [1.0, True]}) is None
     assert first_difference({"a": [1, True]}, {"a": [1, 1]}) == "$.a[1]: True != 1"
     assert first_difference({"a": 1}, {"b": 1}) == "$.a: only in the first (1)"
+
+
+def provider_agent(response_id: str) -> Agent[None, str]:
+    """An agent whose provider names each response, as OpenAI's `chatcmpl-...` ids do."""
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Take an umbrella.")], provider_response_id=response_id)
+
+    return Agent(FunctionModel(reply, model_name="weather"))
+
+
+def test_the_ids_a_provider_gives_its_responses_are_left_out_unless_asked_for() -> None:
+    first = provider_agent("chatcmpl-A1").run_sync("Weather in Paris?")
+    second = provider_agent("chatcmpl-B2").run_sync("Weather in Paris?")
+
+    assert_same_run(first, second)
+    with pytest.raises(AssertionError) as raised:
+        assert_same_run(first, second, provider_ids=True)
+
+    assert str(raised.value) == snapshot(
+        "the runs differ at messages[1].provider_response_id: 'chatcmpl-A1' != 'chatcmpl-B2'"
+    )

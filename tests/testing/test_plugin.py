@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,17 @@ def test_record_once_then_replay_reaches_nothing(project: pytest.Pytester) -> No
     assert calls(project) == ["model", "tool", "model"]
     recorded = (project.path / RECORDING).read_bytes()
 
-    project.runpytest().assert_outcomes(passed=1)
+    replayed = project.runpytest()
+    replayed.assert_outcomes(passed=1)
     assert calls(project) == []
+    # The summary says what the replay spared: the recording's two model calls, their tokens, their (absent) price.
+    replayed.stdout.fnmatch_lines(
+        [
+            # The tokens are pydantic-ai's estimate for a FunctionModel, which may move between its releases.
+            "anagrapheus: 1 test(s) replayed 2 model call(s) from their recordings: * input and * output tokens"
+            " not drawn; cost not spent: unpriced (scripted-weather)"
+        ]
+    )
 
     # Recording an unchanged test again answers every call from the file and writes the same bytes.
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
@@ -533,6 +543,10 @@ def test_under_xdist_each_worker_writes_its_own_tests_files(project: pytest.Pyte
     assert not list(project.path.glob("recordings/**/.*.tmp"))
     project.runpytest().assert_outcomes(passed=4)
     assert calls(project) == []
+    # What the workers' replays spared reaches the controller's summary.
+    replayed = project.runpytest_subprocess("-n", "2")
+    replayed.assert_outcomes(passed=4)
+    replayed.stdout.fnmatch_lines(["anagrapheus: 4 test(s) replayed 8 model call(s) from their recordings: *"])
 
 
 def test_recording_names_are_file_safe_and_distinct() -> None:
@@ -633,7 +647,11 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
         + '\n\ndef test_zz_reached():\n    assert weather.reached == {"model": 0, "tool": 0}\n'
     )
     pytester.makepyfile(test_weather=replayed)
-    pytester.runpytest().assert_outcomes(passed=2)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    # What the replay spared (the tokens, pydantic-ai's estimate for a FunctionModel, may move between its releases).
+    spared = [re.sub(r"\d+ (input|output)", r"* \1", line) for line in shown[1]]
+    result.stdout.fnmatch_lines(spared)
 
     # A reworded question fails with the account the page shows, and its command records the change.
     reworded = titled["test_weather.py"].replace("Do I need an umbrella", "Should I take an umbrella")
@@ -641,8 +659,8 @@ def test_the_how_to_loop_runs_as_written(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_weather=reworded)
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[1]])
-    rerecord = next(line for line in shown[1] if "re-record: " in line)
+    result.stdout.fnmatch_lines([line.replace("[", "[[]") for line in shown[2]])
+    rerecord = next(line for line in shown[2] if "re-record: " in line)
     pytester.runpytest(*rerecord.split("re-record: ", 1)[1].split()[1:]).assert_outcomes(passed=1)
     pytester.runpytest().assert_outcomes(passed=1)
 
@@ -694,3 +712,61 @@ def test_a_retry_of_a_failed_run_takes_the_same_place_recorded_and_replayed(proj
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
     assert calls(project) == []
     assert (project.path / "recordings/test_retry/test_booking_retried.jsonl").read_bytes() == recorded
+
+
+def test_drift_asks_the_model_live_and_fails_where_it_now_answers_otherwise(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.makepyfile(test_app=TEST_ADVICE)
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    calls(project)
+    recorded = (project.path / RECORDING).read_bytes()
+
+    # Unchanged: the model is asked live, the tool answered from the recording, and the test passes.
+    project.runpytest("--anagrapheus=drift").assert_outcomes(passed=1)
+    assert calls(project) == ["model", "model"]
+
+    # The provider now words its answer otherwise: the test fails naming the call, and the file is as it was.
+    project.makepyfile(app=APP.replace("Pack an umbrella", "Bring an umbrella"))
+    result = project.runpytest("--anagrapheus=drift")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_app.py::test_advice: the provider now answers 1 model call(s) of"
+            " recordings/test_app/test_advice.jsonl otherwise:",
+            "  model_call #2: drifted: result.parts[0].content: 'Pack an umbrella: rain in Paris.'"
+            " != 'Bring an umbrella: rain in Paris.'",
+            "  re-record: pytest test_app.py::test_advice --anagrapheus=record",
+        ]
+    )
+    assert calls(project) == ["model", "model"]
+    assert (project.path / RECORDING).read_bytes() == recorded
+    # Drift writes nothing, so CI may run it (record may not).
+    monkeypatch.setenv("CI", "true")
+    project.runpytest("--anagrapheus=drift").assert_outcomes(failed=1)
+    assert project.runpytest("--anagrapheus=record").ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_max_age_fails_a_replay_of_a_recording_older_than_it(project: pytest.Pytester) -> None:
+    project.makepyfile(test_app=TEST_ADVICE)
+    project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
+    calls(project)
+
+    # Recorded a moment ago (the instants its run was given): within thirty days, and past zero.
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age=30)\n"))
+    project.runpytest().assert_outcomes(passed=1)
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age=timedelta(0))\n"))
+    (project.path / "test_app.py").write_text(
+        "from datetime import timedelta\n" + (project.path / "test_app.py").read_text()
+    )
+    result = project.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_app.py::test_advice: recordings/test_app/test_advice.jsonl: older than max_age (0 days):"
+            " * recorded 20* (0 days ago); record it again with `pytest test_app.py::test_advice --anagrapheus=record`"
+        ]
+    )
+    assert calls(project) == []
+    project.makepyfile(test_app=TEST_ADVICE.replace("anagrapheus\n", "anagrapheus(max_age='old')\n"))
+    assert "max_age takes a timedelta or a number of days, not 'old'" in project.runpytest().stdout.str()

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponsePart, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.cli import main
@@ -235,3 +238,153 @@ def test_the_command_refuses_a_recording_keyed_under_another_scheme_as_check_doe
     assert main(["check", str(path)]) == 2
     assert main(["rerun", str(path), "--agent", "tests.rerun_agents:support"]) == 2
     assert "pin-key scheme 'p9'" in capsys.readouterr().err
+
+
+def test_drift_draws_every_model_call_live_and_says_which_answer_moved(
+    production: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reached = len(rerun_agents.WORLD)
+    written = production.read_bytes()
+
+    unchanged = rerun(production, rerun_agents.support, drift=True)
+    assert [(o.status, [c.status for c in o.calls]) for o in unchanged] == [("same", ["same", "same"])] * 2
+
+    # The provider now answers the second request of each run otherwise: that call drifted, the first did not.
+    drifted = rerun(production, rerun_agents.chattier, drift=True)
+    assert [o.status for o in drifted] == ["drifted", "drifted"]
+    assert [call.describe() for call in drifted[0].calls] == [
+        "model_call #1: same",
+        "model_call #2: drifted: result.parts[0].content: 'The UK holds firm on fisheries. sunny in Paris'"
+        " != 'The EU and the UK hold firm. sunny in Paris'",
+    ]
+    assert len(rerun_agents.WORLD) == reached  # the world was answered from the recording
+    assert production.read_bytes() == written  # and the recording left as it was
+
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:support", "--drift"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "unchanged: 0 of 4 model call(s) answered otherwise; the recording is as it was"
+    )
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:chattier", "--drift"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith(
+        ": drifted: 1 of 2 model call(s) answered otherwise or asked anew; then the output moved: recorded"
+        ' "The UK holds firm on fisheries. sunny in Paris", now "The EU and the UK hold firm. sunny in Paris"'
+    )
+    assert out[2:4] == [
+        "    model_call #1: same",
+        "    model_call #2: drifted: result.parts[0].content: 'The UK holds firm on fisheries. sunny in Paris'"
+        " != 'The EU and the UK hold firm. sunny in Paris'",
+    ]
+    assert out[-1] == "drifted: 2 of 4 model call(s) answered otherwise; the recording is as it was"
+    assert main(["rerun", str(production), "--agent", "tests.rerun_agents:chattier", "--drift", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [call["status"] for run in report["runs"] for call in run["calls"]] == ["same", "drifted"] * 2
+
+
+def test_drift_that_asks_the_world_what_the_recording_lacks_stops_there_unreached(production: Path) -> None:
+    # The provider now calls the tool for another city: that answer drifted, and the tool call it asks for is
+    # not in the recording, which is a miss (the world is never reached), not a live call.
+    def elsewhere(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Lyon"})])
+
+    agent = rerun_agents.build()
+    reached = len(rerun_agents.WORLD)
+    with agent.override(model=FunctionModel(elsewhere, model_name="support")):
+        outcomes = rerun(production, agent, drift=True, unit="support-7")
+    assert outcomes[0].status == "drifted"
+    assert outcomes[0].calls[0].describe().startswith("model_call #1: drifted: result.parts[0].args.city: 'Paris'")
+    assert "no pin for tool_call" in outcomes[0].detail
+    assert len(rerun_agents.WORLD) == reached
+
+
+def test_trials_report_the_share_of_live_runs_whose_outcome_held(
+    production: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.testing import trials
+
+    reached = len(rerun_agents.WORLD)
+    steady = trials(production, rerun_agents.support, times=3)
+    assert [(o.matched, o.trials, o.share) for o in steady] == [(3, 3, 1.0)] * 2
+
+    # The provider gives the recorded answer one time in two: each run holds in half its trials.
+    wavering = trials(production, rerun_agents.wavering, times=4)
+    assert [(o.matched, o.share) for o in wavering] == [(2, 0.5)] * 2
+    assert (
+        wavering[0]
+        .describe()
+        .endswith(
+            ': 2 of 4 (50%) held; first other: output: recorded "The UK holds firm on fisheries. sunny in Paris",'
+            ' now "The EU and the UK hold firm. sunny in Paris"'
+        )
+    )
+    assert len(rerun_agents.WORLD) == reached  # every tool call was answered from the recording
+
+    command = ["rerun", str(production), "--agent", "tests.rerun_agents:wavering", "--trials", "4"]
+    assert main(command) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "held: 4 of 8 trial(s) (50%) gave the recorded outcome"
+    assert main([*command, "--min-share", "0.8"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "below --min-share 80%: 2 run(s)"
+    assert main([*command, "--min-share", "0.5", "--json"]) == 0
+    assert [run["share"] for run in json.loads(capsys.readouterr().out)["runs"]] == [0.5, 0.5]
+    assert main([*command, "--min-share", "80"]) == 2
+
+
+def test_trials_need_an_agent_that_replays_the_recording(production: Path) -> None:
+    from anagrapheus.testing import trials
+
+    with pytest.raises(UsageError, match="does not replay as recorded"):
+        trials(production, rerun_agents.reworded, times=2)
+    with pytest.raises(UsageError, match="at least once, not 0 times"):
+        trials(production, rerun_agents.support, times=0)
+
+
+class Provider:
+    """A `support` model whose first answer is given (`first`), then the recorded text whatever it was told."""
+
+    def __init__(self, first: list[ModelResponsePart] | Exception) -> None:
+        self.first = first
+
+    def reply(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1 or (len(messages) == 3 and "tomorrow" in str(messages[-1])):
+            if isinstance(self.first, Exception):
+                raise self.first
+            return ModelResponse(parts=self.first)
+        return ModelResponse(parts=[TextPart("The UK holds firm on fisheries. sunny in Paris")])
+
+
+def provider_agent(first: list[ModelResponsePart] | Exception) -> Agent[str, str]:
+    return rerun_agents.build(model=FunctionModel(Provider(first).reply, model_name="support"))
+
+
+def test_drift_after_a_moved_answer_asks_anew_and_a_failure_now_is_drift(production: Path) -> None:
+    # A word before the tool call: that answer drifted, so the next request (its history) is one the recording lacks.
+    chatty = provider_agent([TextPart("Let me look."), ToolCallPart("weather", {"city": "Paris"})])
+    outcome = rerun(production, chatty, drift=True)[0]
+    assert [call.status for call in outcome.calls] == ["drifted", "new"]
+    assert outcome.calls[1].describe() == (
+        "model_call #2: new: a request the recording lacks (an earlier answer moved what the run asked next)"
+    )
+    # The provider fails where it answered: drift, and the run fails as its agent would.
+    down = provider_agent(ModelHTTPError(503, "support", "overloaded"))
+    outcome = rerun(production, down, drift=True)[0]
+    assert outcome.status == "drifted"
+    assert outcome.calls[0].difference is not None and outcome.calls[0].difference.startswith("result: it failed now")
+
+
+def test_a_trial_that_calls_other_tools_or_fails_does_not_hold(
+    production: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anagrapheus.testing import trials
+
+    # The same output, given without asking the weather: the tool calls are part of the outcome.
+    guessed = provider_agent([TextPart("The UK holds firm on fisheries. sunny in Paris")])
+    held = trials(production, guessed, times=1)[0]
+    assert (held.matched, held.other) == (0, "tool calls: recorded weather(city='Paris'), now none")
+    down = trials(production, provider_agent(ModelHTTPError(503, "support", "overloaded")), times=1)[0]
+    assert down.matched == 0 and down.other.startswith("it did not complete: ")
+
+    # From a recording file, whose provenance is checked first; an agent that does not replay it is bad input.
+    exported = tmp_path / "support.jsonl"
+    assert main(["export", str(production), "--unit", "support-7", "-o", str(exported)]) == 0
+    assert main(["rerun", str(exported), "--agent", "tests.rerun_agents:reworded", "--trials", "2"]) == 2
+    assert "does not replay as recorded" in capsys.readouterr().err
