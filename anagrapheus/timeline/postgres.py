@@ -671,6 +671,10 @@ class PostgresEventStore:
         """
         try:
             with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
+                # Not waited to disk: a lease lost with a crash of the server went with every session of its holder
+                # too, and is taken afresh; every write is fenced on it, and the first durable write of the unit
+                # makes it durable (the log is written in order).
+                conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
                 conn.execute(
                     sql.SQL(
                         "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
