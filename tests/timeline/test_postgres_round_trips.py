@@ -1,4 +1,4 @@
-"""The PostgreSQL store's round trips per unit of work, counted on the wire: a count, which a busy machine leaves alone."""
+"""The PostgreSQL store's round trips per unit of work, counted on the wire (a count a busy machine cannot move)."""
 
 from __future__ import annotations
 
