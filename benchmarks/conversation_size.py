@@ -40,7 +40,9 @@ AIM_GROWTH = 12.0
 async def _converse(agent: Agent[None, str], turns: int) -> None:
     history: list[ModelMessage] | None = None
     for turn in range(turns):
-        result = await agent.run(f"Question {turn}: what does the record say about topic {turn}?", message_history=history)
+        result = await agent.run(
+            f"Question {turn}: what does the record say about topic {turn}?", message_history=history
+        )
         history = result.all_messages()
 
 
