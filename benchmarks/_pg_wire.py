@@ -54,6 +54,7 @@ class _Pair:
         self.asked = True  # the client's last message asked for an answer (Sync, Flush, Query)
         self.from_client = b""
         self.from_server = b""
+        self.closed = False
 
 
 class WireCounter:
@@ -118,12 +119,15 @@ class WireCounter:
         self._selector.register(server, selectors.EVENT_READ, (pair, "server"))
 
     def _forward(self, pair: _Pair, side: str) -> None:
+        if pair.closed:
+            return  # both ends closed by the other side's event in the same batch
         source, sink = (pair.client, pair.server) if side == "client" else (pair.server, pair.client)
         try:
             data = source.recv(1 << 16)
         except OSError:
             data = b""
         if not data:
+            pair.closed = True
             for sock in (pair.client, pair.server):
                 self._selector.unregister(sock)
                 sock.close()
