@@ -72,9 +72,9 @@ def cassette_size(turns: int, directory: Path) -> int | None:
     from pydantic_ai.providers.openai import OpenAIProvider
 
     path = directory / f"cassette-{turns}.yaml"
-    with StubOpenAIServer(requests=4 * turns) as server:
-        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=server.url, api_key="stub"))
-        with vcr.VCR(record_mode="all").use_cassette(str(path)):
+    with StubOpenAIServer(max_requests=4 * turns) as server:
+        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=server.base_url, api_key="stub"))
+        with vcr.VCR().use_cassette(str(path), record_mode="all"):
             asyncio.run(_converse(agent_on(model), turns))
     return path.stat().st_size
 
@@ -105,13 +105,14 @@ def main() -> None:
     print(f"  {'vcrpy cassette':<14} {f'{cassette:,}' if cassette is not None else reason:>12}")
     ratio = sizes[("Pinning", short)] / sizes[("PinnedModel", short)]
     growth = sizes[("Pinning", long)] / sizes[("Pinning", short)]
+    judged = not args.quick  # the aims are set at 10 and 100 turns
     print(
-        f"\nPinning / PinnedModel at {short} turns: {ratio:.2f}x (aim <= {AIM_PINNING}x:"
-        f" {'met' if ratio <= AIM_PINNING else 'NOT met'})"
+        f"\nPinning / PinnedModel at {short} turns: {ratio:.2f}x (aim <= {AIM_PINNING}x at 10 turns:"
+        f" {('met' if ratio <= AIM_PINNING else 'NOT met') if judged else 'not judged with --quick'})"
     )
     print(
         f"Pinning, {long} turns / {short} turns: {growth:.1f}x (aim <= {AIM_GROWTH:g}x at 100/10:"
-        f" {'met' if growth <= AIM_GROWTH else 'NOT met'})"
+        f" {('met' if growth <= AIM_GROWTH else 'NOT met') if judged else 'not judged with --quick'})"
     )
     if cassette is not None:
         print(f"Pinning / cassette at {short} turns: {sizes[('Pinning', short)] / cassette:.2f}x")

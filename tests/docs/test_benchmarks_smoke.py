@@ -101,3 +101,15 @@ def test_dbos_benchmark_runs() -> None:
     out = run_quick("durable_dbos.py")
     assert "DBOSDurability + Pinning" in out
     assert "with pins" in out and "finished tool calls run again: 0" in out
+
+
+def test_postgres_floor_benchmark_runs() -> None:
+    out = run_quick("postgres_floor.py")
+    # Measured when a server answers, and says why not otherwise.
+    assert ("store/floor" in out and "wire per unit" in out) or "PostgresEventStore vs the floor: skipped" in out
+
+
+def test_conversation_size_benchmark_runs() -> None:
+    out = run_quick("conversation_size.py")
+    assert "Pinning / PinnedModel at 3 turns:" in out
+    assert "Pinning, 12 turns / 3 turns:" in out
