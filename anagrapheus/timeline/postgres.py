@@ -44,6 +44,10 @@ _EVENT_COLUMNS: LiteralString = (
 )
 _SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
+# A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
+# and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
+# (the server's log is written in order).
+_LEASE_NOT_WAITED_TO_DISK: LiteralString = "SELECT set_config('synchronous_commit', 'off', true)"
 # The events of an append, one array a column, as rows in column order.
 _UNNEST_EVENTS: LiteralString = (
     "unnest(%(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[], %(type)s::text[],"
@@ -666,40 +670,50 @@ class PostgresEventStore:
     def _take(self, conn: Conn, unit_id: str) -> bool:
         """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session.
 
-        One round trip, one transaction: the row made if none (unless the unit is closed), locked, and handed
-        over only if its holder has no session left, each statement seeing what the one before it settled.
+        One round trip, one transaction (see `_send_take`).
         """
         try:
             with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
-                # Not waited to disk: a lease lost with a crash of the server went with every session of its holder
-                # too, and is taken afresh; every write is fenced on it, and the first durable write of the unit
-                # makes it durable (the log is written in order).
-                conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
-                        " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING"
-                    ).format(l=self._unit_leases, u=self._closed),
-                    (unit_id, self._holder, unit_id),
-                )
-                held = conn.execute(
-                    sql.SQL("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT").format(l=self._unit_leases),
-                    (unit_id,),
-                )
-                taken = conn.execute(
-                    sql.SQL(
-                        "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
-                        " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1"
-                    ).format(l=self._unit_leases),
-                    (self._holder, unit_id, self._holder),
-                )
+                conn.execute(_LEASE_NOT_WAITED_TO_DISK)
+                taken = self._send_take(conn, unit_id)
         except StoreError as e:
             if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                 return False  # the holder is writing in the unit right now
             raise
-        row = held.fetchone()
-        # Taken, or a closed unit, which needs no lease (the caller refuses it), or handed over from a dead holder.
-        return row is None or row[0] == self._holder or taken.fetchone() is not None
+        return taken()
+
+    def _send_take(self, conn: Conn, unit_id: str) -> Callable[[], bool]:
+        """Send the statements that take the unit's lease; return what reads whether this store holds it now.
+
+        The row is made if there is none (unless the unit is closed), locked (an error if its holder is writing
+        in the unit right now), and handed over only if its holder has no session left, each statement seeing
+        what the one before it settled. In one transaction, the caller's to begin and end.
+        """
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
+                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING"
+            ).format(l=self._unit_leases, u=self._closed),
+            (unit_id, self._holder, unit_id),
+        )
+        held = conn.execute(
+            sql.SQL("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT").format(l=self._unit_leases),
+            (unit_id,),
+        )
+        handed = conn.execute(
+            sql.SQL(
+                "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
+                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1"
+            ).format(l=self._unit_leases),
+            (self._holder, unit_id, self._holder),
+        )
+
+        def taken() -> bool:
+            row = held.fetchone()
+            # Taken, or a closed unit, which needs no lease (the caller refuses it), or handed over from a dead holder.
+            return row is None or row[0] == self._holder or handed.fetchone() is not None
+
+        return taken
 
     def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[sql.Composed, tuple[str, str]]:
         """The statement that reads whether the unit is closed and who holds its lease (see `_fenced`)."""
@@ -843,28 +857,76 @@ class PostgresEventStore:
 
         Raises `UnitClosed` if the unit is committed or abandoned, and `UnitBusy` if another store took the unit.
         """
+        first = self._retried(lambda: self._take_and_reuse(unit_id, key))
+        if first is not None:
+            return first[0]
         self._claim(unit_id)
 
         def write() -> ScratchPin | None:
-            fence, fence_params = self._fence_query(unit_id, lock="")
-            with self._connection() as conn:
-                # One round trip. The fence is read after the update, in a statement of its own: one that waited on
-                # a pin being settled sees the unit closed, as a separate look afterwards would.
-                with self._io(conn, "reusing a pin"), conn.pipeline():
-                    reused = conn.execute(
-                        sql.SQL(
-                            "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                            " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}"
-                        ).format(p=self._scratch, l=self._unit_leases, c=sql.SQL(_SCRATCH_COLUMNS)),
-                        (unit_id, key, unit_id, self._holder),
-                    )
-                    fenced = conn.execute(fence, fence_params)
-                row = reused.fetchone()
+            with self._connection() as conn, self._io(conn, "reusing a pin"), conn.pipeline():
+                reused = self._send_reuse(conn, unit_id, key)
+            return reused()
+
+        return self._retried(write)
+
+    def _send_reuse(self, conn: Conn, unit_id: str, key: str) -> Callable[[], ScratchPin | None]:
+        """Send the statements that count an attempt at the pin; return what reads the pin (None if not drawn).
+
+        The fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
+        the unit closed, as a separate look afterwards would.
+        """
+        reused = conn.execute(
+            sql.SQL(
+                "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
+                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}"
+            ).format(p=self._scratch, l=self._unit_leases, c=sql.SQL(_SCRATCH_COLUMNS)),
+            (unit_id, key, unit_id, self._holder),
+        )
+        fenced = conn.execute(*self._fence_query(unit_id, lock=""))
+
+        def pin() -> ScratchPin | None:
+            row = reused.fetchone()
             if row is None:
                 self._fenced(unit_id, fenced.fetchone())
             return None if row is None else ScratchPin(*row)
 
-        return self._retried(write)
+        return pin
+
+    def _take_and_reuse(self, unit_id: str, key: str) -> tuple[ScratchPin | None] | None:
+        """A unit's first ask in one round trip: its lease taken (a transaction of its own), then the pin reused.
+
+        None when that could not be done (another store holds the unit, a statement was refused, or a caller's
+        transaction is open, which the lease must not join): the usual steps take over, waiting or saying why.
+        """
+        if self._tx.get() is not None or unit_id in self._leases.held:
+            return None
+        self._beacon()  # the connection that keeps this store's leases alive between draws
+        with self._leases.lock:
+            if unit_id in self._leases.held:
+                return None
+            try:
+                with self._connection() as conn:
+                    try:
+                        with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
+                            conn.execute("BEGIN")
+                            conn.execute(_LEASE_NOT_WAITED_TO_DISK)
+                            taken = self._send_take(conn, unit_id)
+                            conn.execute("COMMIT")
+                            reused = self._send_reuse(conn, unit_id, key)
+                    finally:
+                        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                            with suppress(psycopg.Error):
+                                conn.execute("ROLLBACK")
+            except StoreError as e:
+                if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
+                    return None  # its holder is writing in it: the usual steps wait for it
+                if isinstance(e, StoreUnavailable):
+                    raise  # lost (the caller tries once more) or a bound ran out
+                return None  # refused: the usual steps make the statements again and say which one failed
+            if not taken():
+                return None
+            self._leases.held.add(unit_id)
+        return (reused(),)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.postgres
 # A draw is two trips: one asks whether the key was drawn (taking the unit's lease on the first draw costs one
 # more), one writes the result durably. A commit is two: the pins listed under the unit's locks, then the events
 # appended, the unit closed and the transaction committed together.
-UNIT_OF_TWO_DRAWS = 1 + 2 * 2 + 2
+UNIT_OF_TWO_DRAWS = 2 * 2 + 2
 
 
 def unit(store: PostgresEventStore, types: EventTypeRegistry, tag: str, *, draws: int = 2) -> None:
