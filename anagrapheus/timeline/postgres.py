@@ -330,8 +330,8 @@ class PostgresEventStore:
         with self._io(conn, action):
             cursor = conn.execute(query, params)
         tx = self._tx.get()
-        if tx is not None and tx.conn is conn:
-            tx.sent.append((cursor, action))
+        assert tx is not None and tx.conn is conn, "a step's statements are sent in the store's transaction"
+        tx.sent.append((cursor, action))
         return cursor
 
     def _failed_step(self, conn: Conn) -> str | None:
@@ -898,7 +898,7 @@ class PostgresEventStore:
         None when that could not be done (another store holds the unit, a statement was refused, or a caller's
         transaction is open, which the lease must not join): the usual steps take over, waiting or saying why.
         """
-        if self._tx.get() is not None or unit_id in self._leases.held:
+        if self._tx.get() is not None:
             return None
         self._beacon()  # the connection that keeps this store's leases alive between draws
         with self._leases.lock:

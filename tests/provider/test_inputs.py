@@ -336,13 +336,20 @@ def test_a_reference_resolves_in_every_reader_of_a_recording(tmp_path: Path) -> 
 
 
 def test_a_history_left_out_for_size_refers_to_nothing(tmp_path: Path) -> None:
-    _, events = _conversation(tmp_path, 4, inputs_limit=2500)
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="chat")
+        agent = _agent(Scripted("m").model, Pinning(ledger, inputs_limit=4000))
+        history = agent.run_sync("Where?", deps="ann").all_messages()
+        history = agent.run_sync("And then?", message_history=history, deps="ann").all_messages()
+        # It continues the run before, but its prompt is past the bound: the history goes first, reference and all.
+        agent.run_sync("x" * 5000, message_history=history, deps="ann")
+        events = ledger.commit()
     inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
     for one in inputs:
         assert one["format"] == (2 if "history_from" in one else 1)
         assert "history_from" not in one or one["history"] is not None
     runs = recorded_runs(events)
-    assert any(run.left_out == ("history",) for run in runs)
+    assert runs[-1].left_out == ("history", "prompt")
     for run, one in zip(runs, inputs, strict=True):
         assert (run.message_history is None) == (not one["history"] and "history_from" not in one)
 
@@ -367,3 +374,17 @@ def test_a_reference_to_a_history_the_recording_does_not_hold_fails_typed(
     tampered = [*events[:-1], dataclasses.replace(last, payload=json.dumps(payload))]
     with pytest.raises(CorruptEvent, match=said.replace("earlier", earlier).replace("(", r"\(").replace(")", r"\)")):
         recorded_runs(tampered)
+
+
+def test_a_run_that_shares_no_start_with_the_runs_before_it_refers_to_none(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="chat")
+        agent = _agent(Scripted("m").model, Pinning(ledger))
+        first = agent.run_sync("Where?", deps="ann").all_messages()
+        agent.run_sync("And then?", message_history=first, deps="ann")
+        other = agent.run_sync("Something else?", deps="ann").all_messages()
+        agent.run_sync("Go on.", message_history=other, deps="ann")
+        events = ledger.commit()
+    inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
+    assert [one.get("history_from") for one in inputs] == [None] * 4
+    assert [run.message_history for run in recorded_runs(events)] == [None, first, None, other]
