@@ -44,6 +44,10 @@ _EVENT_COLUMNS: LiteralString = (
 )
 _SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
+# Whether a unit is closed, and who holds its lease: the fence of every write (a lock clause and ")" follow).
+_FENCE: LiteralString = (
+    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
+)
 # A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
 # and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
 # (the server's log is written in order).
@@ -238,6 +242,7 @@ class PostgresEventStore:
         self._scratch = self.place.table("pin_scratch")
         self._closed = self.place.table("closed_units")
         self._unit_leases = self.place.table("unit_leases")
+        self._statements: dict[str, bytes] = {}
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -323,8 +328,18 @@ class PostgresEventStore:
         finally:
             _WATCHDOG.disarm(token)
 
+    def _statement(self, text: LiteralString, **parts: sql.Composable) -> bytes:
+        """A statement of the store's schema, composed once: a unit of work sends the same few, many times over.
+
+        `text` names it: every call with one text passes the same parts (the store's tables and columns).
+        """
+        found = self._statements.get(text)
+        if found is None:
+            found = self._statements[text] = sql.SQL(text).format(**parts).as_bytes(None)
+        return found
+
     def _send(
-        self, conn: Conn, action: str, query: sql.SQL | sql.Composed, params: Any = None
+        self, conn: Conn, action: str, query: bytes | sql.SQL | sql.Composed, params: Any = None
     ) -> psycopg.Cursor[tuple[Any, ...]]:
         """Send one statement of a step (in pipeline mode, it is answered when the trip ends); return its cursor."""
         with self._io(conn, action):
@@ -509,7 +524,7 @@ class PostgresEventStore:
         taken = self._send(
             conn,
             "taking seq numbers",
-            sql.SQL("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s").format(h=self._head),
+            self._statement("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s", h=self._head),
             (count, count),
         )
         numbered: list[int] = []
@@ -522,11 +537,14 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                sql.SQL(
+                self._statement(
                     "INSERT INTO {e} ({c}) SELECT (SELECT last_seq FROM {h}) - %(n)s + e.seq, e.event_id, e.namespace,"
                     " e.type, e.schema_version, e.causation_id, e.correlation_id, e.created_at, e.payload FROM "
-                    + _UNNEST_EVENTS
-                ).format(h=self._head, e=self._events, c=sql.SQL(_EVENT_COLUMNS)),
+                    + _UNNEST_EVENTS,
+                    h=self._head,
+                    e=self._events,
+                    c=sql.SQL(_EVENT_COLUMNS),
+                ),
                 {"n": count, **_event_arrays(stamped_events)},
             )
 
@@ -552,7 +570,7 @@ class PostgresEventStore:
             taken = self._send(
                 conn,
                 "taking seq numbers",
-                sql.SQL("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq").format(h=self._head),
+                self._statement("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq", h=self._head),
                 (events[-1].seq, events[0].seq - 1),
             )
             if taken.fetchone() is None:
@@ -560,8 +578,8 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                sql.SQL("INSERT INTO {e} ({c}) SELECT * FROM " + _UNNEST_EVENTS).format(
-                    e=self._events, c=sql.SQL(_EVENT_COLUMNS)
+                self._statement(
+                    "INSERT INTO {e} ({c}) SELECT * FROM " + _UNNEST_EVENTS, e=self._events, c=sql.SQL(_EVENT_COLUMNS)
                 ),
                 _event_arrays(events),
             )
@@ -571,7 +589,7 @@ class PostgresEventStore:
 
         def read() -> int:
             with self._connection() as conn, self._io(conn, "reading the last seq"):
-                row = conn.execute(sql.SQL("SELECT last_seq FROM {h}").format(h=self._head)).fetchone()
+                row = conn.execute(self._statement("SELECT last_seq FROM {h}", h=self._head)).fetchone()
             return 0 if row is None else int(row[0])
 
         return self._retried(read)
@@ -690,21 +708,24 @@ class PostgresEventStore:
         what the one before it settled. In one transaction, the caller's to begin and end.
         """
         conn.execute(
-            sql.SQL(
+            self._statement(
                 "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
-                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING"
-            ).format(l=self._unit_leases, u=self._closed),
+                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING",
+                l=self._unit_leases,
+                u=self._closed,
+            ),
             (unit_id, self._holder, unit_id),
         )
         held = conn.execute(
-            sql.SQL("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT").format(l=self._unit_leases),
+            self._statement("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT", l=self._unit_leases),
             (unit_id,),
         )
         handed = conn.execute(
-            sql.SQL(
+            self._statement(
                 "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
-                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1"
-            ).format(l=self._unit_leases),
+                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1",
+                l=self._unit_leases,
+            ),
             (self._holder, unit_id, self._holder),
         )
 
@@ -715,14 +736,9 @@ class PostgresEventStore:
 
         return taken
 
-    def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[sql.Composed, tuple[str, str]]:
+    def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[bytes, tuple[str, str]]:
         """The statement that reads whether the unit is closed and who holds its lease (see `_fenced`)."""
-        query = sql.SQL(
-            "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
-            + lock
-            + ")"
-        ).format(u=self._closed, l=self._unit_leases)
-        return query, (unit_id, unit_id)
+        return self._statement(_FENCE + lock + ")", u=self._closed, l=self._unit_leases), (unit_id, unit_id)
 
     def _fenced(self, unit_id: str, row: tuple[Any, ...] | None, *, raw: str | None = None) -> None:
         """Refuse a write to a unit that is closed, or whose lease another store took (this one lost it)."""
@@ -747,8 +763,10 @@ class PostgresEventStore:
         def read() -> ScratchPin | None:
             with self._connection() as conn, self._io(conn, "reading scratch"):
                 row = conn.execute(
-                    sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s").format(
-                        c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                    self._statement(
+                        "SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s",
+                        c=sql.SQL(_SCRATCH_COLUMNS),
+                        p=self._scratch,
                     ),
                     (unit_id, key),
                 ).fetchone()
@@ -771,7 +789,7 @@ class PostgresEventStore:
     def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
         with self._io(conn, "reading a unit's outcome"):
             row = conn.execute(
-                sql.SQL("SELECT outcome FROM {u} WHERE unit_id = %s").format(u=self._closed), (unit_id,)
+                self._statement("SELECT outcome FROM {u} WHERE unit_id = %s", u=self._closed), (unit_id,)
             ).fetchone()
         return None if row is None else row[0]
 
@@ -786,10 +804,11 @@ class PostgresEventStore:
 
     def closed_units(self) -> Iterator[ClosedUnit]:
         """Stream the units closed for good, by unit id, a page at a time."""
-        query = sql.SQL(
+        query = self._statement(
             'SELECT unit_id, outcome FROM {u} WHERE %(after)s::text IS NULL OR unit_id COLLATE "C" > %(after)s'
-            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s'
-        ).format(u=self._closed)
+            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s',
+            u=self._closed,
+        )
         after: str | None = None
         while True:
             with self._connection() as conn, self.place.translated("listing closed units"):
@@ -808,10 +827,11 @@ class PostgresEventStore:
             return 0
         with self.transaction(), self._connection() as conn, self.place.translated("recording closed units"):
             row = conn.execute(
-                sql.SQL(
+                self._statement(
                     "WITH new AS (INSERT INTO {u} (unit_id, outcome) SELECT * FROM unnest(%s::text[], %s::text[])"
-                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new"
-                ).format(u=self._closed),
+                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new",
+                    u=self._closed,
+                ),
                 ([unit.unit_id for unit in units], [unit.outcome for unit in units]),
             ).fetchone()
         return 0 if row is None else int(row[0])
@@ -831,19 +851,22 @@ class PostgresEventStore:
             with self._put_lock:
                 with self._transaction(), self._connection() as conn:
                     self._lock_unit(conn, unit_id)
-                    fence, fence_params = self._fence_query(unit_id, lock=" FOR SHARE")
                     # The fence and the write are one statement: the write is made only if the fence passes.
                     put = self._send(
                         conn,
                         "writing scratch",
-                        sql.SQL(
-                            "WITH fence AS ({f}), put AS (INSERT INTO {p} AS s ({c})"
+                        self._statement(
+                            "WITH fence AS (" + _FENCE + " FOR SHARE)), put AS (INSERT INTO {p} AS s ({c})"
                             " SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s FROM {p} WHERE unit_id = %s"
                             " HAVING (SELECT f.outcome IS NULL AND f.holder = %s FROM fence AS f(outcome, holder))"
                             " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c})"
-                            " SELECT fence.*, put.* FROM fence LEFT JOIN put ON true"
-                        ).format(f=fence, p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
-                        (*fence_params, unit_id, key, kind, raw, fingerprint, unit_id, self._holder),
+                            " SELECT fence.*, put.* FROM fence LEFT JOIN put ON true",
+                            u=self._closed,
+                            l=self._unit_leases,
+                            p=self._scratch,
+                            c=sql.SQL(_SCRATCH_COLUMNS),
+                        ),
+                        (unit_id, unit_id, unit_id, key, kind, raw, fingerprint, unit_id, self._holder),
                     )
                 row = put.fetchone()
             self._fenced(unit_id, row, raw=raw)
@@ -876,10 +899,13 @@ class PostgresEventStore:
         the unit closed, as a separate look afterwards would.
         """
         reused = conn.execute(
-            sql.SQL(
+            self._statement(
                 "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}"
-            ).format(p=self._scratch, l=self._unit_leases, c=sql.SQL(_SCRATCH_COLUMNS)),
+                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}",
+                p=self._scratch,
+                l=self._unit_leases,
+                c=sql.SQL(_SCRATCH_COLUMNS),
+            ),
             (unit_id, key, unit_id, self._holder),
         )
         fenced = conn.execute(*self._fence_query(unit_id, lock=""))
@@ -940,8 +966,10 @@ class PostgresEventStore:
     def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
         with self._io(conn, "listing scratch"):
             rows = conn.execute(
-                sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock).format(
-                    c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                self._statement(
+                    "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock,
+                    c=sql.SQL(_SCRATCH_COLUMNS),
+                    p=self._scratch,
                 ),
                 (unit_id,),
             ).fetchall()
@@ -953,8 +981,8 @@ class PostgresEventStore:
         def read() -> list[OpenUnit]:
             with self._connection() as conn, self._io(conn, "listing open units"):
                 rows = conn.execute(
-                    sql.SQL("SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)").format(
-                        p=self._scratch
+                    self._statement(
+                        "SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)", p=self._scratch
                     )
                 ).fetchall()
             return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
@@ -987,8 +1015,10 @@ class PostgresEventStore:
                 listed = self._send(
                     conn,
                     "listing scratch",
-                    sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no FOR UPDATE").format(
-                        c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                    self._statement(
+                        "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no FOR UPDATE",
+                        c=sql.SQL(_SCRATCH_COLUMNS),
+                        p=self._scratch,
                     ),
                     (unit_id,),
                 )
@@ -997,12 +1027,12 @@ class PostgresEventStore:
                     pins = [ScratchPin(*row) for row in listed.fetchall()]
                 appended = self._append_statements(conn, events(pins), expected_last_seq=None)
                 for query, params in (
-                    (sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,)),
+                    (self._statement("DELETE FROM {p} WHERE unit_id = %s", p=self._scratch), (unit_id,)),
                     (
-                        sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
+                        self._statement("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)", u=self._closed),
                         (unit_id, outcome),
                     ),
-                    (sql.SQL("DELETE FROM {l} WHERE unit_id = %s").format(l=self._unit_leases), (unit_id,)),
+                    (self._statement("DELETE FROM {l} WHERE unit_id = %s", l=self._unit_leases), (unit_id,)),
                 ):
                     self._send(conn, "closing the unit", query, params)
                 self._after_commit(lambda: self._release(unit_id))
@@ -1027,7 +1057,7 @@ class PostgresEventStore:
                 self._pool.connection() as conn,
                 self._io(conn, "releasing unit leases"),
             ):
-                conn.execute(sql.SQL("DELETE FROM {l} WHERE holder = %s").format(l=self._unit_leases), (self._holder,))
+                conn.execute(self._statement("DELETE FROM {l} WHERE holder = %s", l=self._unit_leases), (self._holder,))
         with self.place.translated("closing the store"):
             self._pool.close()
 
