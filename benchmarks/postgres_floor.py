@@ -8,10 +8,11 @@ the store adds for many writers and for kills is the difference.
 
 Each writer count runs the floor and the store side by side in every round (their order alternating), each
 with `writers` forked processes committing `units` units; the ratio is the store's units/s over the floor's in
-the same round, its median over rounds printed with the range. Then the wire: round trips, statements and
-transactions for one unit of each (counted by a loopback proxy, see `_pg_wire.py`; counts, not times, so a
-loaded machine leaves them alone). Skipped, saying why, when no server answers at ANAGRAPHEUS_POSTGRES_DSN
-(default postgresql://postgres@127.0.0.1:5432/test).
+the same round, its median over rounds printed with the range. Before them, one writer in this process runs
+a store unit and a floor unit in turn (drift on the machine falls on both alike). First of all, the wire:
+round trips, statements and transactions for one unit of each (counted by a loopback proxy, see
+`_pg_wire.py`; counts, not times, so a loaded machine leaves them alone). Skipped, saying why, when no
+server answers at ANAGRAPHEUS_POSTGRES_DSN (default postgresql://postgres@127.0.0.1:5432/test).
 
     python benchmarks/postgres_floor.py                 # 1, 4 and 8 writers, 3 rounds: a minute or two
     python benchmarks/postgres_floor.py --rounds 7 --units 400
@@ -157,6 +158,29 @@ def wire_per_unit(dsn: str, store_schema: str, floor_schema: str) -> tuple[Count
     return store_counts, floor_counts
 
 
+def interleaved(dsn: str, store_schema: str, floor_schema: str, units: int) -> tuple[float, float]:
+    """One writer in this process, a store unit and a floor unit in turn: the median seconds a unit of each."""
+    import psycopg
+
+    from anagrapheus.timeline.postgres import PostgresEventStore
+
+    types = EventTypeRegistry()
+    times: dict[str, list[float]] = {"store": [], "floor": []}
+    with (
+        PostgresEventStore(dsn, schema=store_schema, pool_size=1) as store,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        floor = Floor(conn, floor_schema)
+        for u in range(units):
+            started = time.perf_counter()
+            _store_unit(PinLedger(store, types), f"interleaved-{u}")
+            times["store"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            floor.unit(f"interleaved-{u}")
+            times["floor"].append(time.perf_counter() - started)
+    return statistics.median(times["store"]), statistics.median(times["floor"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the script runs")
@@ -177,6 +201,11 @@ def main() -> None:
         print("\nwire per unit        round trips  statements  transactions")
         for label, counts in (("store", store_counts), ("floor", floor_counts)):
             print(f"  {label:<18} {counts.round_trips:>11} {counts.statements:>11} {counts.transactions:>13}")
+        store_unit, floor_unit = interleaved(DSN, store_schema, floor_schema, args.units)
+        print(
+            f"\ninterleaved, one writer, a unit of each in turn ({args.units} each): store {store_unit * 1e3:.2f} ms,"
+            f" floor {floor_unit * 1e3:.2f} ms a unit (median): store/floor {floor_unit / store_unit:.2f}x"
+        )
         print(f"\n  {'writers':>7} {'floor units/s':>14} {'store units/s':>14} {'store/floor':>12} {'range':>14}  aim")
         for writers in args.writers:
             ratios: list[float] = []
