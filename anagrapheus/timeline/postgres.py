@@ -362,25 +362,24 @@ class PostgresEventStore:
 
     @contextmanager
     def _pipelined(self, conn: Conn) -> Generator[None]:
-        """A transaction in pipeline mode: BEGIN goes with the first statement and COMMIT with the last, in one trip.
+        """A transaction in pipeline mode: what is sent until the pipeline's one sync, committed there at once.
 
-        A step whose statements need no answer before the end is one round trip; each answer read earlier costs
-        one more. psycopg's own `transaction()` would add a trip after BEGIN and another after COMMIT.
+        No BEGIN or COMMIT is sent: the statements between two syncs are one transaction, and the server commits
+        it at the sync (or rolls it back if one failed). Reading an answer on the way (a flush) costs a round trip
+        but ends nothing. A step whose statements need no answer before the end is one round trip.
         """
         try:
-            try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+            with conn.pipeline():
+                try:
                     yield
-                    conn.execute("COMMIT")
-            except psycopg.Error:
-                with self.place.translated(self._failed_step(conn) or "committing a transaction"):
+                except BaseException:
+                    # Refused, or failed, in the block: what was sent must not be committed at the sync.
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
                     raise
-        finally:
-            if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                # A failure (or a refusal raised in the block) left the transaction open: end it here, at once.
-                with suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+        except psycopg.Error:
+            with self.place.translated(self._failed_step(conn) or "committing a transaction"):
+                raise
 
     def _no_answer(self, action: str) -> StoreUnavailable:
         """The error for a wait the watchdog cut; raised from the StoreError, so the step is not tried again."""
