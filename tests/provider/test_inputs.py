@@ -329,6 +329,11 @@ def test_a_reference_resolves_in_every_reader_of_a_recording(tmp_path: Path) -> 
         header=RecordingHeader(description="Chat.", recorded_with="A scripted model.", rerecord="pytest"),
     )
     assert [run.message_history or [] for run in recorded_runs(read_recording(path).events)] == histories
+    # Each run asked again from the recording, strictly replayed: a history put back wrong would miss its pins.
+    from anagrapheus.testing.rerun import ask_recorded_runs
+
+    replayed = _agent(Scripted("m").model, Pinning(ReplayPins.from_recording(path)))
+    assert ask_recorded_runs(path, replayed, deps=lambda run: "ann") == 4
     # A redacted export of the unit keeps its references: the exported runs continue the same histories.
     exported = tmp_path / "exported.jsonl"
     assert main(["export", str(tmp_path / "log.db"), "--unit", "chat", "-o", str(exported), "--redact"]) == 0
