@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
@@ -28,7 +29,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
 )
-from anagrapheus.timeline.resolver import PinResolver, draws_into, note_event, unit_of
+from anagrapheus.timeline.resolver import Attachment, PinResolver, attached, draws_into, note_event, unit_of
 
 __all__ = [
     "INPUTS_FORMAT",
@@ -40,8 +41,18 @@ __all__ = [
     "recorded_runs",
 ]
 
-INPUTS_FORMAT = 1
-"""The version of the `inputs` shape this module writes and reads."""
+INPUTS_FORMAT = 2
+"""The version of the `inputs` shape this module writes (it reads this one and every earlier one).
+
+Format 2 adds `history_from`: the history starts with the first `count` messages of the history of an earlier run
+of the same unit (`run_id`), and `history` holds only what follows. A run whose history refers to none is written
+in format 1, as before, so a recording without one is byte for byte what an earlier version wrote.
+"""
+_WHOLE_FORMAT = 1
+"""The format of inputs whose history is written whole."""
+_READ_FORMATS = (_WHOLE_FORMAT, INPUTS_FORMAT)
+_REMEMBERED_RUNS = 4
+"""How many of a ledger's latest runs are kept to refer to (a run that delegated to others ends after them)."""
 
 INPUTS_LIMIT = 256 * 1024
 """The default bound on one run's recorded inputs, in bytes of canonical JSON: past it the history is left out."""
@@ -116,7 +127,7 @@ class InputsRecorder:
         if _recording_unit(resolver) is None:
             return {}, _OUTER_RUN.set(ctx.run_id or "")
         inputs: dict[str, JSONValue] = {
-            "format": INPUTS_FORMAT,
+            "format": _WHOLE_FORMAT,
             "prompt": None if ctx.prompt is None else cast(JSONValue, _PROMPT.dump_python(ctx.prompt, mode="json")),
             # Without the fields a later pydantic-ai added while unset, so a re-recording writes the same bytes.
             "history": cast(JSONValue, known_dump(ModelMessagesTypeAdapter, list(ctx.messages))),
@@ -170,7 +181,37 @@ class InputsRecorder:
         else:
             inputs["outcome"] = "failed"
             inputs["error"] = f"{type(error).__name__}: {error}"[:1000]
-        note_event(ledger, self._event(unit, run_id, inputs))
+        history = inputs.get("history")
+        whole = cast(list[JSONValue], history) if isinstance(history, list) else None
+        self._refer(ledger, inputs, whole)
+        event = self._event(unit, run_id, inputs)
+        note_event(ledger, event)
+        if whole is not None and inputs.get("history") is not None and (latest := _latest_runs(ledger)) is not None:
+            latest.noted(run_id, whole)
+
+    def _refer(self, ledger: PinResolver, inputs: dict[str, JSONValue], history: list[JSONValue] | None) -> None:
+        """Write the history as the part of it the unit's latest recorded run did not have, when they share a start.
+
+        A conversation gives each run the history of the one before and what that run added: written whole, turn n
+        would store the n turns before it again, and a recording would grow with the square of the conversation.
+        """
+        if not history:
+            return
+        latest = _latest_runs(ledger)
+        shared, earlier_run = 0, ""
+        for run, earlier in [] if latest is None else latest.runs():
+            common = 0
+            for mine, theirs in zip(history, earlier, strict=False):
+                if mine != theirs:
+                    break
+                common += 1
+            if common > shared:
+                shared, earlier_run = common, run
+        if shared == 0:
+            return
+        inputs["format"] = INPUTS_FORMAT
+        inputs["history_from"] = {"run_id": earlier_run, "count": shared}
+        inputs["history"] = history[shared:]
 
     def _event(self, unit_id: str, run_id: str, inputs: dict[str, JSONValue]) -> PendingEvent:
         """The `RunInputs` event, its inputs bounded: the history goes first, then the prompt."""
@@ -183,7 +224,40 @@ class InputsRecorder:
                 continue  # nothing to leave out: an empty history
             inputs[dropped] = None
             inputs[f"{dropped}_left_out"] = len(canonical_json(value).encode())
+            if dropped == "history" and inputs.pop("history_from", None) is not None:
+                inputs["format"] = _WHOLE_FORMAT  # nothing refers to an earlier run any more
         return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)
+
+
+class _LatestRuns:
+    """The latest runs a ledger noted with their history whole: the ones a later run's history may refer to.
+
+    Kept per ledger, as its notes are: a reference never outlives the notes it refers to (a unit's notes are
+    committed together, in the order noted, or lost together).
+    """
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[str, list[JSONValue]]] = []
+        self._lock = threading.Lock()
+
+    def noted(self, run_id: str, history: list[JSONValue]) -> None:
+        """Remember a run just noted; a run noted again under the same id is known by its latest history only."""
+        with self._lock:
+            kept = [(run, earlier) for run, earlier in self._runs if run != run_id][-(_REMEMBERED_RUNS - 1) :]
+            self._runs = [*kept, (run_id, history)]
+
+    def runs(self) -> list[tuple[str, list[JSONValue]]]:
+        """The runs remembered, latest first."""
+        with self._lock:
+            return self._runs[::-1]
+
+
+_LATEST: Attachment[_LatestRuns] = Attachment("the latest runs noted with their history")
+
+
+def _latest_runs(ledger: PinResolver) -> _LatestRuns | None:
+    """The runs `ledger` noted lately (None for a ledger that keeps no attachments: nothing is referred to)."""
+    return attached(ledger, _LATEST, _LatestRuns)
 
 
 def _recording_unit(resolver: PinResolver) -> tuple[PinResolver, str] | None:
@@ -243,15 +317,60 @@ class RecordedRun:
         return kwargs
 
 
-def _run_of(event: RunInputs, *, seq: int) -> RecordedRun:
+def _inputs_of(event: RunInputs, *, seq: int) -> dict[str, JSONValue]:
+    """A run's recorded inputs, refused unless in a format this version reads."""
     inputs = event.inputs
-    if not isinstance(inputs, dict) or inputs.get("format") != INPUTS_FORMAT:
+    if not isinstance(inputs, dict) or inputs.get("format") not in _READ_FORMATS:
         raise CorruptEvent(
-            f"run_inputs of run {event.run_id} is not in format {INPUTS_FORMAT}: written by a newer anagrapheus?",
+            f"run_inputs of run {event.run_id} is not in format {INPUTS_FORMAT} or earlier: written by a newer"
+            " anagrapheus?",
             seq=seq,
         )
+    return cast(dict[str, JSONValue], inputs)
+
+
+@dataclass
+class _Histories:
+    """The runs' histories, each resolved whole: one that refers to an earlier run's history starts with it."""
+
+    whole: dict[tuple[str, str], list[JSONValue] | None] = field(
+        default_factory=dict[tuple[str, str], list[JSONValue] | None]
+    )
+
+    def resolve(self, event: RunInputs, inputs: dict[str, JSONValue], *, seq: int) -> JSONValue:
+        """The run's whole history (None when left out), remembered for the later runs that refer to it."""
+        history = inputs.get("history")
+        reference = inputs.get("history_from")
+        if reference is not None:
+            history = self._continued(event, reference, history, seq=seq)
+        self.whole[(event.unit_id, event.run_id)] = (
+            cast(list[JSONValue], history) if isinstance(history, list) else None
+        )
+        return history
+
+    def _continued(self, event: RunInputs, reference: JSONValue, tail: JSONValue, *, seq: int) -> list[JSONValue]:
+        """The first `count` messages of the earlier run's history, then `tail`."""
+        earlier = count = None
+        if isinstance(reference, dict):
+            earlier, count = reference.get("run_id"), reference.get("count")
+        if not isinstance(earlier, str) or not isinstance(count, int) or isinstance(count, bool):
+            raise CorruptEvent(
+                f"run_inputs of run {event.run_id}: its history_from is not a run id and a count", seq=seq
+            )
+        start = self.whole.get((event.unit_id, earlier))
+        if start is None or len(start) < count or not isinstance(tail, list):
+            raise CorruptEvent(
+                f"run_inputs of run {event.run_id}: its history continues the first {count} message(s) of run"
+                f" {earlier}, which unit {event.unit_id} does not hold before it (a recording cut short or edited?)",
+                seq=seq,
+            )
+        return [*start[:count], *cast(list[JSONValue], tail)]
+
+
+def _run_of(event: RunInputs, *, seq: int, histories: _Histories) -> RecordedRun:
+    inputs = _inputs_of(event, seq=seq)
     prompt = inputs.get("prompt")
-    history = inputs.get("history")
+    history = histories.resolve(event, inputs, seq=seq)
     settings = inputs.get("model_settings")
     instructions = inputs.get("instructions")
     output_type = inputs.get("output_type")
@@ -296,6 +415,7 @@ def recorded_runs(events: Iterable[StoredEvent], *, unit_id: str | None = None) 
     """The runs whose inputs a log or recording holds (a unit's, or all), in the order they ended."""
     runs: list[RecordedRun] = []
     drawn: set[object] = set()
+    histories = _Histories()
     for stored in events:
         if stored.namespace != BUILTIN_NAMESPACE:
             continue
@@ -310,5 +430,6 @@ def recorded_runs(events: Iterable[StoredEvent], *, unit_id: str | None = None) 
         event = _REGISTRY.decode(stored)
         assert isinstance(event, RunInputs)
         if unit_id is None or event.unit_id == unit_id:
-            runs.append(_run_of(event, seq=stored.seq))
+            # In log order: a history refers only to a run of its unit that ended, and was noted, before it.
+            runs.append(_run_of(event, seq=stored.seq, histories=histories))
     return [dataclasses.replace(run, named=run.run_id not in drawn) for run in runs]

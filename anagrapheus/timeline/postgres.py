@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar, cast
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
@@ -43,6 +44,20 @@ _EVENT_COLUMNS: LiteralString = (
 )
 _SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
+# Whether a unit is closed, and who holds its lease: the fence of every write (a lock clause and ")" follow).
+_FENCE: LiteralString = (
+    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
+)
+# A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
+# and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
+# (the server's log is written in order).
+_LEASE_NOT_WAITED_TO_DISK: LiteralString = "SELECT set_config('synchronous_commit', 'off', true)"
+# The events of an append, one array a column, as rows in column order.
+_UNNEST_EVENTS: LiteralString = (
+    "unnest(%(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[], %(type)s::text[],"
+    " %(schema_version)s::integer[], %(causation_id)s::text[], %(correlation_id)s::text[], %(created_at)s::text[],"
+    " %(payload)s::text[]) AS e(" + _EVENT_COLUMNS + ")"
+)
 # The client waits this much longer than `statement_timeout` for an answer, so that the server's own
 # cancellation, which says what was cancelled, arrives first when the server is there to send it.
 _ANSWER_GRACE = 1.0
@@ -63,6 +78,8 @@ class _Transaction:
     after_commit: list[Callable[[], None]] = field(default_factory=lambda: [])
     lock: threading.RLock = field(default_factory=threading.RLock)
     """Held by one thread at a time: the threads a holder hands work to take turns, a savepoint block at a time."""
+    sent: list[tuple[psycopg.Cursor[tuple[Any, ...]], str]] = field(default_factory=lambda: [])
+    """The statements sent in it, each with the step it serves: a pipelined one's error names its step."""
 
 
 class _Watchdog:
@@ -123,6 +140,13 @@ def _cut(conn: Conn) -> None:
 
 
 _WATCHDOG = _Watchdog()
+
+
+def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
+    """The parameters of `_UNNEST_EVENTS`: the events' rows, one list a column."""
+    names = [name.strip() for name in _EVENT_COLUMNS.split(",")]
+    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in names]
+    return {name: list(column) for name, column in zip(names, columns, strict=True)}
 
 
 def _retryable(error: StoreError) -> bool:
@@ -218,6 +242,7 @@ class PostgresEventStore:
         self._scratch = self.place.table("pin_scratch")
         self._closed = self.place.table("closed_units")
         self._unit_leases = self.place.table("unit_leases")
+        self._statements: dict[str, bytes] = {}
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -291,14 +316,70 @@ class PostgresEventStore:
         """Run one exchange with the server under the answer deadline, its errors translated at the choke point."""
         token = _WATCHDOG.arm(conn, self._answer_within)
         try:
-            with self.place.translated(action):
+            try:
                 yield
+            except psycopg.Error:
+                with self.place.translated(self._failed_step(conn) or action):
+                    raise
         except StoreError as e:
             if _WATCHDOG.disarm(token):
                 raise self._no_answer(action) from e
             raise
         finally:
             _WATCHDOG.disarm(token)
+
+    def _statement(self, text: LiteralString, **parts: sql.Composable) -> bytes:
+        """A statement of the store's schema, composed once: a unit of work sends the same few, many times over.
+
+        `text` names it: every call with one text passes the same parts (the store's tables and columns).
+        """
+        found = self._statements.get(text)
+        if found is None:
+            found = self._statements[text] = sql.SQL(text).format(**parts).as_bytes(None)
+        return found
+
+    def _send(
+        self, conn: Conn, action: str, query: bytes | sql.SQL | sql.Composed, params: Any = None
+    ) -> psycopg.Cursor[tuple[Any, ...]]:
+        """Send one statement of a step (in pipeline mode, it is answered when the trip ends); return its cursor."""
+        with self._io(conn, action):
+            cursor = conn.execute(query, params)
+        tx = self._tx.get()
+        assert tx is not None and tx.conn is conn, "a step's statements are sent in the store's transaction"
+        tx.sent.append((cursor, action))
+        return cursor
+
+    def _failed_step(self, conn: Conn) -> str | None:
+        """The step of the first statement sent in the open transaction that got no answer: the one that failed.
+
+        In pipeline mode a statement's error arrives with a later read or with the COMMIT; the statements after
+        the failed one are skipped by the server, and those before it were answered.
+        """
+        tx = self._tx.get()
+        if tx is None or tx.conn is not conn:
+            return None
+        return next((action for cursor, action in tx.sent if cursor.pgresult is None), None)
+
+    @contextmanager
+    def _pipelined(self, conn: Conn) -> Generator[None]:
+        """A transaction in pipeline mode: what is sent until the pipeline's one sync, committed there at once.
+
+        No BEGIN or COMMIT is sent: the statements between two syncs are one transaction, and the server commits
+        it at the sync (or rolls it back if one failed). Reading an answer on the way (a flush) costs a round trip
+        but ends nothing. A step whose statements need no answer before the end is one round trip.
+        """
+        try:
+            with conn.pipeline():
+                try:
+                    yield
+                except BaseException:
+                    # Refused, or failed, in the block: what was sent must not be committed at the sync.
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+        except psycopg.Error:
+            with self.place.translated(self._failed_step(conn) or "committing a transaction"):
+                raise
 
     def _no_answer(self, action: str) -> StoreUnavailable:
         """The error for a wait the watchdog cut; raised from the StoreError, so the step is not tried again."""
@@ -386,10 +467,9 @@ class PostgresEventStore:
                 with self.place.translated("committing a transaction"), ExitStack() as stack:
                     stack.callback(lambda: fired.append(_WATCHDOG.disarm(armed[0])))
                     if token is not None and pipelined:
-                        # Pipeline mode sends BEGIN with the first statement and the writes with COMMIT:
-                        # a unit commit costs two round trips, not one per statement.
-                        stack.enter_context(conn.pipeline())
-                    stack.enter_context(conn.transaction())
+                        stack.enter_context(self._pipelined(conn))
+                    else:
+                        stack.enter_context(conn.transaction())
                     fired.append(_WATCHDOG.disarm(armed[0]))
                     try:
                         yield
@@ -423,26 +503,62 @@ class PostgresEventStore:
         if not events and expected_last_seq is None:
             return []
         with self._transaction(), self._connection() as conn:
-            with self._io(conn, "taking seq numbers"):
-                row = conn.execute(
-                    sql.SQL("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq").format(h=self._head),
-                    (len(events),),
-                ).fetchone()
-            assert row is not None, "the log_head row is created by the first migration"
-            last = int(row[0]) - len(events)
-            if expected_last_seq is not None and expected_last_seq != last:
-                # Raising rolls the transaction back, and with it the numbers taken.
-                raise SeqConflict(expected=expected_last_seq, actual=last)
-            stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
-            self._insert(conn, stored)
-        return stored
+            appended = self._append_statements(conn, events, expected_last_seq=expected_last_seq)
+        return appended()
 
-    def _insert(self, conn: Conn, events: Sequence[StoredEvent]) -> None:
-        insert = sql.SQL("INSERT INTO {e} ({c}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(
-            e=self._events, c=sql.SQL(_EVENT_COLUMNS)
+    def _append_statements(
+        self, conn: Conn, events: Sequence[PendingEvent], *, expected_last_seq: int | None
+    ) -> Callable[[], list[StoredEvent]]:
+        """Send the statements that number and insert `events`; return what reads their answer.
+
+        The seq numbers are taken from the log_head row by the server and read back by the insert, so nothing
+        waits on an answer in between: the row's lock is held from there to the commit, sent in the same round
+        trip when the transaction is the store's own. With `expected_last_seq` the numbers are read first, and
+        nothing is appended unless the log ends there (`SeqConflict`).
+        """
+        stamped_events = stamped(events, after=0, clock=self._clock, new_event_id=self._new_event_id)
+        count = len(stamped_events)
+        if not count and expected_last_seq is None:
+            return lambda: []  # nothing to number: the log_head row is not locked
+        taken = self._send(
+            conn,
+            "taking seq numbers",
+            self._statement("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s", h=self._head),
+            (count, count),
         )
-        with self._io(conn, "appending events"), conn.cursor() as cur:
-            cur.executemany(insert, [event_row(event) for event in events])
+        numbered: list[int] = []
+        if expected_last_seq is not None:
+            numbered.append(self._after(taken))
+            if numbered[0] != expected_last_seq:
+                # Raising rolls the transaction back, and with it the numbers taken.
+                raise SeqConflict(expected=expected_last_seq, actual=numbered[0])
+        if count:
+            self._send(
+                conn,
+                "appending events",
+                self._statement(
+                    "INSERT INTO {e} ({c}) SELECT (SELECT last_seq FROM {h}) - %(n)s + e.seq, e.event_id, e.namespace,"
+                    " e.type, e.schema_version, e.causation_id, e.correlation_id, e.created_at, e.payload FROM "
+                    + _UNNEST_EVENTS,
+                    h=self._head,
+                    e=self._events,
+                    c=sql.SQL(_EVENT_COLUMNS),
+                ),
+                {"n": count, **_event_arrays(stamped_events)},
+            )
+
+        def read() -> list[StoredEvent]:
+            after = numbered[0] if numbered else self._after(taken)
+            return [replace(event, seq=after + event.seq) for event in stamped_events]
+
+        return read
+
+    def _after(self, taken: psycopg.Cursor[tuple[Any, ...]]) -> int:
+        """The seq the numbers taken by an append follow, read from its answer."""
+        with self._io(taken.connection, "taking seq numbers"):
+            row = taken.fetchone()
+        assert row is not None, "the log_head row is created by the first migration"
+        return int(row[0])
 
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
         """Append events copied from another log verbatim (seq, ids, times); the first must follow `last_seq()`."""
@@ -450,21 +566,29 @@ class PostgresEventStore:
             return
         check_contiguous(events)
         with self._transaction(), self._connection() as conn:
-            with self._io(conn, "taking seq numbers"):
-                row = conn.execute(
-                    sql.SQL("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq").format(h=self._head),
-                    (events[-1].seq, events[0].seq - 1),
-                ).fetchone()
-            if row is None:
+            taken = self._send(
+                conn,
+                "taking seq numbers",
+                self._statement("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq", h=self._head),
+                (events[-1].seq, events[0].seq - 1),
+            )
+            if taken.fetchone() is None:
                 raise SeqConflict(expected=events[0].seq - 1, actual=self.last_seq())
-            self._insert(conn, events)
+            self._send(
+                conn,
+                "appending events",
+                self._statement(
+                    "INSERT INTO {e} ({c}) SELECT * FROM " + _UNNEST_EVENTS, e=self._events, c=sql.SQL(_EVENT_COLUMNS)
+                ),
+                _event_arrays(events),
+            )
 
     def last_seq(self) -> int:
         """Return the seq of the last committed event, or 0 for an empty log."""
 
         def read() -> int:
             with self._connection() as conn, self._io(conn, "reading the last seq"):
-                row = conn.execute(sql.SQL("SELECT last_seq FROM {h}").format(h=self._head)).fetchone()
+                row = conn.execute(self._statement("SELECT last_seq FROM {h}", h=self._head)).fetchone()
             return 0 if row is None else int(row[0])
 
         return self._retried(read)
@@ -561,50 +685,64 @@ class PostgresEventStore:
             self._beacon_conn = None
 
     def _take(self, conn: Conn, unit_id: str) -> bool:
-        """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session."""
+        """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session.
+
+        One round trip, one transaction (see `_send_take`).
+        """
         try:
-            with self._io(conn, f"taking the lease of unit {unit_id}"), conn.transaction():
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
-                        " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING"
-                    ).format(l=self._unit_leases, u=self._closed),
-                    (unit_id, self._holder, unit_id),
-                )
-                row = conn.execute(
-                    sql.SQL(
-                        "SELECT holder, EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus '"
-                        " || holder) FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT"
-                    ).format(l=self._unit_leases),
-                    (unit_id,),
-                ).fetchone()
-                if row is None or row[0] == self._holder:
-                    return True  # taken, or a closed unit, which needs no lease: the caller refuses it
-                if row[1]:
-                    return False
-                conn.execute(
-                    sql.SQL("UPDATE {l} SET holder = %s WHERE unit_id = %s").format(l=self._unit_leases),
-                    (self._holder, unit_id),
-                )
-                return True
+            with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
+                conn.execute(_LEASE_NOT_WAITED_TO_DISK)
+                taken = self._send_take(conn, unit_id)
         except StoreError as e:
             if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                 return False  # the holder is writing in the unit right now
             raise
+        return taken()
 
-    def _fence(self, conn: Conn, unit_id: str, *, raw: str | None = None, lock: LiteralString = " FOR SHARE") -> None:
+    def _send_take(self, conn: Conn, unit_id: str) -> Callable[[], bool]:
+        """Send the statements that take the unit's lease; return what reads whether this store holds it now.
+
+        The row is made if there is none (unless the unit is closed), locked (an error if its holder is writing
+        in the unit right now), and handed over only if its holder has no session left, each statement seeing
+        what the one before it settled. In one transaction, the caller's to begin and end.
+        """
+        conn.execute(
+            self._statement(
+                "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
+                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING",
+                l=self._unit_leases,
+                u=self._closed,
+            ),
+            (unit_id, self._holder, unit_id),
+        )
+        held = conn.execute(
+            self._statement("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT", l=self._unit_leases),
+            (unit_id,),
+        )
+        handed = conn.execute(
+            self._statement(
+                "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
+                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1",
+                l=self._unit_leases,
+            ),
+            (self._holder, unit_id, self._holder),
+        )
+
+        def taken() -> bool:
+            row = held.fetchone()
+            # Taken, or a closed unit, which needs no lease (the caller refuses it), or handed over from a dead holder.
+            return row is None or row[0] == self._holder or handed.fetchone() is not None
+
+        return taken
+
+    def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[bytes, tuple[str, str]]:
+        """The statement that reads whether the unit is closed and who holds its lease (see `_fenced`)."""
+        return self._statement(_FENCE + lock + ")", u=self._closed, l=self._unit_leases), (unit_id, unit_id)
+
+    def _fenced(self, unit_id: str, row: tuple[Any, ...] | None, *, raw: str | None = None) -> None:
         """Refuse a write to a unit that is closed, or whose lease another store took (this one lost it)."""
-        with self._io(conn, f"checking the lease of unit {unit_id}"):
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
-                    + lock
-                    + ")"
-                ).format(u=self._closed, l=self._unit_leases),
-                (unit_id, unit_id),
-            ).fetchone()
         assert row is not None
-        closed, holder = row
+        closed, holder = row[0], row[1]
         if closed is not None:
             raise UnitClosed(unit_id, state=closed, raw=raw)
         if holder != self._holder:
@@ -624,8 +762,10 @@ class PostgresEventStore:
         def read() -> ScratchPin | None:
             with self._connection() as conn, self._io(conn, "reading scratch"):
                 row = conn.execute(
-                    sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s").format(
-                        c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                    self._statement(
+                        "SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s",
+                        c=sql.SQL(_SCRATCH_COLUMNS),
+                        p=self._scratch,
                     ),
                     (unit_id, key),
                 ).fetchone()
@@ -635,8 +775,12 @@ class PostgresEventStore:
 
     def _lock_unit(self, conn: Conn, unit_id: str) -> None:
         """Serialise, until the transaction ends, the writes that must see whether the unit is closed."""
-        with self._io(conn, f"locking unit {unit_id}"):
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (self._lease_name(unit_id),))
+        self._send(
+            conn,
+            f"locking unit {unit_id}",
+            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))"),
+            (self._lease_name(unit_id),),
+        )
 
     def _lease_name(self, unit_id: str) -> str:
         return f"anagrapheus unit {self.place.schema} {unit_id}"
@@ -644,7 +788,7 @@ class PostgresEventStore:
     def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
         with self._io(conn, "reading a unit's outcome"):
             row = conn.execute(
-                sql.SQL("SELECT outcome FROM {u} WHERE unit_id = %s").format(u=self._closed), (unit_id,)
+                self._statement("SELECT outcome FROM {u} WHERE unit_id = %s", u=self._closed), (unit_id,)
             ).fetchone()
         return None if row is None else row[0]
 
@@ -659,10 +803,11 @@ class PostgresEventStore:
 
     def closed_units(self) -> Iterator[ClosedUnit]:
         """Stream the units closed for good, by unit id, a page at a time."""
-        query = sql.SQL(
+        query = self._statement(
             'SELECT unit_id, outcome FROM {u} WHERE %(after)s::text IS NULL OR unit_id COLLATE "C" > %(after)s'
-            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s'
-        ).format(u=self._closed)
+            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s',
+            u=self._closed,
+        )
         after: str | None = None
         while True:
             with self._connection() as conn, self.place.translated("listing closed units"):
@@ -681,10 +826,11 @@ class PostgresEventStore:
             return 0
         with self.transaction(), self._connection() as conn, self.place.translated("recording closed units"):
             row = conn.execute(
-                sql.SQL(
+                self._statement(
                     "WITH new AS (INSERT INTO {u} (unit_id, outcome) SELECT * FROM unnest(%s::text[], %s::text[])"
-                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new"
-                ).format(u=self._closed),
+                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new",
+                    u=self._closed,
+                ),
                 ([unit.unit_id for unit in units], [unit.outcome for unit in units]),
             ).fetchone()
         return 0 if row is None else int(row[0])
@@ -693,27 +839,38 @@ class PostgresEventStore:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile. A write whose
-        connection was lost (an idle timeout, a restart) is made once more on a fresh connection.
+        connection was lost (an idle timeout, a restart) is made once more on a fresh connection. One round trip:
+        the unit's lock, the fenced write and the commit are sent together.
         """
         self._claim(unit_id)
 
         def write() -> ScratchPin:
             # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
             # one draw number twice.
-            with self._put_lock, self._transaction(), self._connection() as conn:
-                self._lock_unit(conn, unit_id)
-                self._fence(conn, unit_id, raw=raw)
-                with self._io(conn, "writing scratch"):
-                    row = conn.execute(
-                        sql.SQL(
-                            "INSERT INTO {p} AS s ({c}) SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"
-                            " FROM {p} WHERE unit_id = %s"
-                            " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c}"
-                        ).format(p=self._scratch, c=sql.SQL(_SCRATCH_COLUMNS)),
-                        (unit_id, key, kind, raw, fingerprint, unit_id),
-                    ).fetchone()
+            with self._put_lock:
+                with self._transaction(), self._connection() as conn:
+                    self._lock_unit(conn, unit_id)
+                    # The fence and the write are one statement: the write is made only if the fence passes.
+                    put = self._send(
+                        conn,
+                        "writing scratch",
+                        self._statement(
+                            "WITH fence AS (" + _FENCE + " FOR SHARE)), put AS (INSERT INTO {p} AS s ({c})"
+                            " SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s FROM {p} WHERE unit_id = %s"
+                            " HAVING (SELECT f.outcome IS NULL AND f.holder = %s FROM fence AS f(outcome, holder))"
+                            " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c})"
+                            " SELECT fence.*, put.* FROM fence LEFT JOIN put ON true",
+                            u=self._closed,
+                            l=self._unit_leases,
+                            p=self._scratch,
+                            c=sql.SQL(_SCRATCH_COLUMNS),
+                        ),
+                        (unit_id, unit_id, unit_id, key, kind, raw, fingerprint, unit_id, self._holder),
+                    )
+                row = put.fetchone()
+            self._fenced(unit_id, row, raw=raw)
             assert row is not None
-            return ScratchPin(*row)
+            return ScratchPin(*row[2:])
 
         return self._retried(write)
 
@@ -722,23 +879,79 @@ class PostgresEventStore:
 
         Raises `UnitClosed` if the unit is committed or abandoned, and `UnitBusy` if another store took the unit.
         """
+        first = self._retried(lambda: self._take_and_reuse(unit_id, key))
+        if first is not None:
+            return first[0]
         self._claim(unit_id)
 
         def write() -> ScratchPin | None:
-            with self._connection() as conn:
-                with self._io(conn, "reusing a pin"):
-                    row = conn.execute(
-                        sql.SQL(
-                            "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                            " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}"
-                        ).format(p=self._scratch, l=self._unit_leases, c=sql.SQL(_SCRATCH_COLUMNS)),
-                        (unit_id, key, unit_id, self._holder),
-                    ).fetchone()
-                if row is None:
-                    self._fence(conn, unit_id, lock="")
-            return None if row is None else ScratchPin(*row)
+            with self._connection() as conn, self._io(conn, "reusing a pin"), conn.pipeline():
+                reused = self._send_reuse(conn, unit_id, key)
+            return reused()
 
         return self._retried(write)
+
+    def _send_reuse(self, conn: Conn, unit_id: str, key: str) -> Callable[[], ScratchPin | None]:
+        """Send the statements that count an attempt at the pin; return what reads the pin (None if not drawn).
+
+        The fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
+        the unit closed, as a separate look afterwards would.
+        """
+        reused = conn.execute(
+            self._statement(
+                "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
+                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}",
+                p=self._scratch,
+                l=self._unit_leases,
+                c=sql.SQL(_SCRATCH_COLUMNS),
+            ),
+            (unit_id, key, unit_id, self._holder),
+        )
+        fenced = conn.execute(*self._fence_query(unit_id, lock=""))
+
+        def pin() -> ScratchPin | None:
+            row = reused.fetchone()
+            if row is None:
+                self._fenced(unit_id, fenced.fetchone())
+            return None if row is None else ScratchPin(*row)
+
+        return pin
+
+    def _take_and_reuse(self, unit_id: str, key: str) -> tuple[ScratchPin | None] | None:
+        """A unit's first ask in one round trip: its lease taken (a transaction of its own), then the pin reused.
+
+        None when that could not be done (another store holds the unit, a statement was refused, or a caller's
+        transaction is open, which the lease must not join): the usual steps take over, waiting or saying why.
+        """
+        if self._tx.get() is not None:
+            return None
+        self._beacon()  # the connection that keeps this store's leases alive between draws
+        with self._leases.lock:
+            if unit_id in self._leases.held:
+                return None
+            try:
+                with self._connection() as conn:
+                    try:
+                        with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
+                            conn.execute("BEGIN")
+                            conn.execute(_LEASE_NOT_WAITED_TO_DISK)
+                            taken = self._send_take(conn, unit_id)
+                            conn.execute("COMMIT")
+                            reused = self._send_reuse(conn, unit_id, key)
+                    finally:
+                        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                            with suppress(psycopg.Error):
+                                conn.execute("ROLLBACK")
+            except StoreError as e:
+                if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
+                    return None  # its holder is writing in it: the usual steps wait for it
+                if isinstance(e, StoreUnavailable):
+                    raise  # lost (the caller tries once more) or a bound ran out
+                return None  # refused: the usual steps make the statements again and say which one failed
+            if not taken():
+                return None
+            self._leases.held.add(unit_id)
+        return (reused(),)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""
@@ -752,8 +965,10 @@ class PostgresEventStore:
     def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
         with self._io(conn, "listing scratch"):
             rows = conn.execute(
-                sql.SQL("SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock).format(
-                    c=sql.SQL(_SCRATCH_COLUMNS), p=self._scratch
+                self._statement(
+                    "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock,
+                    c=sql.SQL(_SCRATCH_COLUMNS),
+                    p=self._scratch,
                 ),
                 (unit_id,),
             ).fetchall()
@@ -765,8 +980,8 @@ class PostgresEventStore:
         def read() -> list[OpenUnit]:
             with self._connection() as conn, self._io(conn, "listing open units"):
                 rows = conn.execute(
-                    sql.SQL("SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)").format(
-                        p=self._scratch
+                    self._statement(
+                        "SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)", p=self._scratch
                     )
                 ).fetchall()
             return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
@@ -789,21 +1004,39 @@ class PostgresEventStore:
         committing: list[bool] = []
 
         def settle() -> list[StoredEvent]:
+            fence, fence_params = self._fence_query(unit_id, lock=" FOR UPDATE")
             with self._transaction(), self._connection() as conn:
+                # Two round trips: the pins listed under the unit's locks, then the events appended, the unit
+                # closed and the transaction committed together, so the log_head lock is held for that trip alone.
                 self._lock_unit(conn, unit_id)
-                self._fence(conn, unit_id, lock=" FOR UPDATE")
+                fenced = self._send(conn, f"checking the lease of unit {unit_id}", fence, fence_params)
                 # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
-                stored = self.append(events(self._scratch_list(conn, unit_id, lock=" FOR UPDATE")))
-                with self._io(conn, "closing the unit"):
-                    conn.execute(sql.SQL("DELETE FROM {p} WHERE unit_id = %s").format(p=self._scratch), (unit_id,))
-                    conn.execute(
-                        sql.SQL("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)").format(u=self._closed),
+                listed = self._send(
+                    conn,
+                    "listing scratch",
+                    self._statement(
+                        "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no FOR UPDATE",
+                        c=sql.SQL(_SCRATCH_COLUMNS),
+                        p=self._scratch,
+                    ),
+                    (unit_id,),
+                )
+                with self._io(conn, "listing scratch"):
+                    self._fenced(unit_id, fenced.fetchone())
+                    pins = [ScratchPin(*row) for row in listed.fetchall()]
+                appended = self._append_statements(conn, events(pins), expected_last_seq=None)
+                for query, params in (
+                    (self._statement("DELETE FROM {p} WHERE unit_id = %s", p=self._scratch), (unit_id,)),
+                    (
+                        self._statement("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)", u=self._closed),
                         (unit_id, outcome),
-                    )
-                    conn.execute(sql.SQL("DELETE FROM {l} WHERE unit_id = %s").format(l=self._unit_leases), (unit_id,))
+                    ),
+                    (self._statement("DELETE FROM {l} WHERE unit_id = %s", l=self._unit_leases), (unit_id,)),
+                ):
+                    self._send(conn, "closing the unit", query, params)
                 self._after_commit(lambda: self._release(unit_id))
                 committing.append(True)
-            return stored
+            return appended()
 
         # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
         # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.
@@ -823,7 +1056,7 @@ class PostgresEventStore:
                 self._pool.connection() as conn,
                 self._io(conn, "releasing unit leases"),
             ):
-                conn.execute(sql.SQL("DELETE FROM {l} WHERE holder = %s").format(l=self._unit_leases), (self._holder,))
+                conn.execute(self._statement("DELETE FROM {l} WHERE holder = %s", l=self._unit_leases), (self._holder,))
         with self.place.translated("closing the store"):
             self._pool.close()
 

@@ -117,3 +117,15 @@ def test_durable_engines_benchmark_runs() -> None:
     out = run_quick("durable_engines.py")
     assert "Temporal (dev server)" in out and "Prefect (local server, SQLite)" in out
     assert out.count("with pins") == 2
+
+
+def test_postgres_floor_benchmark_runs() -> None:
+    out = run_quick("postgres_floor.py")
+    # Measured when a server answers, and says why not otherwise.
+    assert ("store/floor" in out and "wire per unit" in out) or "PostgresEventStore vs the floor: skipped" in out
+
+
+def test_conversation_size_benchmark_runs() -> None:
+    out = run_quick("conversation_size.py")
+    assert "Pinning / PinnedModel at 3 turns:" in out
+    assert "Pinning, 12 turns / 3 turns:" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,7 @@ def test_inputs_of_an_unknown_format_are_refused(tmp_path: Path) -> None:
         ledger = PinLedger(store, EventTypeRegistry(), unit_id="u")
         ledger.note_event(EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={"format": 99})))
         events = ledger.commit()
-    with pytest.raises(CorruptEvent, match="not in format 1"):
+    with pytest.raises(CorruptEvent, match="not in format 2 or earlier"):
         recorded_runs(events)
 
 
@@ -314,3 +315,109 @@ def test_tampered_run_inputs_fail_typed_in_every_reader(
         recorded_cases(path)
     with SQLiteEventStore(tmp_path / "fork.db") as store, pytest.raises(CorruptEvent):
         fork_run(read_events(path), rerun_agents.support, PinLedger(store, EventTypeRegistry()), origin="support-7")
+
+
+def _conversation(tmp_path: Path, turns: int, **options: Any) -> tuple[list[list[Any]], list[Any]]:
+    """A conversation of `turns` runs under one ledger, each continuing the last; each run's history, and the log."""
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="chat")
+        agent = _agent(Scripted("m").model, Pinning(ledger, **options))
+        histories: list[list[Any]] = []
+        history: list[Any] = []
+        for turn in range(turns):
+            histories.append(history)
+            history = agent.run_sync(f"Question {turn}?", message_history=history or None, deps="ann").all_messages()
+        return histories, ledger.commit()
+
+
+def test_a_continuing_run_records_only_what_the_run_before_it_did_not_have(tmp_path: Path) -> None:
+    histories, events = _conversation(tmp_path, 6)
+    runs = recorded_runs(events)
+    assert [run.message_history or [] for run in runs] == histories
+    inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
+    # From the third run on, each refers to the run before it: its own record holds that run's turn alone.
+    assert [one.get("history_from") for one in inputs] == [
+        None,
+        None,
+        *({"run_id": runs[n - 1].run_id, "count": len(histories[n - 1])} for n in range(2, 6)),
+    ]
+    assert [one["format"] for one in inputs] == [1, 1, 2, 2, 2, 2]
+    sizes = [len(event.payload) for event in events if event.type == "run_inputs"]
+    assert max(sizes[2:]) - min(sizes[2:]) < 100  # linear in the conversation: each turn costs the same
+
+
+def test_a_reference_resolves_in_every_reader_of_a_recording(tmp_path: Path) -> None:
+    from anagrapheus.timeline import RecordingHeader
+    from anagrapheus.timeline.recording import write_recording
+
+    histories, events = _conversation(tmp_path, 4)
+    path = write_recording(
+        tmp_path / "chat.jsonl",
+        events,
+        header=RecordingHeader(description="Chat.", recorded_with="A scripted model.", rerecord="pytest"),
+    )
+    assert [run.message_history or [] for run in recorded_runs(read_recording(path).events)] == histories
+    # Each run asked again from the recording, strictly replayed: a history put back wrong would miss its pins.
+    from anagrapheus.testing.rerun import ask_recorded_runs
+
+    replayed = _agent(Scripted("m").model, Pinning(ReplayPins.from_recording(path)))
+    assert ask_recorded_runs(path, replayed, deps=lambda run: "ann") == 4
+    # A redacted export of the unit keeps its references: the exported runs continue the same histories.
+    exported = tmp_path / "exported.jsonl"
+    assert main(["export", str(tmp_path / "log.db"), "--unit", "chat", "-o", str(exported), "--redact"]) == 0
+    assert [run.message_history or [] for run in recorded_runs(read_recording(exported).events)] == histories
+
+
+def test_a_history_left_out_for_size_refers_to_nothing(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="chat")
+        agent = _agent(Scripted("m").model, Pinning(ledger, inputs_limit=4000))
+        history = agent.run_sync("Where?", deps="ann").all_messages()
+        history = agent.run_sync("And then?", message_history=history, deps="ann").all_messages()
+        # It continues the run before, but its prompt is past the bound: the history goes first, reference and all.
+        agent.run_sync("x" * 5000, message_history=history, deps="ann")
+        events = ledger.commit()
+    inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
+    for one in inputs:
+        assert one["format"] == (2 if "history_from" in one else 1)
+        assert "history_from" not in one or one["history"] is not None
+    runs = recorded_runs(events)
+    assert runs[-1].left_out == ("history", "prompt")
+    for run, one in zip(runs, inputs, strict=True):
+        assert (run.message_history is None) == (not one["history"] and "history_from" not in one)
+
+
+@pytest.mark.parametrize(
+    ("reference", "said"),
+    [
+        ({"run_id": "nobody", "count": 1}, "continues the first 1 message(s) of run nobody, which unit chat does not"),
+        ({"run_id": "earlier", "count": 10_000}, "continues the first 10000 message(s) of run earlier"),
+        ("earlier", "its history_from is not a run id and a count"),
+        ({"run_id": "earlier", "count": True}, "its history_from is not a run id and a count"),
+    ],
+)
+def test_a_reference_to_a_history_the_recording_does_not_hold_fails_typed(
+    tmp_path: Path, reference: object, said: str
+) -> None:
+    _, events = _conversation(tmp_path, 3)
+    last = events[-1]
+    payload = json.loads(last.payload)
+    earlier = next(json.loads(event.payload)["run_id"] for event in events if event.type == "run_inputs")
+    payload["inputs"]["history_from"] = json.loads(json.dumps(reference).replace('"earlier"', json.dumps(earlier)))
+    tampered = [*events[:-1], dataclasses.replace(last, payload=json.dumps(payload))]
+    with pytest.raises(CorruptEvent, match=said.replace("earlier", earlier).replace("(", r"\(").replace(")", r"\)")):
+        recorded_runs(tampered)
+
+
+def test_a_run_that_shares_no_start_with_the_runs_before_it_refers_to_none(tmp_path: Path) -> None:
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="chat")
+        agent = _agent(Scripted("m").model, Pinning(ledger))
+        first = agent.run_sync("Where?", deps="ann").all_messages()
+        agent.run_sync("And then?", message_history=first, deps="ann")
+        other = agent.run_sync("Something else?", deps="ann").all_messages()
+        agent.run_sync("Go on.", message_history=other, deps="ann")
+        events = ledger.commit()
+    inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
+    assert [one.get("history_from") for one in inputs] == [None] * 4
+    assert [run.message_history for run in recorded_runs(events)] == [None, first, None, other]

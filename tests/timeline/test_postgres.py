@@ -252,6 +252,15 @@ def test_a_refused_scratch_write_names_the_step(
     assert store.unit_outcome("u1") is None
 
 
+def test_a_refused_lease_on_a_units_first_ask_names_the_step(
+    open_pg: Callable[..., PostgresEventStore], postgres_dsn: str, pg_schema: str
+) -> None:
+    store = open_pg()
+    refuse(postgres_dsn, pg_schema, "BEFORE INSERT", "unit_leases")
+    where = f"on {store.place}: refused here"
+    assert failure(lambda: store.scratch_reuse("u1", "k1")).startswith(f"taking the lease of unit u1 failed {where}")
+
+
 @pytest.mark.parametrize(
     ("table", "action", "call"),
     [

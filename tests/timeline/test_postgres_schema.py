@@ -174,7 +174,7 @@ def test_a_breached_constraint_is_a_store_integrity_error(open_pg: Callable[...,
     store.append([event(1, event_id="e-1")])
     with pytest.raises(
         StoreIntegrityError,
-        match=r"(?s)^committing a transaction failed on schema .*\(event_id\)=\(e-1\) already exists",
+        match=r"(?s)^appending events failed on schema .*\(event_id\)=\(e-1\) already exists",
     ) as caught:
         store.append([event(2, event_id="e-1")])
     assert isinstance(caught.value.__cause__, psycopg.errors.UniqueViolation)

@@ -1,0 +1,61 @@
+"""The PostgreSQL store's round trips per unit of work, counted on the wire (a count a busy machine cannot move)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[dev]')")
+
+from anagrapheus.timeline import EventTypeRegistry, PinLedger
+from anagrapheus.timeline.postgres import PostgresEventStore
+from benchmarks._pg_wire import Counts, WireCounter
+
+pytestmark = pytest.mark.postgres
+
+# A draw is two trips: one asks whether the key was drawn (taking the unit's lease on the first draw costs one
+# more), one writes the result durably. A commit is two: the pins listed under the unit's locks, then the events
+# appended, the unit closed and the transaction committed together.
+UNIT_OF_TWO_DRAWS = 2 * 2 + 2
+
+
+def unit(store: PostgresEventStore, types: EventTypeRegistry, tag: str, *, draws: int = 2) -> None:
+    ledger = PinLedger(store, types)
+    for n in range(draws):
+        ledger.resolve(f"p1:tool_call:{tag}-{n}", kind="tool_call", effect=lambda n=n: n, interpret=int)
+    ledger.commit()
+
+
+def counted(postgres_dsn: str, pg_schema: str, work: Callable[[PostgresEventStore], object]) -> list[Counts]:
+    """Open a store through the wire counter, warm it with one unit, then count each call of `work`."""
+    types = EventTypeRegistry()
+    counts: list[Counts] = []
+    with WireCounter(postgres_dsn) as wire, PostgresEventStore(wire.dsn, schema=pg_schema, pool_size=1) as store:
+        unit(store, types, "warm")
+        for _ in range(3):
+            wire.reset()
+            work(store)
+            counts.append(wire.counts())
+    return counts
+
+
+def test_a_unit_of_two_draws_and_a_commit_takes_seven_round_trips(postgres_dsn: str, pg_schema: str) -> None:
+    types = EventTypeRegistry()
+    tags = iter(range(100))
+    counts = counted(postgres_dsn, pg_schema, lambda store: unit(store, types, f"u{next(tags)}"))
+    assert [c.round_trips for c in counts] == [UNIT_OF_TWO_DRAWS] * 3
+
+
+def test_each_further_draw_costs_two_round_trips(postgres_dsn: str, pg_schema: str) -> None:
+    types = EventTypeRegistry()
+    tags = iter(range(100))
+    counts = counted(postgres_dsn, pg_schema, lambda store: unit(store, types, f"u{next(tags)}", draws=5))
+    assert [c.round_trips for c in counts] == [UNIT_OF_TWO_DRAWS + 3 * 2] * 3
+
+
+def test_an_append_is_one_round_trip_and_one_transaction(postgres_dsn: str, pg_schema: str) -> None:
+    from ..store_conformance import pending
+
+    counts = counted(postgres_dsn, pg_schema, lambda store: store.append([pending(1), pending(2)]))
+    assert [(c.round_trips, c.transactions) for c in counts] == [(1, 1)] * 3
