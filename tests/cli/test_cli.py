@@ -873,7 +873,7 @@ def test_check_max_age_fails_a_unit_recorded_longer_ago_and_notes_undated_ones(
     code, out, _ = cli(capsys, "check", NEGOTIATION, "--max-age", "100000")
     assert (code, out) == (
         0,
-        "recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, age)\n",
+        "recordings/negotiation.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal, age)\n",
     )
 
     database = units_database(tmp_path / "support.db")
