@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from typing_extensions import override
+
 from anagrapheus.deprecation import deprecated
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ class AnagrapheusError(Exception):
     `__init__` takes: it is rebuilt from its `args` and `__dict__`, without calling `__init__` again.
     """
 
+    @override
     def __reduce__(self) -> tuple[object, ...]:
         """Rebuild as this class with these args and attributes (the default calls `__init__(*args)`, which fails)."""
         return (_rebuilt, (type(self), self.args), dict(self.__dict__))

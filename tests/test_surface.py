@@ -66,7 +66,7 @@ def test_the_exports_are_the_names_users_write_against() -> None:
             "write_recording",
         ]
     )
-    assert len(anagrapheus.timeline.__all__) == 37
+    assert len(anagrapheus.timeline.__all__) == 38
     for module in (anagrapheus, anagrapheus.timeline):
         for name in module.__all__:
             assert getattr(module, name) is not None

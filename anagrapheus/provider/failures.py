@@ -15,7 +15,7 @@ from anagrapheus.errors import AnagrapheusError, PinnedFailure
 from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import Resolver
 
 __all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
 
@@ -145,7 +145,7 @@ class DrawSequence:
 
     async def resolve(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         key: str,
         *,
         kind: str,

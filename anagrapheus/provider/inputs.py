@@ -28,7 +28,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
 )
-from anagrapheus.timeline.resolver import PinResolver, draws_into, note_event, unit_of
+from anagrapheus.timeline.resolver import Resolver
 
 __all__ = [
     "INPUTS_FORMAT",
@@ -103,7 +103,7 @@ class InputsRecorder:
     """The `Pinning`'s caller rule: the digest naming the run's caller is recorded, so the run can be asked again."""
     _first: dict[str, tuple[str | None, JSONValue]] = field(default_factory=dict[str, tuple[str | None, JSONValue]])
 
-    def begin(self, ctx: RunContext[Any], resolver: PinResolver) -> tuple[dict[str, JSONValue], object]:
+    def begin(self, ctx: RunContext[Any], resolver: Resolver) -> tuple[dict[str, JSONValue], object]:
         """What the run was asked, read before it starts (the history is copied: the run appends to it).
 
         Nothing is read when `resolver` records nothing (a strict replay): `end` would drop it, and dumping a long
@@ -142,7 +142,7 @@ class InputsRecorder:
 
     def end(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         run_id: str | None,
         inputs: dict[str, JSONValue],
         token: object,
@@ -166,7 +166,7 @@ class InputsRecorder:
         else:
             inputs["outcome"] = "failed"
             inputs["error"] = f"{type(error).__name__}: {error}"[:1000]
-        note_event(ledger, self._event(unit, run_id, inputs))
+        ledger.note_event(self._event(unit, run_id, inputs))
 
     def _event(self, unit_id: str, run_id: str, inputs: dict[str, JSONValue]) -> PendingEvent:
         """The `RunInputs` event, its inputs bounded: the history goes first, then the prompt."""
@@ -182,10 +182,10 @@ class InputsRecorder:
         return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)
 
 
-def _recording_unit(resolver: PinResolver) -> tuple[PinResolver, str] | None:
+def _recording_unit(resolver: Resolver) -> tuple[Resolver, str] | None:
     """The ledger `resolver`'s fresh draws land in, with its unit; None when it records nothing (a strict replay)."""
-    ledger = draws_into(resolver)
-    unit = None if ledger is None else unit_of(ledger)
+    ledger = resolver.draws_into
+    unit = None if ledger is None else ledger.unit
     return None if ledger is None or unit is None else (ledger, unit)
 
 

@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
+from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.failures import DrawSequence
@@ -40,7 +41,7 @@ from anagrapheus.provider.typed import needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import PinResolver, answered_within, asked, replays
+from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 __all__ = [
     "CALLER",
@@ -83,6 +84,7 @@ _UNKEYED: object = object()
 class _WholeDeps:
     """The default caller rule: the run's whole deps identify who calls."""
 
+    @override
     def __repr__(self) -> str:
         return "WHOLE_DEPS"
 
@@ -148,7 +150,7 @@ def caller_pin(
     ctx: RunContext[Any] | None,
     *,
     caller: CallerRule,
-    resolver: PinResolver,
+    resolver: Resolver,
     run: RunContext[Any] | None = None,
 ) -> ToolPin:
     """Key a call of `tool` with what identifies its caller (the caller rule), or refuse it loudly (`UnkeyedCaller`).
@@ -167,10 +169,10 @@ def caller_pin(
     if named is None:
         return tool_pin(tool, arguments, ctx=ctx)
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
-    if not replays(resolver) or asked(resolver, call.key):
+    if not resolver.replays or resolver.asked(call.key):
         return call  # a live resolver, or a recording keyed with the caller
     before = tool_pin(tool, arguments, ctx=ctx)
-    return before if asked(resolver, before.key) else call
+    return before if resolver.asked(before.key) else call
 
 
 def tool_pin(
@@ -455,7 +457,7 @@ def _untagged(node: JSONValue) -> Any:
 
 
 def pinned_tool(
-    resolver: PinResolver,
+    resolver: Resolver,
     func: Callable[P, R] | Callable[P, Awaitable[R]],
     *,
     name: str | None = None,
@@ -477,6 +479,7 @@ def pinned_tool(
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
         raise UsageError("pinned_tool needs name=... for a callable without a __name__")
+    resolver = as_resolver(resolver)
     signature = inspect.signature(func)
     is_async = inspect.iscoroutinefunction(func)
     # A call retried after it failed (a `ModelRetry`, say) is drawn anew; its failures are pinned in order.
@@ -521,7 +524,7 @@ class CallWatch:
     when a pin answers and they do not run, the runs after them keep their positions (and their ids).
     """
 
-    def __init__(self, ctx: RunContext[Any] | None, resolver: PinResolver) -> None:
+    def __init__(self, ctx: RunContext[Any] | None, resolver: Resolver) -> None:
         self.enqueued: list[tuple[Sequence[object], str]] = []
         self._within: list[str] = []
         # The runs numbered through the resolver; a resolver that keeps no clocks numbers none (see run_clock.py).
@@ -564,7 +567,7 @@ class CallWatch:
 
 async def answer_tool_call(
     draws: DrawSequence,
-    resolver: PinResolver,
+    resolver: Resolver,
     call: ToolPin,
     ctx: RunContext[Any] | None,
     draw: Callable[[], Awaitable[JSONValue]],
@@ -616,14 +619,14 @@ def twin_of(ctx: RunContext[Any] | None) -> int:
     return 0
 
 
-def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:
+def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: Resolver, *, drawn: bool) -> None:
     """Do to the run what the call did besides returning: its usage on every path; the rest when a pin answered."""
     if ctx is not None and answer.usage is not None:
         ctx.usage.incr(answer.usage)
     if drawn:
         # The drawn call enqueued its messages and started its runs itself.
         return
-    answered_within(resolver, answer.within)
+    resolver.answered_within(answer.within)
     clocks = RunClocks.of(resolver)
     if answer.runs and clocks is not None:
         with clocks.lock:

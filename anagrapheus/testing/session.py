@@ -24,9 +24,9 @@ from anagrapheus.timeline import (
     PendingEvent,
     PinLedger,
     PinPromoted,
-    PinResolver,
     RecordingHeader,
     ReplayPins,
+    Resolver,
     SeededRun,
     SQLiteEventStore,
     write_recording,
@@ -99,12 +99,12 @@ class RecordingSession:
             self._store.close()
             self._scratch.cleanup()
             raise
-        self.resolver: PinResolver = resolver
+        self.resolver: Resolver = resolver
         """Answers each pinned call: the recording (`replay`, `record`) or a live ledger."""
         self.capability: Pinning = Pinning(resolver, policy=policy)
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
 
-    def _open(self, unit_id: str) -> PinResolver:
+    def _open(self, unit_id: str) -> Resolver:
         if self.mode not in ("replay", "record"):
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             return self._ledger

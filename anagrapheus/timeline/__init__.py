@@ -19,7 +19,7 @@ from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceWarning
 from anagrapheus.timeline.recording import Recording, RecordingHeader, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, Resolver
 from anagrapheus.timeline.secrets import (
     CARD_NUMBER_RULE,
     DEFAULT_RULES,
@@ -56,6 +56,7 @@ __all__ = [
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
+    "Resolver",
     "SQLiteEventStore",
     "SecretFinding",
     "SecretPolicy",
