@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 from typing_extensions import override
 
-from anagrapheus.deprecation import deprecated
-
 if TYPE_CHECKING:
     # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
     from anagrapheus.timeline.divergence import Divergence
@@ -98,12 +96,6 @@ class UnitClosed(UsageError):
         """`committed`, `abandoned`, or `committing` / `abandoning` while that runs."""
         self.raw_text = raw
         """A drawn result (canonical JSON text) that could not be pinned, if the effect ran first; else None."""
-
-    @property
-    def raw(self) -> str | None:
-        """Deprecated: `raw_text`."""
-        deprecated("UnitClosed.raw", "read UnitClosed.raw_text")
-        return self.raw_text
 
 
 class InexactReplay(UsageError):

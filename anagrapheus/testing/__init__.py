@@ -1,6 +1,5 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
-from anagrapheus.deprecation import moved_names
 from anagrapheus.testing.compare import PAIRED_FIELDS, PER_RUN_FIELDS, assert_same_run, comparable, first_difference
 from anagrapheus.testing.regress import AgentBuilder, Turn, aregress, regress
 from anagrapheus.testing.rerun import RerunOutcome, rerun
@@ -37,6 +36,3 @@ __all__ = [
     "regress",
     "rerun",
 ]
-
-# Renamed: `VOLATILE_FIELDS` names the fields a pin key leaves out; this set is the one runs differ by.
-__getattr__ = moved_names(__name__, {"VOLATILE_FIELDS": "anagrapheus.testing.compare:PER_RUN_FIELDS"})

@@ -75,27 +75,10 @@ __all__ = [
     "write_recording",
 ]
 
-# Names exported here before, still importable for one release: each read warns and says where the name lives.
+# Kept without their home modules' names in `__all__`: the reference document's example imports them from here.
 __getattr__ = moved_names(
     __name__,
-    {
-        "RECORDING_FORMAT": "anagrapheus.timeline.recording",
-        "RECORDING_VERSION": "anagrapheus.timeline.recording",
-        "stream_pins": "anagrapheus.timeline.recording",
-        "stream_recording": "anagrapheus.timeline.recording",
-        "Provenance": "anagrapheus.timeline.provenance",
-        "AmbiguousPinWarning": "anagrapheus.timeline.replay",
-        "StreamDraw": "anagrapheus.timeline.resolver",
-        "RunInputs": "anagrapheus.timeline.events",
-        "UnitForked": "anagrapheus.timeline.events",
-        "ClosedUnit": "anagrapheus.timeline.store",
-        "ClosedUnitLog": "anagrapheus.timeline.store",
-        "LogImport": "anagrapheus.timeline.store",
-        "OpenUnit": "anagrapheus.timeline.store",
-        "PinScratchStore": "anagrapheus.timeline.store",
-        "ScratchPin": "anagrapheus.timeline.store",
-        "UnitOutcome": "anagrapheus.timeline.store",
-    },
+    {},
     warned={
         "pin_events": "anagrapheus.timeline.recording",
         "register_builtin_events": "anagrapheus.timeline.events",

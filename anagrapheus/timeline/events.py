@@ -351,12 +351,6 @@ class PinText:
     failed: bool = False
     """Whether the draw failed: `raw_text` then describes the exception."""
 
-    @property
-    def raw(self) -> str:
-        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
-        deprecated("PinText.raw", "read PinText.raw_text")
-        return self.raw_text
-
 
 def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:
     event = registry.decode(stored, upcasts=upcasts)

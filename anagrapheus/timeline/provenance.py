@@ -16,18 +16,17 @@ from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
 
 __all__ = [
+    "VERIFIED_ANAGRAPHEUS",
     "Provenance",
     "ProvenanceCheck",
     "ProvenanceStamp",
     "ProvenanceWarning",
     "call_policy_identity",
     "check_provenance",
-    "current_provenance",
     "installed_version",
     "own_provenance",
     "stamp_provenance",
@@ -163,9 +162,14 @@ def _release(version: object) -> tuple[int, ...] | None:
     return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
 
 
+VERIFIED_ANAGRAPHEUS: tuple[str, str] = ("0.1.0", "0.2.0")
+"""The anagrapheus releases, first and last, whose recordings replay under each other: the key scheme (`p1`) and
+the pins' forms are the same in both, and CI replays every recording committed under 0.1.0 with 0.2.0."""
+
+
 def within_verified(field: str, *versions: object) -> bool:
     """Whether every one of `versions` of `field` lies within the range known to replay each other's recordings."""
-    span = _verified.get(field)
+    span = VERIFIED_ANAGRAPHEUS if field == "anagrapheus" else _verified.get(field)
     if span is None:
         return False
     first, last = _release(span[0]), _release(span[1])
@@ -176,19 +180,6 @@ def within_verified(field: str, *versions: object) -> bool:
 def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
     """Stamp what this process is, with the models and providers that the pinned `results` report."""
     return _stamp[0](results, call_policy=call_policy)
-
-
-def current_provenance(
-    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
-) -> Provenance:
-    """Deprecated: the provider layer builds provenance (`anagrapheus.provider.provenance.current_provenance`)."""
-    warnings.warn(
-        "anagrapheus.timeline.provenance.current_provenance is deprecated: provenance is built by the provider"
-        " layer, use anagrapheus.provider.provenance.current_provenance",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return stamp_provenance([dict(response) for response in responses], call_policy=call_policy)
 
 
 def check_provenance(
@@ -262,14 +253,3 @@ def versions_note(recorded: Provenance | None) -> str | None:
         f"recorded with {'; '.join(differ)}: if the release changed what a call means, re-key the recording"
         " offline with `anagrapheus rekey` (docs/explanation/upstream-releases.md)"
     )
-
-
-def __getattr__(name: str) -> object:
-    """Serve the deprecated `DEFAULT_CALL_POLICY`: the default policy's identity belongs to the provider layer now."""
-    if name == "DEFAULT_CALL_POLICY":
-        deprecated(
-            f"{__name__}.DEFAULT_CALL_POLICY",
-            "the default call policy is anagrapheus.SemanticCallPolicy; read its name and version",
-        )
-        return call_policy_identity(None)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
