@@ -32,6 +32,7 @@ from anagrapheus.provider.compat import (
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, place_of
+from anagrapheus.provider.keying.keys import walked
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
@@ -312,7 +313,7 @@ class Pinning(AbstractCapability[Any]):
             return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
 
         timings = await self.resolver.aresolve(
-            pin_key(ATTEMPT_TIMES, material), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
+            pin_key(ATTEMPT_TIMES, material, walk=walked), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
         )
         if len(timings) != len(attempts):
             return response

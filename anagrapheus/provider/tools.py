@@ -112,7 +112,7 @@ def caller_of(deps: object, caller: CallerRule) -> str | None:
     if caller is None or deps is None:
         return None
     identity = deps if isinstance(caller, _WholeDeps) else caller(deps)
-    return pin_key(CALLER, identity)
+    return pin_key(CALLER, identity, walk=walked)
 
 
 def _keyed_caller(deps: object, caller: CallerRule) -> str | None:

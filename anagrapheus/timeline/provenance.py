@@ -84,7 +84,7 @@ def call_policy_identity(policy: object | None) -> tuple[str, int]:
     if policy is None:
         if not _default_call_policy:
             raise UsageError("no default call policy was handed to the timeline: import anagrapheus, whose root does")
-        return _identity(_default_call_policy[0])
+        return _default_call_policy[0]
     return _identity(type(policy))
 
 
@@ -129,20 +129,20 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
 # once, as it is imported; until then a recording would be stamped with what the timeline knows. Module state only
 # because the timeline cannot import the layer above it.
 _stamp: list[ProvenanceStamp] = [_own_stamp]
-_default_call_policy: list[type] = []
+_default_call_policy: list[tuple[str, int]] = []
 _verified: dict[str, tuple[str, str]] = {}
 
 
 def use_stamp(
     stamp: ProvenanceStamp,
     *,
-    default_call_policy: type | None = None,
+    default_call_policy: tuple[str, int] | None = None,
     verified: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
     """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's.
 
-    `default_call_policy`, when given, is the class of the policy assumed when none is named (the provider's
-    `SemanticCallPolicy`): its own `name` and `version` stamp and check recordings made without one. `verified`
+    `default_call_policy`, when given, is the (name, version) of the policy assumed when none is named (the
+    provider's `SemanticCallPolicy`): it stamps and checks recordings made without one. `verified`
     names, per provenance field, the first and last version across which recordings are known to replay: a
     recording made under one of them and loaded under another is not warned about.
     """
