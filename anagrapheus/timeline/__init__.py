@@ -75,7 +75,8 @@ __all__ = [
     "write_recording",
 ]
 
-# Kept without their home modules' names in `__all__`: the reference document's example imports them from here.
+# Deprecated functions (each warns when called), kept importable from here, off `__all__`: the reference document's
+# example uses them.
 __getattr__ = moved_names(
     __name__,
     {},
