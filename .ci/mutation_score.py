@@ -481,39 +481,23 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "run = None if (run_id is None) and False else self.by_id.get(run_id)",
         "by_id is keyed by run ids, which are text: by_id.get(None) is None, as the short way gives",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_55": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_52": (
         "for slot, at in zip(slots, times, strict=None):",
         "the lengths were compared just before (a pin holding another count is refused): strict never fires",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_58": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_55": (
         "for slot, at in zip(slots, times, ):",
         "the same",
     ),
-    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_59": (
+    "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_56": (
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_36": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=None)]",
-        "the lengths were compared just before (another count returns the response untouched): strict never fires",
-    ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_39": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, )]",
-        "the same",
-    ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_40": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=False)]",
-        "the same",
-    ),
-    "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
+                "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
         "for name, value in cast(None, details).items():",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.model.x\u01c1PinnedModel\u01c1request__mutmut_8": (
-        "drawn = None",
-        "only read as `if not drawn`, where None counts as False does; a draw sets it to True",
-    ),
-    "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
+        "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
         "if left < 0:",
         "a wait left exactly 0 s waits 0 s and gives up on the next pass (or enters, if the holder let go in that"
         " instant, as it could have a moment before the deadline): no test can time a float to the nanosecond",

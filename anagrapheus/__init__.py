@@ -1,29 +1,30 @@
 """anagrapheus: pin every model and tool call of a pydantic-ai agent, and replay runs offline, exactly."""
 
-from anagrapheus.durable import OpenRun, aresume, open_runs, resume
-from anagrapheus.errors import AnagrapheusError, PinMiss
-from anagrapheus.identity import mint_entity_id
-from anagrapheus.provider.capability import Pinning
-from anagrapheus.provider.keying.keys import walked
-from anagrapheus.provider.model import PinnedModel
-from anagrapheus.provider.policy import SemanticCallPolicy
-from anagrapheus.provider.provenance import VERIFIED_PYDANTIC_AI, provenance_of_pins
-from anagrapheus.provider.tools import pinned_tool
-from anagrapheus.timeline.canonical import use_key_walk
-from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.provenance import use_stamp
-from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.secrets import SecretPolicy, SecretRule
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from typing import TYPE_CHECKING
 
-# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses,
-# a recording made or read without a named call policy is keyed by the provider's default, and `pin_key` walks its
-# material with the provider's walk of key material, as every other key does (the timeline, below it, cannot
-# import any of them).
-use_stamp(provenance_of_pins, default_call_policy=SemanticCallPolicy, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI})
-use_key_walk(walked)
+from anagrapheus.importing import lazy_names
+from anagrapheus.provider.provenance import DEFAULT_CALL_POLICY, VERIFIED_PYDANTIC_AI, provenance_of_pins
+from anagrapheus.timeline.provenance import use_stamp
+
+if TYPE_CHECKING:
+    from anagrapheus.durable import OpenRun, aresume, open_runs, resume
+    from anagrapheus.errors import AnagrapheusError, PinMiss
+    from anagrapheus.identity import mint_entity_id
+    from anagrapheus.provider.capability import Pinning
+    from anagrapheus.provider.model import PinnedModel
+    from anagrapheus.provider.policy import SemanticCallPolicy
+    from anagrapheus.provider.tools import pinned_tool
+    from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
+    from anagrapheus.timeline.pins import PinLedger
+    from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
+    from anagrapheus.timeline.replay import ReplayPins
+    from anagrapheus.timeline.secrets import SecretPolicy, SecretRule
+    from anagrapheus.timeline.sqlite import SQLiteEventStore
+
+# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses, and
+# one made or read without a named call policy is keyed by the provider's default (the timeline, below it, cannot
+# import either). Neither needs pydantic-ai itself, so `import anagrapheus.timeline` does not load it.
+use_stamp(provenance_of_pins, default_call_policy=DEFAULT_CALL_POLICY, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI})
 
 __all__ = [
     "AnagrapheusError",
@@ -48,3 +49,31 @@ __all__ = [
     "resume",
     "write_recording",
 ]
+
+# Each name is imported from its module when first read, so importing a layer imports no other.
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "AnagrapheusError": "anagrapheus.errors",
+        "EventTypeRegistry": "anagrapheus.timeline.events",
+        "OpenRun": "anagrapheus.durable",
+        "PinLedger": "anagrapheus.timeline.pins",
+        "PinMiss": "anagrapheus.errors",
+        "PinnedModel": "anagrapheus.provider.model",
+        "Pinning": "anagrapheus.provider.capability",
+        "ReplayPins": "anagrapheus.timeline.replay",
+        "SQLiteEventStore": "anagrapheus.timeline.sqlite",
+        "SecretPolicy": "anagrapheus.timeline.secrets",
+        "SecretRule": "anagrapheus.timeline.secrets",
+        "SemanticCallPolicy": "anagrapheus.provider.policy",
+        "aresume": "anagrapheus.durable",
+        "mint_entity_id": "anagrapheus.identity",
+        "open_runs": "anagrapheus.durable",
+        "pinned_tool": "anagrapheus.provider.tools",
+        "read_recording": "anagrapheus.timeline.recording",
+        "resume": "anagrapheus.durable",
+        "write_recording": "anagrapheus.timeline.recording",
+        "pin_events": "anagrapheus.timeline.recording",
+        "register_builtin_events": "anagrapheus.timeline.events",
+    },
+)

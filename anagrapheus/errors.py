@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from anagrapheus.deprecation import deprecated
+from typing_extensions import override
 
 if TYPE_CHECKING:
     # Divergence's module imports nothing of the package: no errors -> replay -> pins cycle, even for the checker.
@@ -61,6 +61,7 @@ class AnagrapheusError(Exception):
     `__init__` takes: it is rebuilt from its `args` and `__dict__`, without calling `__init__` again.
     """
 
+    @override
     def __reduce__(self) -> tuple[object, ...]:
         """Rebuild as this class with these args and attributes (the default calls `__init__(*args)`, which fails)."""
         return (_rebuilt, (type(self), self.args), dict(self.__dict__))
@@ -104,12 +105,6 @@ class UnitClosed(UsageError):
         """`committed`, `abandoned`, or `committing` / `abandoning` while that runs."""
         self.raw_text = raw
         """A drawn result (canonical JSON text) that could not be pinned, if the effect ran first; else None."""
-
-    @property
-    def raw(self) -> str | None:
-        """Deprecated: `raw_text`."""
-        deprecated("UnitClosed.raw", "read UnitClosed.raw_text")
-        return self.raw_text
 
 
 class ResolverNotPicklable(UsageError, TypeError):

@@ -30,8 +30,8 @@ from anagrapheus.timeline import (
     JSONValue,
     PinLedger,
     PinPromoted,
-    PinResolver,
     ReplayPins,
+    Resolver,
     SQLiteEventStore,
     StoredEvent,
     pin_key,
@@ -96,7 +96,7 @@ def pinned_task(
             tempfile.TemporaryDirectory(prefix="anagrapheus-eval-") as scratch,
             SQLiteEventStore(Path(scratch) / "live.db") as store,
         ):
-            resolver: PinResolver = pins
+            resolver: Resolver = pins
             live = PinLedger(store, registry)
             if live_model:
                 resolver = WorldPinned(pins, live)

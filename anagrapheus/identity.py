@@ -9,7 +9,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 __all__ = ["ENTITY_ID_KIND", "mint_entity_id"]
 
@@ -28,9 +28,7 @@ def _entity_id(raw: JSONValue) -> str:
     return str(parsed)
 
 
-def mint_entity_id(
-    material: object, *, resolver: PinResolver | None = None, new_id: Callable[[], str] = new_uuid7
-) -> str:
+def mint_entity_id(material: object, *, resolver: Resolver | None = None, new_id: Callable[[], str] = new_uuid7) -> str:
     """Return a fresh UUIDv7 for the entity `material` describes, drawn through `resolver` when given one.
 
     `material` is what makes the entity this entity (a kind and a human-readable name, say), as
@@ -43,4 +41,6 @@ def mint_entity_id(
     if resolver is None:
         return new_id()
     key, fingerprint = key_of(ENTITY_ID_KIND, normalised)
-    return resolver.resolve(key, kind=ENTITY_ID_KIND, effect=new_id, interpret=_entity_id, fingerprint=fingerprint)
+    return as_resolver(resolver).resolve(
+        key, kind=ENTITY_ID_KIND, effect=new_id, interpret=_entity_id, fingerprint=fingerprint
+    )

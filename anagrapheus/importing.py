@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
 from anagrapheus.errors import UnresolvedName
 
-__all__ = ["load_function", "load_object", "load_typed"]
+__all__ = ["lazy_names", "load_function", "load_object", "load_typed"]
 
 T = TypeVar("T")
 
@@ -69,3 +70,25 @@ def load_function(spec: str, *, what: str) -> Callable[..., object]:
     if not callable(found):
         raise UnresolvedName(spec, f"is not {what}: it is {type(found).__qualname__}")
     return found
+
+
+def lazy_names(package: str, homes: Mapping[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """A package's `__getattr__` and `__dir__` (PEP 562): each name of `homes` imported from its module when first read.
+
+    So importing the package (or a subpackage of it) imports none of those modules; a name read once is kept
+    in the package, and `dir()` lists every name whether read yet or not.
+    """
+    held = dict(homes)
+
+    def __getattr__(name: str) -> object:
+        home = held.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value: object = getattr(importlib.import_module(home), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *held})
+
+    return __getattr__, __dir__

@@ -21,7 +21,6 @@ from anagrapheus.timeline.events import (
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.recording import pin_events
 from anagrapheus.timeline.sqlite import SQLiteEventStore
-from anagrapheus.timeline.store import ScratchPin
 
 
 def test_register_builtin_events_is_the_seeds_own_and_warns_of_nothing() -> None:
@@ -56,11 +55,33 @@ def _home(name: str) -> str:
     return "recording" if name == "pin_events" else "events"
 
 
-def test_a_name_dropped_from_the_timeline_exports_warns_and_says_where_it_lives() -> None:
-    with pytest.warns(DeprecationWarning, match=r"anagrapheus\.timeline\.ScratchPin is deprecated.*timeline\.store"):
-        from anagrapheus.timeline import ScratchPin as old
-    assert old is ScratchPin
-    assert "ScratchPin" not in anagrapheus.timeline.__all__
+# Names deprecated since 0.1 and removed in 0.2 (CHANGELOG.md says what replaces each).
+REMOVED_FROM_THE_TIMELINE = [
+    "RECORDING_FORMAT",
+    "RECORDING_VERSION",
+    "stream_pins",
+    "stream_recording",
+    "Provenance",
+    "AmbiguousPinWarning",
+    "StreamDraw",
+    "RunInputs",
+    "UnitForked",
+    "ClosedUnit",
+    "ClosedUnitLog",
+    "LogImport",
+    "OpenUnit",
+    "PinScratchStore",
+    "ScratchPin",
+    "UnitOutcome",
+]
+
+
+@pytest.mark.parametrize("name", REMOVED_FROM_THE_TIMELINE)
+def test_a_name_dropped_from_the_timeline_exports_is_gone_and_still_lives_in_its_module(name: str) -> None:
+    with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+        getattr(anagrapheus.timeline, name)
+    homes = ("recording", "provenance", "replay", "resolver", "events", "store")
+    assert any(hasattr(importlib.import_module(f"anagrapheus.timeline.{home}"), name) for home in homes)
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
@@ -70,7 +91,7 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         from anagrapheus import nothing_here  # type: ignore[attr-defined]  # noqa: F401
 
 
-def test_the_text_of_a_pin_is_raw_text_and_raw_still_reads_it_with_a_warning(tmp_path: Path) -> None:
+def test_the_text_of_a_pin_is_raw_text_and_the_old_raw_is_gone(tmp_path: Path) -> None:
     # `raw` is the parsed JSON on PinPromoted; where the result is canonical JSON text, it is `raw_text`.
     with SQLiteEventStore(tmp_path / "log.db") as store:
         ledger = PinLedger(store, unit_id="u")
@@ -81,17 +102,13 @@ def test_the_text_of_a_pin_is_raw_text_and_raw_still_reads_it_with_a_warning(tmp
     assert scratch.raw_text == text.raw_text == '{"a":1}' and PinPromoted.read(stored, EventTypeRegistry()).raw == {
         "a": 1
     }
-    with pytest.warns(DeprecationWarning, match=r"ScratchPin\.raw is deprecated.*raw_text"):
-        assert scratch.raw == '{"a":1}'
-    with pytest.warns(DeprecationWarning, match=r"PinText\.raw is deprecated.*raw_text"):
-        assert text.raw == '{"a":1}'
     closed = UnitClosed("u", state="committed", raw='"late"')
     assert closed.raw_text == '"late"'
-    with pytest.warns(DeprecationWarning, match=r"UnitClosed\.raw is deprecated.*raw_text"):
-        assert closed.raw == '"late"'
+    for old in (scratch, text, closed):
+        assert not hasattr(old, "raw")
 
 
-def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -> None:
+def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_is_gone() -> None:
     import anagrapheus.testing
     import anagrapheus.testing.compare
 
@@ -99,21 +116,13 @@ def test_the_fields_runs_differ_by_are_per_run_fields_and_the_old_name_warns() -
         frozenset({"timestamp", "run_id", "conversation_id", "request_timestamp", "duration"})
         == anagrapheus.testing.PER_RUN_FIELDS
     )
-    assert "VOLATILE_FIELDS" not in anagrapheus.testing.__all__
     for module in (anagrapheus.testing, anagrapheus.testing.compare):
-        with pytest.warns(
-            DeprecationWarning,
-            match=r"VOLATILE_FIELDS is deprecated.*use anagrapheus\.testing\.compare\.PER_RUN_FIELDS",
-        ):
-            assert module.VOLATILE_FIELDS is anagrapheus.testing.PER_RUN_FIELDS  # type: ignore[attr-defined]
+        assert not hasattr(module, "VOLATILE_FIELDS")
 
 
-def test_the_default_call_policy_constant_warns_and_names_the_provider_policy() -> None:
+def test_the_default_call_policy_constant_and_the_timeline_current_provenance_are_gone() -> None:
     import anagrapheus.timeline.provenance as provenance
 
-    assert "DEFAULT_CALL_POLICY" not in provenance.__all__
-    with pytest.warns(DeprecationWarning, match=r"provenance\.DEFAULT_CALL_POLICY is deprecated.*SemanticCallPolicy"):
-        from anagrapheus.timeline.provenance import DEFAULT_CALL_POLICY
-    assert (anagrapheus.SemanticCallPolicy.name, anagrapheus.SemanticCallPolicy.version) == DEFAULT_CALL_POLICY
+    assert not hasattr(provenance, "DEFAULT_CALL_POLICY") and not hasattr(provenance, "current_provenance")
     with pytest.raises(AttributeError, match="has no attribute 'NOTHING_HERE'"):
         _ = provenance.NOTHING_HERE  # type: ignore[attr-defined]

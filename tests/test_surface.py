@@ -74,7 +74,7 @@ def test_the_exports_are_the_names_users_write_against() -> None:
         ]
     )
     # The reference page's `register_builtin_events` and `pin_events` are exported again, never warning (#40).
-    assert len(anagrapheus.timeline.__all__) == 39
+    assert len(anagrapheus.timeline.__all__) == 40
     for module in (anagrapheus, anagrapheus.timeline):
         for name in module.__all__:
             assert getattr(module, name) is not None
@@ -94,6 +94,24 @@ def test_divergence_keeps_its_old_import_paths() -> None:
 def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     # An import cycle shows only when its first module is imported first; each gets a fresh process.
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=60)
+
+
+def test_importing_the_timeline_loads_no_pydantic_ai() -> None:
+    # The root imports each public name when first read (PEP 562), so a layer brings in only what it imports.
+    check = "import anagrapheus.timeline, sys; assert 'pydantic_ai' not in sys.modules, 'pydantic_ai loaded'"
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=60)
+
+
+def test_the_lazy_root_and_provider_list_and_serve_every_public_name() -> None:
+    import anagrapheus.provider
+
+    for package in (anagrapheus, anagrapheus.provider):
+        assert set(package.__all__) <= set(dir(package))
+        for name in package.__all__:
+            assert getattr(package, name) is not None
+        with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+            _ = package.nothing_here  # type: ignore[attr-defined]
+    assert anagrapheus.PinnedModel is anagrapheus.provider.PinnedModel
 
 
 # NFC only: a stored payload is canonical, so a text that NFC changes (U+F900) reads back as its normal form,

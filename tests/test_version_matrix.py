@@ -46,4 +46,7 @@ def test_versions_within_the_range_are_verified_and_others_not() -> None:
     assert not within_verified("pydantic_ai", "2.67.0")
     assert not within_verified("pydantic_ai", "2.78.0rc1")
     assert not within_verified("pydantic_ai", None)
-    assert not within_verified("anagrapheus", "0.1.0")
+    # anagrapheus's own releases: 0.2.0 keys and pins as 0.1.0 did, so a recording of either replays quietly.
+    assert within_verified("anagrapheus", "0.1.0", "0.2.0")
+    assert not within_verified("anagrapheus", "0.0.9", "0.2.0")
+    assert not within_verified("anagrapheus", "0.3.0")

@@ -22,17 +22,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from anagrapheus.errors import CallerKeyMissing, PinResultError
-from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, digest_key, pin_key
-from anagrapheus.timeline.resolver import (
-    Attachment,
-    PinResolver,
-    answering_position,
-    asked,
-    attached,
-    replays,
-    unit_of,
-)
+from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = [
     "CALLER",
@@ -95,18 +86,18 @@ def _fresh(unit: str | None) -> JSONValue:
     return CallerSalt(salt[:32], keyed=bool(os.environ.get(CALLER_KEY_ENV))).raw()
 
 
-def unit_salt(resolver: PinResolver) -> CallerSalt | None:
+def unit_salt(resolver: Resolver) -> CallerSalt | None:
     """The caller salt of the unit `resolver` draws for, drawn at its first caller; None for a unit made before salts.
 
     A live unit draws it once and pins it; a replay answers it from the recording (several units' salts that
     differ are `AmbiguousPin`: replay one unit); a replay of a unit that holds none (recorded before #41) has
     none, and its callers are digested as they were then.
     """
-    unit = unit_of(resolver)
-    if unit is None and run_server(resolver) is not None:
+    unit = resolver.unit
+    if unit is None and resolver.serves_each_run is not None:
         return _drawn(resolver)  # a resolver picking a unit per run: asked of the run's unit each time
     unit = "" if unit is None else unit  # a resolver of one unit it does not name (a fork, a rekey)
-    salts = attached(resolver, _SALTS, dict[str, "CallerSalt | None"])
+    salts = resolver.attached(_SALTS, dict[str, "CallerSalt | None"])
     if salts is None:
         return _drawn(resolver)
     if unit not in salts:
@@ -114,16 +105,16 @@ def unit_salt(resolver: PinResolver) -> CallerSalt | None:
     return salts[unit]
 
 
-def _drawn(resolver: PinResolver) -> CallerSalt | None:
-    if replays(resolver) and asked(resolver, _SALT_KEY):
-        answering: PinResolver | None = resolver
+def _drawn(resolver: Resolver) -> CallerSalt | None:
+    if resolver.replays and resolver.asked(_SALT_KEY):
+        answering: Resolver | None = resolver
     else:
         # A live unit draws it; a replay recording anew draws it into its new unit; a strict replay of a unit
         # recorded before salts has none (None).
-        answering = answering_position(resolver, _SALT_KEY)
+        answering = resolver.answering_position(_SALT_KEY)
     if answering is None:
         return None
-    unit = unit_of(answering)
+    unit = answering.unit
     return answering.resolve(_SALT_KEY, kind=CALLER_SALT, effect=lambda: _fresh(unit), interpret=CallerSalt.from_raw)
 
 

@@ -20,6 +20,7 @@ from pydantic_ai.output import OutputContext
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import PydanticSerializationError, to_jsonable_python
+from typing_extensions import override
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.compat import (
@@ -33,6 +34,7 @@ from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.in_workflow import refuse_workflow_code
 from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, place_of
+from anagrapheus.provider.keying.keys import walked
 from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
@@ -56,10 +58,9 @@ from anagrapheus.provider.tools import (
     tool_pin,
 )
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags
-from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
 
@@ -86,7 +87,7 @@ class Pinning(AbstractCapability[Any]):
     output are noted on the unit as a `RunInputs` event, unless `record_inputs=False`.
     """
 
-    resolver: PinResolver
+    resolver: Resolver
     """Answers each keyed model request and tool call: draws it live, or answers it from pins."""
     policy: CallPolicy | None
     """Decides what goes into a model request's key; `SemanticCallPolicy` when None."""
@@ -107,7 +108,7 @@ class Pinning(AbstractCapability[Any]):
 
     def __init__(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         *,
         policy: CallPolicy | None = None,
         tool_deps: Mapping[str, Callable[[Any], object]] | None = None,
@@ -119,10 +120,10 @@ class Pinning(AbstractCapability[Any]):
         record_deps: Callable[[Any], object] | None = None,
         inputs_limit: int = INPUTS_LIMIT,
     ) -> None:
-        self.resolver = resolver
+        self.resolver = resolver = as_resolver(resolver)
         # A resolver that picks its unit per run (`UnitPerRun`, or one that says it is one) is served around each
         # run; asked once.
-        self._per_run = run_server(resolver)
+        self._per_run = resolver.serves_each_run
         self.record_inputs = record_inputs
         self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit, caller=caller)
         self.dedupe_repeats = dedupe_repeats if isinstance(dedupe_repeats, bool) else frozenset(dedupe_repeats)
@@ -140,10 +141,12 @@ class Pinning(AbstractCapability[Any]):
         self._unpinned_clocks = RunClocks.unpinned()
 
     @classmethod
+    @override
     def get_serialization_name(cls) -> str | None:
         """None: a resolver is a live object, so the capability cannot be written into an agent spec."""
         return None
 
+    @override
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """Keep model work answered from pins out of traces and metrics, as a durable engine keeps replayed work out.
 
@@ -192,10 +195,12 @@ class Pinning(AbstractCapability[Any]):
         with replay_scope():
             return await handler()
 
+    @override
     def get_default_run_id(self) -> str | None:
         """The run's id, pinned at its position among the runs through the resolver: where it starts."""
         return self._draw_run_id(None)
 
+    @override
     async def _get_default_run_id_for_inputs(self, get_inputs: Callable[[], Mapping[str, Any]]) -> str | None:
         """The run's id, pinned where its inputs place it among the runs: `compat.RUN_INPUTS_HOOK`, from 2.78 on."""
         if type(self).get_default_run_id is not Pinning.get_default_run_id:
@@ -216,10 +221,12 @@ class Pinning(AbstractCapability[Any]):
             return None
         return self._clocks(self.resolver).draw_run_id(self.resolver, self.new_id, place=place)
 
+    @override
     def get_default_conversation_id(self, run_id: str) -> str | None:
         """Derived from the run's id, as pydantic-ai's durable engines derive it, so it replays with the id."""
         return conversation_id_from_run_id(run_id)
 
+    @override
     async def for_run(self, ctx: RunContext[Any]) -> Pinning:
         """Number the run among the runs through the resolver; the same capability serves it."""
         if self._per_run is None:
@@ -227,7 +234,7 @@ class Pinning(AbstractCapability[Any]):
             self._start_clocks(self.resolver, ctx)
         return self
 
-    def _start_clocks(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
+    def _start_clocks(self, resolver: Resolver, ctx: RunContext[Any]) -> None:
         """Number the run among the runs through `resolver`; pin where it was placed, if its id said nothing of it."""
         clocks = self._clocks(resolver)
         clocks.start(ctx.run_id)
@@ -239,7 +246,7 @@ class Pinning(AbstractCapability[Any]):
         clocks.note_place(resolver, ctx.run_id, inputs)
         clocks.take_up(resolver, ctx.run_id, inputs)
 
-    def _start_served(self, resolver: PinResolver, ctx: RunContext[Any]) -> None:
+    def _start_served(self, resolver: Resolver, ctx: RunContext[Any]) -> None:
         """Number a run its unit was picked for, and pin its id (the engine's, or fresh) where a replay draws it.
 
         No unit is known before the run starts, so its id was not drawn through a resolver: it is pinned now, at the
@@ -258,15 +265,16 @@ class Pinning(AbstractCapability[Any]):
                 clocks.ended(drawn, failed=False)
         clocks.start(run_id, named=False)
 
-    def _clocks(self, resolver: PinResolver) -> RunClocks:
+    def _clocks(self, resolver: Resolver) -> RunClocks:
         """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""
         clocks = RunClocks.of(resolver)
         return self._unpinned_clocks if clocks is None else clocks
 
-    def _clocked(self, ctx: RunContext[Any]) -> PinResolver:
+    def _clocked(self, ctx: RunContext[Any]) -> Resolver:
         """The resolver the run's ids and times are positions in: the run's unit's ledger under UnitPerRun."""
         return self.resolver if self._per_run is None else self._per_run.ledger_for(ctx)
 
+    @override
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
@@ -277,12 +285,14 @@ class Pinning(AbstractCapability[Any]):
         await self._clocks(clocked).stamp(clocked, ctx.run_id, ctx.messages, clock=self.clock)
         return request_context
 
+    @override
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Pin the timestamps of the requests made after the last model request (an output tool's return, say)."""
         clocked = self._clocked(ctx)
         await self._clocks(clocked).finish(clocked, result.run_id, result.all_messages(), clock=self.clock)
         return result
 
+    @override
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
         """Pin the times the failed run's requests gained since its last stamp point, then let the error go on.
 
@@ -298,6 +308,7 @@ class Pinning(AbstractCapability[Any]):
                 error.add_note(f"anagrapheus: the failed run's last timestamps were not pinned ({stamping!r})")
         raise error
 
+    @override
     def get_wrapper_model(self, model: Model) -> Model | None:
         """Wrap the model serving a request in a `PinnedModel`; each member of a `FallbackModel` in its own."""
         if isinstance(model, PinnedModel):
@@ -322,6 +333,7 @@ class Pinning(AbstractCapability[Any]):
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
+    @override
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
@@ -340,13 +352,14 @@ class Pinning(AbstractCapability[Any]):
             return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
 
         timings = await self.resolver.aresolve(
-            pin_key(ATTEMPT_TIMES, material), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
+            pin_key(ATTEMPT_TIMES, material, walk=walked), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
         )
         if len(timings) != len(attempts):
             return response
         timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
         return replace(response, failed_attempts=timed)
 
+    @override
     async def wrap_output_process(
         self,
         ctx: RunContext[Any],
@@ -380,6 +393,7 @@ class Pinning(AbstractCapability[Any]):
         asking.arrived()
         return answer
 
+    @override
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         """Wrap the run's assembled toolset so that each tool call is pinned, and each MCP server's discovery."""
         unnamed = count()
@@ -408,7 +422,7 @@ allow_at_run_time(Pinning)
 class PinnedToolset(WrapperToolset[AgentDepsT]):
     """A toolset whose every tool call is pinned under the tool's name and arguments, as `pinned_tool` keys it."""
 
-    resolver: PinResolver
+    resolver: Resolver
     """Answers each keyed tool call: draws it live, or answers it from pins."""
     tool_deps: Mapping[str, Callable[[Any], object]] = field(default_factory=dict[str, Callable[[Any], object]])
     """Tool name to the part of the run's deps that joins the tool's key (deps are otherwise not keyed)."""
@@ -419,6 +433,7 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
     caller: CallerRule = WHOLE_DEPS
     """What identifies the caller in the key of a call of a tool `tool_deps` does not name (see `Pinning`)."""
 
+    @override
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
     ) -> Any:

@@ -11,13 +11,14 @@ from pydantic_ai import RunContext
 from pydantic_ai.messages import InstructionPart
 from pydantic_ai.tools import AgentDepsT, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from typing_extensions import override
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.resolver import PinResolver, draws_live
+from anagrapheus.timeline.resolver import Resolver
 
 __all__ = ["TOOLSET_INSTRUCTIONS", "TOOLSET_TOOLS", "PinnedDiscovery"]
 
@@ -43,31 +44,35 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
     a stdio server is never started; a call the recording lacks (`on_miss="record"`) connects for itself.
     """
 
-    resolver: PinResolver
+    resolver: Resolver
     """Answers the listing and the instructions: draws them from the server, or answers them from pins."""
     name: str
     """The toolset in keys: its `id`, or `#n`, its place among the run's discovering toolsets without one."""
     _entered: list[bool] = field(default_factory=list[bool], init=False, repr=False)
 
     @property
+    @override
     def id(self) -> str | None:
         """The wrapped toolset's id: its instructions are keyed under it (`toolset:<id>`), pinned or not."""
         return self.wrapped.id
 
+    @override
     async def __aenter__(self) -> PinnedDiscovery[AgentDepsT]:
         """Enter the wrapped toolset (start its server) only where calls may be drawn: never under replay."""
-        live = draws_live(self.resolver)
+        live = self.resolver.draws_live
         if live:
             await self.wrapped.__aenter__()
         self._entered.append(live)
         return self
 
+    @override
     async def __aexit__(self, *args: Any) -> bool | None:
         """Leave the wrapped toolset if this entry entered it."""
         if self._entered.pop():
             return await self.wrapped.__aexit__(*args)
         return None
 
+    @override
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         """The tools the pinned listing names, each rebuilt from its definition."""
 
@@ -85,6 +90,7 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
         )
         return {d.name: await self.wrapped.get_tool_for_tool_def(d, ctx) for d in definitions}
 
+    @override
     async def get_instructions(self, ctx: RunContext[AgentDepsT]) -> Instructions:
         """The instructions the toolset gave when recorded (an MCP server's, from when it was connected)."""
 
@@ -103,6 +109,7 @@ class PinnedDiscovery(WrapperToolset[AgentDepsT]):
             failure=FAILURES,
         )
 
+    @override
     def visit_and_replace(
         self, visitor: Callable[[AbstractToolset[AgentDepsT]], AbstractToolset[AgentDepsT]]
     ) -> AbstractToolset[AgentDepsT]:

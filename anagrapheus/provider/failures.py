@@ -16,7 +16,7 @@ from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
 from anagrapheus.provider.retries import inherited_failures, noted_failure
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import Resolver
 
 __all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
 
@@ -139,12 +139,12 @@ class DrawSequence:
     def __init__(self) -> None:
         self._failed: dict[str, int] = {}
 
-    def key(self, key: str, *, kind: str, resolver: PinResolver | None = None) -> str:
+    def key(self, key: str, *, kind: str, resolver: Resolver | None = None) -> str:
         """The key of the next draw of the call keyed `key` (through `resolver`, which counts a retry's failures)."""
         failed = max(self._failed.get(key, 0), inherited_failures(resolver, key))
         return key if failed == 0 else pin_key(kind, {"retry_of": key, "after_failures": failed})
 
-    def note(self, key: str, error: BaseException, *, resolver: PinResolver | None = None) -> None:
+    def note(self, key: str, error: BaseException, *, resolver: Resolver | None = None) -> None:
         """Count `error` against `key` if it is a drawn failure (one the codec pins)."""
         if FAILURES.describe(error) is not None:
             self._failed[key] = max(self._failed.get(key, 0), inherited_failures(resolver, key)) + 1
@@ -152,7 +152,7 @@ class DrawSequence:
 
     async def resolve(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         key: str,
         *,
         kind: str,

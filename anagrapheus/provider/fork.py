@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.models import Model
+from typing_extensions import override
 
 from anagrapheus.errors import UsageError
 from anagrapheus.provider.capability import Pinning
@@ -19,7 +20,7 @@ from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent, UnitForked
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
 
 __all__ = ["ForkPins", "Forked", "fork_run"]
 
@@ -80,6 +81,7 @@ class ForkPins(DelegatingResolver):
         """Whether the run has passed the fork point."""
 
     @property
+    @override
     def draws_into(self) -> PinLedger:
         """The new unit: each run's inputs are noted there, so the fork can be asked again like any unit."""
         return self.into
@@ -89,7 +91,8 @@ class ForkPins(DelegatingResolver):
         """The fork point as said."""
         return f"after {self._after_pins} pin(s)" if self._after_turns is None else f"after turn {self._after_turns}"
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         if kind == RUN_PLACE and key not in self._places:
             # A place the origin never pinned (it was recorded before runs were placed by their inputs): drawn into
             # the new unit, and not counted, so a fork point counts the pins it always counted.

@@ -29,7 +29,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
 )
-from anagrapheus.timeline.resolver import Attachment, PinResolver, attached, draws_into, note_event, unit_of
+from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = [
     "INPUTS_FORMAT",
@@ -77,7 +77,7 @@ def place_of(
     history: Sequence[ModelMessage],
     deps: object,
     caller: CallerRule,
-    resolver: PinResolver,
+    resolver: Resolver,
 ) -> str | None:
     """The digest of what tells a run from the other runs of its unit before it starts; None if it has none.
 
@@ -118,7 +118,7 @@ class InputsRecorder:
     """The `Pinning`'s caller rule: the digest naming the run's caller is recorded, so the run can be asked again."""
     _first: dict[str, tuple[str | None, JSONValue]] = field(default_factory=dict[str, tuple[str | None, JSONValue]])
 
-    def begin(self, ctx: RunContext[Any], resolver: PinResolver) -> tuple[dict[str, JSONValue], object]:
+    def begin(self, ctx: RunContext[Any], resolver: Resolver) -> tuple[dict[str, JSONValue], object]:
         """What the run was asked, read before it starts (the history is copied: the run appends to it).
 
         Nothing is read when `resolver` records nothing (a strict replay): `end` would drop it, and dumping a long
@@ -157,7 +157,7 @@ class InputsRecorder:
 
     def end(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         run_id: str | None,
         inputs: dict[str, JSONValue],
         token: object,
@@ -185,11 +185,11 @@ class InputsRecorder:
         whole = cast(list[JSONValue], history) if isinstance(history, list) else None
         self._refer(ledger, inputs, whole)
         event = self._event(unit, run_id, inputs)
-        note_event(ledger, event)
+        ledger.note_event(event)
         if whole is not None and inputs.get("history") is not None and (latest := _latest_runs(ledger)) is not None:
             latest.noted(run_id, whole)
 
-    def _refer(self, ledger: PinResolver, inputs: dict[str, JSONValue], history: list[JSONValue] | None) -> None:
+    def _refer(self, ledger: Resolver, inputs: dict[str, JSONValue], history: list[JSONValue] | None) -> None:
         """Write the history as the part of it the unit's latest recorded run did not have, when they share a start.
 
         A conversation gives each run the history of the one before and what that run added: written whole, turn n
@@ -255,15 +255,16 @@ class _LatestRuns:
 _LATEST: Attachment[_LatestRuns] = Attachment("the latest runs noted with their history")
 
 
-def _latest_runs(ledger: PinResolver) -> _LatestRuns | None:
+def _latest_runs(ledger: Resolver) -> _LatestRuns | None:
     """The runs `ledger` noted lately (None for a ledger that keeps no attachments: nothing is referred to)."""
-    return attached(ledger, _LATEST, _LatestRuns)
+    held = ledger.attachments
+    return None if held is None else held.get(_LATEST, _LatestRuns)
 
 
-def _recording_unit(resolver: PinResolver) -> tuple[PinResolver, str] | None:
+def _recording_unit(resolver: Resolver) -> tuple[Resolver, str] | None:
     """The ledger `resolver`'s fresh draws land in, with its unit; None when it records nothing (a strict replay)."""
-    ledger = draws_into(resolver)
-    unit = None if ledger is None else unit_of(ledger)
+    ledger = resolver.draws_into
+    unit = None if ledger is None else ledger.unit
     return None if ledger is None or unit is None else (ledger, unit)
 
 

@@ -22,6 +22,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.usage import RequestUsage
 from pydantic_core import to_jsonable_python
+from typing_extensions import override
 
 from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
@@ -46,7 +47,7 @@ from anagrapheus.provider.typed import (
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.resolver import PinResolver, draws_live
+from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import Batch, BatchRequest, BatchResult, EncodedBatchRequest
@@ -278,7 +279,7 @@ class PinnedModel(WrapperModel):
     `anagrapheus.provider.occurrence`), unless `dedupe_repeats` answers it from the first.
     """
 
-    resolver: PinResolver
+    resolver: Resolver
     """Answers each keyed request: draws it live, or answers it from pins."""
     policy: CallPolicy
     """Decides what goes into a request's key material."""
@@ -293,14 +294,14 @@ class PinnedModel(WrapperModel):
     def __init__(
         self,
         wrapped: Model | KnownModelName | str,
-        resolver: PinResolver,
+        resolver: Resolver,
         *,
         policy: CallPolicy | None = None,
         dedupe_repeats: bool = False,
         pin_timing: bool = True,
     ) -> None:
         super().__init__(wrapped)
-        self.resolver = resolver
+        self.resolver = as_resolver(resolver)
         self.dedupe_repeats = dedupe_repeats
         self.pin_timing = pin_timing
         self.policy = policy if policy is not None else SemanticCallPolicy()
@@ -329,7 +330,7 @@ class PinnedModel(WrapperModel):
         that answers would carry them. `Pinning` pins those times; one `PinnedModel` around the whole
         `FallbackModel` pins the response with its attempts. Without either, the run stops here, loudly.
         """
-        if draws_live(self.resolver):
+        if self.resolver.draws_live:
             return
         run = get_current_run_context()
         fallback = getattr(run, "model", None)
@@ -351,6 +352,7 @@ class PinnedModel(WrapperModel):
     def _was_answered(self, response: ModelResponse) -> bool:
         return self._answered.get(id(response)) is response
 
+    @override
     async def request(
         self,
         messages: list[ModelMessage],
@@ -460,6 +462,7 @@ class PinnedModel(WrapperModel):
             raise
         asking.arrived()
 
+    @override
     async def count_tokens(
         self,
         messages: list[ModelMessage],
@@ -482,6 +485,7 @@ class PinnedModel(WrapperModel):
             fingerprint=call.fingerprint,
         )
 
+    @override
     async def compact_messages(
         self,
         request_context: ModelRequestContext,
@@ -517,15 +521,18 @@ class PinnedModel(WrapperModel):
 
     # A suspended response answered from a pin names a server-side job of the recorded run, not of this one.
 
+    @override
     def continuation_delay(self, response: ModelResponse) -> float | None:
         """Continue a pinned suspended response at once (its next segment is pinned too); a live one as drawn."""
         return None if self._was_answered(response) else self.wrapped.continuation_delay(response)
 
+    @override
     async def cancel_suspended_response(self, response: ModelResponse) -> None:
         """Cancel a live suspended job; a job named by a pinned response is the recorded run's and is left alone."""
         if not self._was_answered(response):
             await self.wrapped.cancel_suspended_response(response)
 
+    @override
     def _release_suspended_response(self, response: ModelResponse) -> None:
         if not self._was_answered(response):
             self.wrapped._release_suspended_response(response)  # pyright: ignore[reportPrivateUsage]
@@ -533,11 +540,13 @@ class PinnedModel(WrapperModel):
     # Batches are refused, live and under replay: a batch's results arrive outside any request a pin can see.
 
     @property
+    @override
     def batch_max_requests(self) -> int | None:
         """None: a pinned model has no batch API, so pydantic-ai refuses to batch it before anything is sent."""
         return None
 
     @property
+    @override
     def batch_max_bytes(self) -> int | None:
         """None, as for `batch_max_requests`."""
         return None
@@ -548,26 +557,32 @@ class PinnedModel(WrapperModel):
             " Send the requests one by one through the pinned model (each is pinned), or batch the unwrapped model"
         )
 
+    @override
     async def batch_encode(self, request: BatchRequest) -> EncodedBatchRequest:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_encode")
 
+    @override
     async def batch_create(self, requests: Sequence[EncodedBatchRequest]) -> Batch:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_create")
 
+    @override
     async def batch_status(self, batch: Batch) -> Batch:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_status")
 
+    @override
     async def batch_results(self, batch: Batch) -> list[BatchResult]:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_results")
 
+    @override
     async def batch_cancel(self, batch: Batch) -> Batch:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_cancel")
 
+    @override
     def batch_decode(self, result: BatchResult, request: BatchRequest) -> ModelResponse:
         """Refused: batch calls cannot be pinned."""
         self._refuse_batch("batch_decode")

@@ -34,9 +34,8 @@ from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[
 
 from anagrapheus.provider.retries import take_up
 from anagrapheus.provider.run_clock import run_position
-from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import pin_key
-from anagrapheus.timeline.resolver import Attachment, PinResolver, asked, attached, replays
+from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = ["Asking", "ask", "run_key", "twin_key"]
 
@@ -82,7 +81,7 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[object]) -> tuple[str, _Askers | None]:
+def _run_own(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]) -> tuple[str, _Askers | None]:
     """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule).
 
     Also the askers that tell the run apart, in the order runs first ask, when no `Pinning` numbered it: its
@@ -91,13 +90,14 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
     run_id = run.run_id
     if run_id is None:
         return key, None
-    server = run_server(resolver)
+    server = resolver.serves_each_run
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
         resolver = server.ledger_for(run)
-    askers = attached(resolver, _ASKERS, _Askers)
-    if askers is None:
+    held = resolver.attachments
+    if held is None:
         return key, None
+    askers = held.get(_ASKERS, _Askers)
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
@@ -108,12 +108,12 @@ def _run_own(key: str, *, kind: str, resolver: PinResolver, run: RunContext[obje
             runs = askers.runs.setdefault(key, {})
             ordinal = runs.setdefault(as_run, len(runs))
     own = run_key(key, kind=kind, ordinal=ordinal)
-    if asked(resolver, own):
+    if resolver.asked(own):
         return own, told_apart
     return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers), told_apart
 
 
-def _as_run(key: str, *, resolver: PinResolver, askers: _Askers, run_id: str) -> str:
+def _as_run(key: str, *, resolver: Resolver, askers: _Askers, run_id: str) -> str:
     """The run whose keys `run_id` asks under: its own, or the failed run asked the same it resumes (the retry rule).
 
     Without `Pinning` a run is known to have failed when a pinned call of its raised and it asked nothing after;
@@ -157,7 +157,7 @@ def _failed(askers: _Askers, run_id: str) -> None:
             askers.failing.setdefault(first, {})[run] = None
 
 
-def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, askers: _Askers) -> str:
+def _recorded_before(key: str, own: str, *, kind: str, resolver: Resolver, askers: _Askers) -> str:
     """The key a replay answers a run's asking from, when its recording holds no pin under the run's own key.
 
     A recording made before the rule answered a later run from the first asking's pin; runs started at once
@@ -165,11 +165,11 @@ def _recorded_before(key: str, own: str, *, kind: str, resolver: PinResolver, as
     cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
     recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if not replays(resolver):
+    if not resolver.replays:
         return own  # no recording to look through
     for ordinal in range(_RUNS_LOOKED_AT):
         candidate = run_key(key, kind=kind, ordinal=ordinal)
-        if asked(resolver, candidate) > askers.taken.get(candidate, 0):
+        if resolver.asked(candidate) > askers.taken.get(candidate, 0):
             return candidate
     return own
 
@@ -178,16 +178,17 @@ _RUNS_LOOKED_AT = 64
 """How many runs' pins of one call a replay looks through for one its run can take."""
 
 
-def _took(resolver: PinResolver, key: str) -> None:
+def _took(resolver: Resolver, key: str) -> None:
     """Count one asking answered under `key`, where the resolver replays a recording (it says what was asked)."""
-    if asked(resolver, key):
-        askers = attached(resolver, _ASKERS, _Askers)
-        if askers is not None:
+    if resolver.asked(key):
+        held = resolver.attachments
+        if held is not None:
+            askers = held.get(_ASKERS, _Askers)
             with _lock:
                 askers.taken[key] = askers.taken.get(key, 0) + 1
 
 
-def twin_key(key: str, *, kind: str, twin: int, resolver: PinResolver) -> str:
+def twin_key(key: str, *, kind: str, twin: int, resolver: Resolver) -> str:
     """The key of the `twin`th call identical to an earlier one in the same model response: `key` for the first.
 
     A recording made before twins were told apart answered them all from the first one's pin: where it holds no
@@ -196,7 +197,7 @@ def twin_key(key: str, *, kind: str, twin: int, resolver: PinResolver) -> str:
     if twin == 0:
         return key
     own = pin_key(kind, {"twin_of": key, "twin": twin})
-    if not asked(resolver, own) and asked(resolver, key) > twin:
+    if not resolver.asked(own) and resolver.asked(key) > twin:
         return key
     return own
 
@@ -232,7 +233,7 @@ def ask(
     key: str,
     *,
     kind: str,
-    resolver: PinResolver,
+    resolver: Resolver,
     ctx: RunContext[object] | None = None,
     per_run: bool = True,
 ) -> Asking:
@@ -256,7 +257,7 @@ def ask(
             weakref.finalize(usage, _arrived.pop, id(usage), None)
         occurrence = counts.get((run.run_id, key), 0) + 1
     own = occurrence_key(key, kind=kind, occurrence=occurrence)
-    if own != key and not asked(resolver, own) and asked(resolver, key) >= occurrence:
+    if own != key and not resolver.asked(own) and resolver.asked(key) >= occurrence:
         own = key
     _took(resolver, own)
     # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.

@@ -12,6 +12,7 @@ from pydantic_ai.settings import ModelSettings
 
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.request import MODEL_CALL, RequestKeys, request_material
+from anagrapheus.provider.provenance import DEFAULT_CALL_POLICY
 from anagrapheus.timeline.canonical import JSONValue
 
 __all__ = ["MODEL_CALL", "CallPin", "CallPolicy", "SemanticCallPolicy", "call_pin"]
@@ -87,9 +88,9 @@ class SemanticCallPolicy:
 
     __slots__ = ("_keys", "keep_values")
 
-    name: ClassVar[str] = "semantic"
+    name: ClassVar[str] = DEFAULT_CALL_POLICY[0]
     """The policy's name in a recording's provenance."""
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = DEFAULT_CALL_POLICY[1]
     """Bumped whenever what this policy keys changes, so recordings keyed by the old one are refused, not missed."""
 
     def __init__(self, *, keep_values: bool = False) -> None:

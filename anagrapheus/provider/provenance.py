@@ -13,12 +13,19 @@ from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.provenance import Provenance, installed_version, own_provenance
 
 __all__ = [
+    "DEFAULT_CALL_POLICY",
     "PYDANTIC_AI_DISTRIBUTION",
     "VERIFIED_PYDANTIC_AI",
     "current_provenance",
     "pinned_responses",
     "provenance_of_pins",
 ]
+
+DEFAULT_CALL_POLICY: tuple[str, int] = ("semantic", 1)
+"""The name and version of the default call policy, `SemanticCallPolicy`, which declares itself with them.
+
+Stated here, where no pydantic-ai is imported, so the package root hands it to the timeline without loading it.
+"""
 
 PYDANTIC_AI_DISTRIBUTION = "pydantic-ai-slim"
 """The distribution whose version a recording's `pydantic_ai` field holds."""

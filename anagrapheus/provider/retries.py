@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 
 from anagrapheus.timeline.canonical import JSONValue, pin_key
-from anagrapheus.timeline.resolver import Attachment, PinResolver, answering_position, asked, attached, replays
+from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = ["RUN_RETRY", "Retries", "inherited_failures", "noted_failure", "retry_key", "take_up"]
 
@@ -51,11 +51,11 @@ class Retries:
 _RETRIES: Attachment[Retries] = Attachment("the failures and retries of the resolver's runs")
 
 
-def _retries(resolver: PinResolver) -> Retries | None:
-    return attached(resolver, _RETRIES, Retries)
+def _retries(resolver: Resolver) -> Retries | None:
+    return resolver.attached(_RETRIES, Retries)
 
 
-def take_up(resolver: PinResolver, run_id: str, asked_as: str) -> bool:
+def take_up(resolver: Resolver, run_id: str, asked_as: str) -> bool:
     """Whether the run `run_id` may take up a failed run's place whose asking digests to `asked_as`; pins it if so.
 
     A replay takes it up only where its recording says the recorded run did (a recording made before the rule
@@ -68,23 +68,23 @@ def take_up(resolver: PinResolver, run_id: str, asked_as: str) -> bool:
     with retries.lock:
         taken = retries.taken.get(asked_as, 0)
         key = retry_key(asked_as, taken)
-        if replays(resolver) and not asked(resolver, key) and not _left_its_recording(resolver):
+        if resolver.replays and not resolver.asked(key) and not _left_its_recording(resolver):
             return False
         retries.taken[asked_as] = taken + 1
         retries.retrying.add(run_id)
-    answering = answering_position(resolver, key)
+    answering = resolver.answering_position(key)
     if answering is not None:
         raw: JSONValue = {"retry_of": asked_as, "n": taken}
         answering.resolve(key, kind=RUN_RETRY, effect=lambda: raw, interpret=lambda held: held)
     return True
 
 
-def _left_its_recording(resolver: PinResolver) -> bool:
+def _left_its_recording(resolver: Resolver) -> bool:
     """Whether a replay in record mode met its first miss: what follows is drawn, as a live run draws it."""
     return getattr(resolver, "divergence", None) is not None
 
 
-def noted_failure(resolver: PinResolver | None, key: str) -> None:
+def noted_failure(resolver: Resolver | None, key: str) -> None:
     """Count a failed draw of `key` (drawn, or answered from its pin), for the retries that resume its run."""
     retries = None if resolver is None else _retries(resolver)
     if retries is not None:
@@ -92,7 +92,7 @@ def noted_failure(resolver: PinResolver | None, key: str) -> None:
             retries.failures[key] = retries.failures.get(key, 0) + 1
 
 
-def inherited_failures(resolver: PinResolver | None, key: str) -> int:
+def inherited_failures(resolver: Resolver | None, key: str) -> int:
     """How many draws of `key` failed before, for the current run if it resumes a failed run's place; else 0."""
     retries = None if resolver is None else _retries(resolver)
     if retries is None or not retries.retrying:

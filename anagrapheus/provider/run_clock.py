@@ -16,11 +16,9 @@ units and cannot tell whose position it is) is drawn fresh instead of missing: i
 make a replay leave its recording. Under `on_miss="record"` such a draw goes to the new unit.
 
 The numbering is kept by the resolver (its `attachments`), so it lives and goes with it. A resolver
-that carries none (one written with the protocol's three methods) is numbered, for one more release, in a
-table held weakly by the resolver, as every resolver was before `attachments` existed; that warns and goes
-in the next release, after which such a resolver's runs' ids and times are drawn fresh and left unpinned.
-They are never numbered per capability: two capabilities over one resolver would then both take run 0, and
-the second run would be answered with the first one's id and times.
+that carries none (one written to the old protocol, adapted) has its runs' ids and times drawn fresh and
+left unpinned. They are never numbered per capability: two capabilities over one resolver would then both
+take run 0, and the second run would be answered with the first one's id and times.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from __future__ import annotations
 import functools
 import gc
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,18 +33,12 @@ from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.resolver import (
     Attachment,
-    PinResolver,
-    answering_position,
-    asked,
-    attached,
-    recorded,
-    unit_of,
+    Resolver,
 )
 
 __all__ = [
@@ -121,21 +112,21 @@ class RunClocks:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def of(cls, resolver: PinResolver) -> RunClocks | None:
+    def of(cls, resolver: Resolver) -> RunClocks | None:
         """The clocks of `resolver`'s runs, kept in its `attachments`; None for a resolver that carries none.
 
         The numbering belongs to the resolver, not to a capability: every `Pinning` over one ledger (one per
         agent, say), and `PinnedModel` and `pinned_tool` with no capability, read the one sequence of its runs.
         """
-        found = attached(resolver, _CLOCKS, lambda: cls(unit_of(resolver)))
-        return _unattached(resolver) if found is None else found
+        held = resolver.attachments
+        return None if held is None else held.get(_CLOCKS, lambda: cls(resolver.unit))
 
     @classmethod
     def unpinned(cls) -> RunClocks:
         """Clocks that pin no position: a `Pinning`'s own, for a resolver that keeps none (see `Pinning`)."""
         return cls(None, pinned=False)
 
-    def draw_run_id(self, resolver: PinResolver, new_id: Callable[[], str], *, place: str | None = None) -> str:
+    def draw_run_id(self, resolver: Resolver, new_id: Callable[[], str], *, place: str | None = None) -> str:
         """The id of the run about to start, pinned at its position: where it starts, or where its inputs place it.
 
         `place` is the digest of what the run was asked (`place_of`), when pydantic-ai says it before the run
@@ -151,7 +142,7 @@ class RunClocks:
         else:
             position = self._take(self._placed(resolver, place, occurrence, number), apart=_apart(place, occurrence))
         key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
-        answering = answering_position(resolver, key) if self.pinned else None
+        answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
             run_id = _run_id(new_id())
         else:
@@ -165,16 +156,16 @@ class RunClocks:
             self._pin_place(resolver, place, occurrence, position)
         return run_id
 
-    def _placed(self, resolver: PinResolver, place: str, occurrence: int, number: int) -> int | str:
+    def _placed(self, resolver: Resolver, place: str, occurrence: int, number: int) -> int | str:
         """Where the `occurrence`th run whose inputs digest to `place`, started `number`th, goes among the runs.
 
         Where the recording placed the run asked the same; else where it starts, as every run was placed before
         runs were placed by their inputs (a recording made before, or a run whose inputs moved).
         """
-        held = recorded(resolver, place_key(self.unit, place, occurrence)) if self.pinned else None
+        held = resolver.recorded(place_key(self.unit, place, occurrence)) if self.pinned else None
         return number if held is None else _position(held)
 
-    def note_place(self, resolver: PinResolver, run_id: str | None, place: Callable[[], str | None]) -> None:
+    def note_place(self, resolver: Resolver, run_id: str | None, place: Callable[[], str | None]) -> None:
         """Pin where a run whose id was drawn before its inputs were known was placed, under its inputs.
 
         pydantic-ai before 2.78 says nothing of a run's inputs when its id is drawn, so its runs are placed where
@@ -205,12 +196,12 @@ class RunClocks:
             self.taken.add(taken)
             return taken
 
-    def _pin_place(self, resolver: PinResolver, place: str, occurrence: int, position: int | str) -> None:
+    def _pin_place(self, resolver: Resolver, place: str, occurrence: int, position: int | str) -> None:
         """Pin `position` under the run's inputs, so a replay places the run asked the same there."""
         if not self.pinned:
             return
         key = place_key(self.unit, place, occurrence)
-        answering = answering_position(resolver, key)
+        answering = resolver.answering_position(key)
         if answering is not None:
             answering.resolve(
                 key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
@@ -247,7 +238,7 @@ class RunClocks:
                 self.runs += 1
             run.started = True
 
-    def take_up(self, resolver: PinResolver, run_id: str | None, place: Callable[[], str | None]) -> None:
+    def take_up(self, resolver: Resolver, run_id: str | None, place: Callable[[], str | None]) -> None:
         """Put a run that retries a failed run asked the same (its inputs' digest) in that run's place (issue #40).
 
         Its model requests, tool calls and times are then keyed as the failed run's, and answered from its pins;
@@ -287,7 +278,7 @@ class RunClocks:
 
     async def finish(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         run_id: str,
         messages: Sequence[ModelMessage],
         *,
@@ -301,7 +292,7 @@ class RunClocks:
 
     async def fail(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         run_id: str,
         messages: Sequence[ModelMessage],
         *,
@@ -317,7 +308,7 @@ class RunClocks:
 
     async def stamp(
         self,
-        resolver: PinResolver,
+        resolver: Resolver,
         run_id: str | None,
         messages: Sequence[ModelMessage],
         *,
@@ -338,7 +329,7 @@ class RunClocks:
         async def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
-        answering = answering_position(resolver, key) if self.pinned else None
+        answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
             times = _times(canonical_value(await stamped()))
         else:
@@ -348,17 +339,17 @@ class RunClocks:
         for slot, at in zip(slots, times, strict=True):
             slot.timestamp = at
 
-    def _clock_key(self, resolver: PinResolver, run: _Run, slots: int) -> str:
+    def _clock_key(self, resolver: Resolver, run: _Run, slots: int) -> str:
         """The key of the run's next stamp point; a named run's, as a recording made before named runs kept it."""
 
         def at(place: int | str) -> str:
             return pin_key(RUN_CLOCK, {"unit": self.unit, "run": place, "stamp": run.stamps, "slots": slots})
 
         key = at(run.position)
-        if isinstance(run.position, str) and not asked(resolver, key):
+        if isinstance(run.position, str) and not resolver.asked(key):
             # Recorded before named runs were placed by their id: its times were keyed on its start index.
             numbered = at(run.number)
-            if asked(resolver, numbered):
+            if resolver.asked(numbered):
                 return numbered
         return key
 
@@ -423,45 +414,11 @@ def _new_slots(run: _Run, run_id: str, messages: Sequence[ModelMessage]) -> list
 _CLOCKS: Attachment[RunClocks] = Attachment("the run clocks")
 """Where a resolver keeps its runs' clocks in its `attachments`: they live and go with it."""
 
-# Deprecated, goes in the next release: the clocks of resolvers that carry no `attachments`, by the resolver (held
-# weakly, so an entry goes with its resolver), as every resolver's were kept before `attachments` existed. Kept so a
-# resolver written with the three methods only still pins its runs' ids and times for one release, with a warning.
-_UNATTACHED: weakref.WeakKeyDictionary[object, RunClocks] = weakref.WeakKeyDictionary()
-_UNATTACHED_LOCK = threading.Lock()
 
-
-def run_position(resolver: PinResolver, run_id: str) -> int | str | None:
+def run_position(resolver: Resolver, run_id: str) -> int | str | None:
     """The position of the running run `run_id` among the runs a `Pinning` numbered through `resolver`, if it did."""
-    if getattr(resolver, "attachments", None) is not None:
-        clocks = RunClocks.of(resolver)
-    else:
-        with _UNATTACHED_LOCK:
-            try:
-                clocks = _UNATTACHED.get(resolver)
-            except TypeError:
-                return None
+    clocks = RunClocks.of(resolver)
     return None if clocks is None else clocks.position_of(run_id)
-
-
-def _unattached(resolver: PinResolver) -> RunClocks | None:
-    """The deprecated process-wide clocks of a resolver with no `attachments`; None if it cannot be held weakly."""
-    with _UNATTACHED_LOCK:
-        try:
-            found = _UNATTACHED.get(resolver)
-            if found is None:
-                found = _UNATTACHED[resolver] = RunClocks(unit_of(resolver))
-            else:
-                return found
-        except TypeError:
-            # Unhashable, or not weakly referable: nowhere to number its runs once for every capability over it.
-            return None
-    deprecated(
-        f"numbering the runs of a resolver that carries no `attachments` ({type(resolver).__qualname__})",
-        "give it `self.attachments = Attachments()` (anagrapheus.timeline.resolver) to keep its runs' ids and "
-        "times pinned; without it they will be drawn fresh and left unpinned",
-        stacklevel=2,
-    )
-    return found
 
 
 def _run_id(raw: object) -> str:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import anyio
 from pydantic_ai.messages import ModelResponse, ModelResponseStreamEvent
 from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters
+from typing_extensions import override
 
 from anagrapheus.errors import PartialPin
 
@@ -50,6 +51,7 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         """The exception the recorded stream failed with after what it streamed, raised again at that point."""
         self._closed = anyio.Event()
 
+    @override
     async def close_stream(self) -> None:
         """Close the replay (its request ended, or the consumer cancelled it): nothing reads past this point."""
         self._closed.set()
@@ -59,6 +61,7 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         """The pinned response this stream replays."""
         return self.response
 
+    @override
     async def _get_event_iterator(self) -> AsyncIterator[ModelResponseStreamEvent]:
         async for event in super()._get_event_iterator():
             yield event

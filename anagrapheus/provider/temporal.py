@@ -24,6 +24,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import RunUsage
+from typing_extensions import override
 
 from anagrapheus.errors import UsageError
 from anagrapheus.provider.inputs import INPUTS_LIMIT, InputsRecorder, output_json, place_of
@@ -35,7 +36,7 @@ from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
 from anagrapheus.timeline.store import TimelineStore
 
 __all__ = ["UNIT_PREFIX", "TemporalPins", "TemporalUnits", "temporal_unit_id"]
@@ -85,16 +86,17 @@ class TemporalUnits(DelegatingResolver):
         self._lock = threading.Lock()
 
     @property
+    @override
     def serves_each_run(self) -> TemporalUnits:
-        """Itself: its runs are numbered, and their askers kept, by each unit's own ledger (see `run_server`)."""
+        """Itself: its runs are numbered, and their askers kept, by each unit's own ledger."""
         return self
 
     def ledger_for(self, ctx: RunContext[Any] | None = None) -> PinLedger | ReplayPins:
         """What answers the running activity's unit: its ledger, or a strict replay of it once committed."""
         del ctx  # the unit is the activity's workflow's, whatever run context the activity rebuilt
-        return self.unit(self.unit_of())
+        return self.unit_for(self.unit_of())
 
-    def unit(self, unit_id: str) -> PinLedger | ReplayPins:
+    def unit_for(self, unit_id: str) -> PinLedger | ReplayPins:
         """What answers `unit_id`: the ledger in use, or a new one (a replay of its log if it was committed)."""
         with self._lock:
             found = self._ledgers.get(unit_id)
@@ -111,7 +113,7 @@ class TemporalUnits(DelegatingResolver):
 
     def open_ledger(self, unit_id: str) -> PinLedger | None:
         """The ledger drawing `unit_id` live, or None where the unit was answered from its log (closed before)."""
-        self.unit(unit_id)
+        self.unit_for(unit_id)
         with self._lock:
             return self._open.get(unit_id)
 
@@ -134,7 +136,8 @@ class TemporalUnits(DelegatingResolver):
             " with pins.model and pins.tool), which pins inside Temporal's activities"
         )
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         """The ledger of the unit of the activity drawing now, asked for `key` as it is."""
         return self.ledger_for(), key
 
@@ -178,6 +181,7 @@ class TemporalPins(AbstractCapability[Any]):
         """Whether the run's inputs and output are noted on its unit as a `RunInputs` event."""
         self._inputs = InputsRecorder(deps=record_deps, limit=inputs_limit, caller=caller)
 
+    @override
     @classmethod
     def get_serialization_name(cls) -> str | None:
         """None: a store is a live object, so the capability cannot be written into an agent spec."""
@@ -191,6 +195,7 @@ class TemporalPins(AbstractCapability[Any]):
         """`func` as a tool pinned where Temporal runs it: in the tool-call activity (see `pinned_tool`)."""
         return pinned_tool(self.units, func, name=name, caller=self.caller)
 
+    @override
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """Close the workflow's unit through the durable operation: pin the run's id, times and inputs, commit."""
         if ctx.run_id is not None:
@@ -204,6 +209,7 @@ class TemporalPins(AbstractCapability[Any]):
             )
         return result
 
+    @override
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
         """Abandon the workflow's unit when the run failed for good (`abandons`); an interrupted run leaves it open."""
         if ctx.run_id is not None and self.abandons(error):

@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError, to_jsonable_python
+from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
@@ -42,7 +43,7 @@ from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, encode_normalised
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import PinResolver, answered_within, asked, replays
+from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 __all__ = [
     "CALLER",
@@ -85,6 +86,7 @@ _UNKEYED: object = object()
 class _WholeDeps:
     """The default caller rule: the run's whole deps identify who calls."""
 
+    @override
     def __repr__(self) -> str:
         return "WHOLE_DEPS"
 
@@ -120,7 +122,7 @@ def _identity(deps: object, caller: CallerRule) -> str | None:
     return encode_normalised(identity_material(identity))
 
 
-def _keyed_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> tuple[str | None, str | None]:
+def _keyed_caller(deps: object, caller: CallerRule, resolver: Resolver) -> tuple[str | None, str | None]:
     """The caller a run with `deps` keys its tool calls as, and its identity's JSON (None when asked as recorded).
 
     `caller_of` under the unit's salt, else the recorded caller the run is asked as (`asking_as`).
@@ -134,7 +136,7 @@ def _keyed_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> tu
     return caller_digest(identity, unit_salt(resolver)), identity
 
 
-def run_caller(deps: object, caller: CallerRule, resolver: PinResolver) -> str | None:
+def run_caller(deps: object, caller: CallerRule, resolver: Resolver) -> str | None:
     """The caller a run with `deps` is keyed as, for its inputs and its place: None where none is, or none can be.
 
     Read for every run, tool calls or none: a caller rule that fails on these deps (`lambda deps: deps.user_id`
@@ -163,7 +165,7 @@ def caller_pin(
     ctx: RunContext[Any] | None,
     *,
     caller: CallerRule,
-    resolver: PinResolver,
+    resolver: Resolver,
     run: RunContext[Any] | None = None,
 ) -> ToolPin:
     """Key a call of `tool` with what identifies its caller (the caller rule), or refuse it loudly (`UnkeyedCaller`).
@@ -185,15 +187,15 @@ def caller_pin(
     if named is None:
         return tool_pin(tool, arguments, ctx=ctx)
     call = tool_pin(tool, arguments, ctx=ctx, caller=named)
-    if not replays(resolver) or asked(resolver, call.key):
+    if not resolver.replays or resolver.asked(call.key):
         return call  # a live resolver, or a recording keyed with the caller
     # A recording made before callers were salted holds the unsalted digest; one made before they were keyed, none.
     if identity is not None:
         unsalted = tool_pin(tool, arguments, ctx=ctx, caller=caller_digest(identity, None))
-        if unsalted.key != call.key and asked(resolver, unsalted.key):
+        if unsalted.key != call.key and resolver.asked(unsalted.key):
             return unsalted
     before = tool_pin(tool, arguments, ctx=ctx)
-    return before if asked(resolver, before.key) else call
+    return before if resolver.asked(before.key) else call
 
 
 def tool_pin(
@@ -486,7 +488,7 @@ def _untagged(node: JSONValue, declared: DeclaredTypes) -> Any:
 
 
 def pinned_tool(
-    resolver: PinResolver,
+    resolver: Resolver,
     func: Callable[P, R] | Callable[P, Awaitable[R]],
     *,
     name: str | None = None,
@@ -508,6 +510,7 @@ def pinned_tool(
     tool = name if name is not None else getattr(func, "__name__", None)
     if not tool:
         raise UsageError("pinned_tool needs name=... for a callable without a __name__")
+    resolver = as_resolver(resolver)
     signature = inspect.signature(func)
     is_async = inspect.iscoroutinefunction(func)
     # The classes a replay may rebuild the tool's typed results as: its signature's, never the recording's.
@@ -556,7 +559,7 @@ class CallWatch:
     when a pin answers and they do not run, the runs after them keep their positions (and their ids).
     """
 
-    def __init__(self, ctx: RunContext[Any] | None, resolver: PinResolver) -> None:
+    def __init__(self, ctx: RunContext[Any] | None, resolver: Resolver) -> None:
         self.enqueued: list[tuple[Sequence[object], str]] = []
         self._within: list[str] = []
         # The runs numbered through the resolver; a resolver that keeps no clocks numbers none (see run_clock.py).
@@ -601,7 +604,7 @@ class CallWatch:
 
 async def answer_tool_call(
     draws: DrawSequence,
-    resolver: PinResolver,
+    resolver: Resolver,
     call: ToolPin,
     ctx: RunContext[Any] | None,
     draw: Callable[[], Awaitable[JSONValue]],
@@ -661,14 +664,14 @@ def twin_of(ctx: RunContext[Any] | None) -> int:
     return 0
 
 
-def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: PinResolver, *, drawn: bool) -> None:
+def settle(ctx: RunContext[Any] | None, answer: ToolAnswer, resolver: Resolver, *, drawn: bool) -> None:
     """Do to the run what the call did besides returning: its usage on every path; the rest when a pin answered."""
     if ctx is not None and answer.usage is not None:
         ctx.usage.incr(answer.usage)
     if drawn:
         # The drawn call enqueued its messages and started its runs itself.
         return
-    answered_within(resolver, answer.within)
+    resolver.answered_within(answer.within)
     clocks = RunClocks.of(resolver)
     if answer.runs and clocks is not None:
         with clocks.lock:

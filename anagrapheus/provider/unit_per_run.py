@@ -15,52 +15,26 @@ from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar
 
 from pydantic_ai import RunContext
+from typing_extensions import override
 
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver, RunServer
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import TimelineStore
 
-__all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "prefect_flow_run_id", "run_server"]
+__all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "prefect_flow_run_id"]
 
 R = TypeVar("R")
 
 # The run a `Pinning` is serving in this context: set around the run by `Pinning.wrap_run`, inherited by every
 # task and worker thread the run starts, so a draw anywhere in the run knows whose it is.
 _RUN: ContextVar[RunContext[Any] | None] = ContextVar("anagrapheus_run", default=None)
-
-
-class RunServer(Protocol):
-    """A resolver that picks its unit for each run: `Pinning` runs each run through `serve` (see `run_server`)."""
-
-    def ledger_for(self, ctx: RunContext[Any]) -> PinResolver:
-        """What answers the run `ctx`: the resolver whose unit its ids, times and inputs belong to."""
-        ...
-
-    async def serve(
-        self,
-        ctx: RunContext[Any],
-        run: Callable[[], Awaitable[R]],
-        *,
-        started: Callable[[PinLedger | ReplayPins, RunContext[Any]], object],
-    ) -> R:
-        """Run `run` as a run of `ctx`'s unit, calling `started` with what answers it before the run begins."""
-        ...
-
-
-def run_server(resolver: PinResolver) -> RunServer | None:
-    """The `RunServer` that `resolver` says it is (its `serves_each_run`), or None for a resolver of one unit.
-
-    Read by what the resolver says, not by its class, as the timeline's `draws_live` and `unit` are: a resolver
-    that wraps a `UnitPerRun` can say so too.
-    """
-    return cast("RunServer | None", getattr(resolver, "serves_each_run", None))
 
 
 @contextmanager
@@ -155,7 +129,8 @@ class UnitPerRun(DelegatingResolver):
         self._lock = threading.Lock()
 
     @property
-    def serves_each_run(self) -> UnitPerRun:
+    @override
+    def serves_each_run(self) -> RunServer:
         """Itself: it picks a unit for each run, so `Pinning` serves each run through it (see `run_server`)."""
         return self
 
@@ -191,7 +166,7 @@ class UnitPerRun(DelegatingResolver):
         ctx: RunContext[Any],
         run: Callable[[], Awaitable[R]],
         *,
-        started: Callable[[PinLedger | ReplayPins, RunContext[Any]], object],
+        started: Callable[[Resolver, RunContext[Any]], object],
     ) -> R:
         """Run `run` as a run in `ctx`'s unit: its draws go there, and the unit closes as the last run in it ends."""
         ledger = self.begin(ctx)
@@ -230,7 +205,8 @@ class UnitPerRun(DelegatingResolver):
             raise UsageError(f"UnitPerRun: unit_of returned {unit_id!r}, not a unit id (a non-empty string)")
         return unit_id
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         """The ledger of the run drawing now, asked for `key` as it is."""
         ctx = _RUN.get()
         if ctx is None:

@@ -1,6 +1,5 @@
 """What users' test suites import: the pytest plugin's recording sessions, run comparison, and regression verdicts."""
 
-from anagrapheus.deprecation import moved_names
 from anagrapheus.testing.calls import (
     ToolCall,
     assert_called,
@@ -62,6 +61,3 @@ __all__ = [
     "tool_calls",
     "trials",
 ]
-
-# Renamed: `VOLATILE_FIELDS` names the fields a pin key leaves out; this set is the one runs differ by.
-__getattr__ = moved_names(__name__, {"VOLATILE_FIELDS": "anagrapheus.testing.compare:PER_RUN_FIELDS"})

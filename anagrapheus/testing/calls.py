@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
+from typing_extensions import override
 
 from anagrapheus.timeline import EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.events import events_of
@@ -41,6 +42,7 @@ class ToolCall:
     args: dict[str, Any]
     """The arguments, as JSON values (a streamed call's argument text parsed)."""
 
+    @override
     def __str__(self) -> str:
         arguments = ", ".join(f"{name}={value!r}" for name, value in self.args.items())
         return f"{self.tool_name}({arguments})"

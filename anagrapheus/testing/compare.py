@@ -9,8 +9,6 @@ from typing import Any, cast
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
 
-from anagrapheus.deprecation import moved_names
-
 __all__ = [
     "PAIRED_FIELDS",
     "PER_RUN_FIELDS",
@@ -26,9 +24,6 @@ PER_RUN_FIELDS = frozenset({"timestamp", "run_id", "conversation_id", "request_t
 (`request_timestamp` and `duration` are pydantic-ai 2.78's timing of each response, from the wall clock.)
 
 (Formerly `VOLATILE_FIELDS`, a name the key's material uses for another set.)"""
-
-# The old name, for one release: `VOLATILE_FIELDS` names the fields a pin key leaves out, in provider.
-__getattr__ = moved_names(__name__, {"VOLATILE_FIELDS": "anagrapheus.testing.compare:PER_RUN_FIELDS"})
 
 PROVIDER_ASSIGNED_FIELDS = frozenset({"provider_response_id"})
 """The ids a provider gives each response (OpenAI's `chatcmpl-...`, Anthropic's `msg_...`): new on every call of an

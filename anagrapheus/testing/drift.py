@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from typing_extensions import override
+
 from anagrapheus.provider.discovery import TOOLSET_INSTRUCTIONS, TOOLSET_TOOLS
 from anagrapheus.provider.keying.request import MODEL_CALL
 from anagrapheus.provider.outputs import OUTPUT_CALL
 from anagrapheus.provider.tools import TOOL_CALL
 from anagrapheus.testing.compare import comparable, first_difference
-from anagrapheus.timeline import JSONValue, PinLedger, PinResolver, ReplayPins
+from anagrapheus.timeline import JSONValue, PinLedger, ReplayPins, Resolver
 from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.resolver import DelegatingResolver
 
@@ -73,7 +75,8 @@ class DriftPins(DelegatingResolver):
         self.world_kinds = world_kinds
         """The kinds answered only from pins."""
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         """Live for a model call; the recording for a key it holds or a kind of the world's; live for the rest."""
         if kind == MODEL_CALL:
             return self.live, key

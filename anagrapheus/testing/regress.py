@@ -21,9 +21,9 @@ from anagrapheus.testing.verdict import Conversation, Exchange, Invariant, Invar
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
-    PinResolver,
     Recording,
     ReplayPins,
+    Resolver,
     SQLiteEventStore,
     TimelineStore,
     UpcastRegistry,
@@ -32,7 +32,7 @@ from anagrapheus.timeline import (
 
 __all__ = ["AgentBuilder", "Turn", "aregress", "regress"]
 
-AgentBuilder = Callable[[PinResolver], "Agent[Any, Any] | Mapping[str, Agent[Any, Any]]"]
+AgentBuilder = Callable[[Resolver], "Agent[Any, Any] | Mapping[str, Agent[Any, Any]]"]
 """Builds the candidate: given the resolver to pin through, one agent, or several by name."""
 
 

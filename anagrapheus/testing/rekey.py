@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pydantic_ai import Agent
+from typing_extensions import override
 
 from anagrapheus.errors import UsageError
 from anagrapheus.provider import Pinning, every_agent_run, refuse_model_requests
@@ -30,7 +31,6 @@ from anagrapheus.testing.network import loopback_only
 from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
-    PinResolver,
     ReplayPins,
     SQLiteEventStore,
     StoredEvent,
@@ -40,7 +40,7 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinPromoted, PinText
 from anagrapheus.timeline.fingerprint import moved_fields
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
-from anagrapheus.timeline.resolver import DelegatingResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["RekeyPins", "RekeyReport", "Rekeyed", "rekey_events"]
@@ -95,19 +95,32 @@ class RekeyPins(DelegatingResolver):
 
     # What the layers above ask of a replay (see `anagrapheus.timeline.resolver`): this one answers as `replay`, whose
     # fresh draws (a run's inputs, a position the recording lacks) land in `into`.
-    draws_live = False
+    @property
+    @override
+    def draws_live(self) -> bool:
+        """False: it answers from the recording, and draws only what the recording lacks, into `into`."""
+        return False
 
     @property
+    @override
+    def replays(self) -> bool:
+        """True: it says how many times the recording asked for a key."""
+        return True
+
+    @property
+    @override
     def unit(self) -> str:
         """The recorded unit: a run's id and clock are positions in it, answered from its pins."""
         return self.unit_id
 
     @property
+    @override
     def draws_into(self) -> PinLedger:
         """The ledger the re-keyed unit is written to."""
         return self.into
 
-    def answering_position(self, key: str) -> PinResolver | None:
+    @override
+    def answering_position(self, key: str) -> Resolver | None:
         """Who answers a position in the unit (a run's id, its clock): the recording, as replay does."""
         self._asked(key)
         return self.replay.answering_position(key)
@@ -118,20 +131,24 @@ class RekeyPins(DelegatingResolver):
             if any(pin.key == key for pin in waiting):
                 self._waiting[kind] = [pin for pin in waiting if pin.key != key]
 
+    @override
     def asked(self, key: str) -> int:
         """How many times the recording asked for `key`."""
         return self.replay.asked(key)
 
+    @override
     def recorded(self, key: str) -> JSONValue | None:
         """What the recording holds under `key`, read without answering it."""
         return self.replay.recorded(key)
 
+    @override
     def answered_within(self, keys: Iterable[str]) -> None:
         """Count `keys` as asked by a draw answered from its pin (see `ReplayPins.answered_within`)."""
         self.replay.answered_within(keys)
         for key in keys:
             self._asked(key)
 
+    @override
     def note_event(self, event: PendingEvent) -> None:
         """Note `event` (a run's inputs) on the re-keyed unit."""
         self.into.note_event(event)
@@ -141,10 +158,12 @@ class RekeyPins(DelegatingResolver):
         """The recorded pins no call asked for, by key or by kind: a rekey that leaves one did not reproduce the run."""
         return [pin for pins in self._waiting.values() for pin in pins]
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         return self._pick(key, kind, None)
 
-    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[PinResolver, str]:
+    @override
+    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[Resolver, str]:
         """The recording for a key it holds; for one that moved, the recorded pin of its kind, adopted under it."""
         if key in self.replay:
             self._asked(key)

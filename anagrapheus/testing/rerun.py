@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic_ai import Agent
+from typing_extensions import override
 
 from anagrapheus.errors import PinMiss, UsageError
 from anagrapheus.provider import Pinning, every_agent_run, refuse_model_requests
@@ -28,14 +29,13 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     JSONValue,
     PinLedger,
-    PinResolver,
     ReplayPins,
     SQLiteEventStore,
     StoredEvent,
     canonical_json,
 )
 from anagrapheus.timeline.opening import read_events
-from anagrapheus.timeline.resolver import DelegatingResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
 
 __all__ = [
     "WORLD_KINDS",
@@ -93,7 +93,7 @@ class WorldPinned(DelegatingResolver):
     raised as strict replay raises it: the world is never reached.
     """
 
-    def __init__(self, pins: ReplayPins, live: PinResolver, *, world_kinds: frozenset[str] = WORLD_KINDS) -> None:
+    def __init__(self, pins: ReplayPins, live: Resolver, *, world_kinds: frozenset[str] = WORLD_KINDS) -> None:
         self.pins = pins
         """The recording's pins."""
         self.live = live
@@ -101,7 +101,8 @@ class WorldPinned(DelegatingResolver):
         self.world_kinds = world_kinds
         """The kinds answered only from pins."""
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         """The recording's pins for a key they hold or a kind of the world's; `live` for the rest."""
         return (self.pins if key in self.pins or kind in self.world_kinds else self.live), key
 
@@ -150,7 +151,7 @@ def rerun_events(
         for unit_id in units:
             pins = ReplayPins.from_events(events, registry, unit_id=unit_id)
             with ExitStack() as stack:
-                resolver: PinResolver = pins
+                resolver: Resolver = pins
                 live: PinLedger | None = None
                 if live_model or drift:
                     store = stack.enter_context(SQLiteEventStore(Path(scratch) / f"{len(outcomes)}.db"))

@@ -36,9 +36,9 @@ from anagrapheus.timeline import (
     PendingEvent,
     PinLedger,
     PinPromoted,
-    PinResolver,
     RecordingHeader,
     ReplayPins,
+    Resolver,
     SecretPolicy,
     SeededRun,
     SQLiteEventStore,
@@ -125,12 +125,12 @@ class RecordingSession:
             self._store.close()
             self._scratch.cleanup()
             raise
-        self.resolver: PinResolver = resolver
+        self.resolver: Resolver = resolver
         """Answers each pinned call: the recording (`replay`, `record`) or a live ledger."""
         self.capability: Pinning = Pinning(resolver, policy=policy)
         """The `Pinning` capability over `resolver`: what every agent run carries while the session is active."""
 
-    def _open(self, unit_id: str) -> PinResolver:
+    def _open(self, unit_id: str) -> Resolver:
         if self.mode == "drift":
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             self._replay = (

@@ -1,6 +1,5 @@
 """The event log and pins; knows nothing of pydantic-ai."""
 
-from anagrapheus.deprecation import moved_names
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.copying import copy_log, open_store
@@ -20,7 +19,7 @@ from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceWarning
 from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
 from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolver import PinResolver, Resolver
 from anagrapheus.timeline.secrets import (
     CARD_NUMBER_RULE,
     DEFAULT_RULES,
@@ -57,6 +56,7 @@ __all__ = [
     "RecordingHeader",
     "ReplayDiverged",
     "ReplayPins",
+    "Resolver",
     "SQLiteEventStore",
     "SecretFinding",
     "SecretPolicy",
@@ -76,26 +76,3 @@ __all__ = [
     "register_builtin_events",
     "write_recording",
 ]
-
-# Names exported here before, still importable for one release: each read warns and says where the name lives.
-__getattr__ = moved_names(
-    __name__,
-    {
-        "RECORDING_FORMAT": "anagrapheus.timeline.recording",
-        "RECORDING_VERSION": "anagrapheus.timeline.recording",
-        "stream_pins": "anagrapheus.timeline.recording",
-        "stream_recording": "anagrapheus.timeline.recording",
-        "Provenance": "anagrapheus.timeline.provenance",
-        "AmbiguousPinWarning": "anagrapheus.timeline.replay",
-        "StreamDraw": "anagrapheus.timeline.resolver",
-        "RunInputs": "anagrapheus.timeline.events",
-        "UnitForked": "anagrapheus.timeline.events",
-        "ClosedUnit": "anagrapheus.timeline.store",
-        "ClosedUnitLog": "anagrapheus.timeline.store",
-        "LogImport": "anagrapheus.timeline.store",
-        "OpenUnit": "anagrapheus.timeline.store",
-        "PinScratchStore": "anagrapheus.timeline.store",
-        "ScratchPin": "anagrapheus.timeline.store",
-        "UnitOutcome": "anagrapheus.timeline.store",
-    },
-)

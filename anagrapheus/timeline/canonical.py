@@ -26,7 +26,6 @@ __all__ = [
     "digest_key",
     "encode_normalised",
     "pin_key",
-    "use_key_walk",
 ]
 
 
@@ -202,29 +201,18 @@ def canonical_json_of_parsed(value: JSONValue) -> str:
     return text
 
 
-# The walk `pin_key` reads its material with: the provider layer's walk of key material (`keys.walked`), which the
-# package root (`anagrapheus/__init__.py`, run before any timeline module is used) hands down as it is imported, so a
-# key of the user's own accepts and writes what a tool call's arguments do. Module state only because the timeline
-# cannot import the layer above it; until then, `canonical_value`, which writes every value it accepts as the walk does.
-_key_walk: list[Callable[[object], Any]] = [canonical_value]
+def pin_key(
+    kind: str, material: object, *, walk: Callable[[object], Any] = canonical_value, normalised: bool = False
+) -> str:
+    """Return `p1:<kind>:<sha256 of the canonical JSON of material>`, its material read by `walk`.
 
-
-def use_key_walk(walk: Callable[[object], Any]) -> None:
-    """Walk `pin_key`'s material with `walk` from now on: the package root hands down the provider layer's.
-
-    `walk` returns canonical JSON values (as `canonical_value` does) or raises `CanonicalError` naming the path.
+    The default walk takes JSON values (`canonical_value`); the provider's walk of key material
+    (`anagrapheus.provider.keying.keys.walked`, which every key of a call uses) also takes what a tool call's arguments
+    may hold (sets, enums, bytes, pydantic models) and writes every JSON value as the default does. What has no
+    JSON form raises `CanonicalError` naming its path. With `normalised`, `material` is taken as already walked
+    (canonical JSON values) and is written without being walked again.
     """
-    _key_walk[0] = walk
-
-
-def pin_key(kind: str, material: object, *, normalised: bool = False) -> str:
-    """Return `p1:<kind>:<sha256 of the canonical JSON of material>`, walked as every key's material is.
-
-    `material` may hold what a tool call's arguments may (sets, enums, bytes, pydantic models), converted
-    deliberately; what has no JSON form raises `CanonicalError` naming its path. With `normalised`, `material` is
-    taken as already walked (canonical JSON values) and is written without being walked again.
-    """
-    text = _encode(material if normalised else _key_walk[0](material))
+    text = _encode(material if normalised else walk(material))
     return digest_key(kind, hashlib.sha256(text.encode()).hexdigest())
 
 

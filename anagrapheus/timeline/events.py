@@ -11,7 +11,6 @@ from typing import Any, ClassVar, TypeVar
 import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, encode_normalised
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -350,12 +349,6 @@ class PinText:
     """The fingerprint as canonical JSON text, if the pin has one."""
     failed: bool = False
     """Whether the draw failed: `raw_text` then describes the exception."""
-
-    @property
-    def raw(self) -> str:
-        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
-        deprecated("PinText.raw", "read PinText.raw_text")
-        return self.raw_text
 
 
 def _decoded(stored: StoredEvent, registry: EventTypeRegistry, upcasts: UpcastRegistry | None) -> PinPromoted:

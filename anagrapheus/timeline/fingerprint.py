@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from typing_extensions import override
+
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, encode_normalised
 from anagrapheus.timeline.divergence import ELLIPSIS, VALUE_PREFIX, moved_fields
 from anagrapheus.timeline.secrets import SecretPolicy
@@ -93,15 +95,19 @@ class DeferredFingerprint(Mapping[str, str]):
             self._fields = _fingerprint(self._material, 2, self._values, encode_normalised)
         return self._fields
 
+    @override
     def __getitem__(self, name: str) -> str:
         return self._digested()[name]
 
+    @override
     def __iter__(self) -> Iterator[str]:
         return iter(self._digested())
 
+    @override
     def __len__(self) -> int:
         return len(self._digested())
 
+    @override
     def __repr__(self) -> str:
         return repr(self._digested())
 

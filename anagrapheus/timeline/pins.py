@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal, TypeVar, cast
 
+from typing_extensions import override
+
 from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitClosed, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 from anagrapheus.timeline.divergence import Divergence
@@ -28,7 +30,7 @@ from anagrapheus.timeline.events import (
     new_uuid7,
 )
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
-from anagrapheus.timeline.resolver import Attachments, FailureCodec, ProcessBound, StreamDraw
+from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
@@ -202,7 +204,7 @@ def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
     return canonical_json(fields)
 
 
-class PinLedger(ProcessBound):
+class PinLedger(Resolver):
     """The live resolver for one unit of work: draws once per key, keeps draws in scratch, commits them atomically.
 
     A first draw runs the effect and writes its raw result to the store's scratch at once
@@ -234,18 +236,15 @@ class PinLedger(ProcessBound):
         self._lock = self._gate.lock
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
-        self.attachments = Attachments()
-        """What the layers above keep for this ledger while it lives: the provider numbers its runs here."""
-
-    draws_live = True
-    """A ledger draws every key it has not drawn yet from the world (see `PinResolver`)."""
 
     @property
+    @override
     def unit(self) -> str:
         """The unit of work its runs are positions in: its own (`unit_id`)."""
         return self.unit_id
 
     @property
+    @override
     def draws_into(self) -> PinLedger:
         """Where its fresh draws land: itself."""
         return self
@@ -506,6 +505,7 @@ class PinLedger(ProcessBound):
                     self._keep(key, kind, drawn[0], digests)
             raise
 
+    @override
     def resolve(
         self,
         key: str,
@@ -555,6 +555,7 @@ class PinLedger(ProcessBound):
                 raise
         return _answered(pin, interpret, failure)
 
+    @override
     async def aresolve(
         self,
         key: str,
@@ -588,6 +589,7 @@ class PinLedger(ProcessBound):
                 self._release(key)
             return _answered(pin, interpret, failure)
 
+    @override
     @asynccontextmanager
     async def resolve_stream(
         self,
@@ -670,6 +672,7 @@ class PinLedger(ProcessBound):
             if self._divergence is None:
                 self._divergence = divergence
 
+    @override
     def note_event(self, event: PendingEvent) -> None:
         """Add an event (a run's inputs, say) to the unit's commit: appended after its pins, in the order noted.
 

@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
+from typing_extensions import override
 
 from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
@@ -306,6 +307,7 @@ class PostgresEventStore:
         with self.place.translated("connecting"):
             return psycopg.connect(self._dsn, autocommit=True)
 
+    @override
     def __repr__(self) -> str:
         return f"PostgresEventStore({self.place})"
 

@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
+from typing_extensions import override
 
 from anagrapheus.errors import StoreError, StoreIntegrityError, StoreUnavailable, UsageError
 from anagrapheus.timeline.stamps import iso_timestamp, utc_now
@@ -138,6 +139,7 @@ class PostgresPlace:
             _password=None if password is None else str(password),
         )
 
+    @override
     def __str__(self) -> str:
         return f"schema {self.schema} of database {self.database} on {self.server}"
 

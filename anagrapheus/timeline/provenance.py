@@ -16,18 +16,17 @@ from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
 
 __all__ = [
+    "VERIFIED_ANAGRAPHEUS",
     "Provenance",
     "ProvenanceCheck",
     "ProvenanceStamp",
     "ProvenanceWarning",
     "call_policy_identity",
     "check_provenance",
-    "current_provenance",
     "installed_version",
     "own_provenance",
     "stamp_provenance",
@@ -85,7 +84,7 @@ def call_policy_identity(policy: object | None) -> tuple[str, int]:
     if policy is None:
         if not _default_call_policy:
             raise UsageError("no default call policy was handed to the timeline: import anagrapheus, whose root does")
-        return _identity(_default_call_policy[0])
+        return _default_call_policy[0]
     return _identity(type(policy))
 
 
@@ -130,20 +129,20 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
 # once, as it is imported; until then a recording would be stamped with what the timeline knows. Module state only
 # because the timeline cannot import the layer above it.
 _stamp: list[ProvenanceStamp] = [_own_stamp]
-_default_call_policy: list[type] = []
+_default_call_policy: list[tuple[str, int]] = []
 _verified: dict[str, tuple[str, str]] = {}
 
 
 def use_stamp(
     stamp: ProvenanceStamp,
     *,
-    default_call_policy: type | None = None,
+    default_call_policy: tuple[str, int] | None = None,
     verified: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
     """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's.
 
-    `default_call_policy`, when given, is the class of the policy assumed when none is named (the provider's
-    `SemanticCallPolicy`): its own `name` and `version` stamp and check recordings made without one. `verified`
+    `default_call_policy`, when given, is the (name, version) of the policy assumed when none is named (the
+    provider's `SemanticCallPolicy`): it stamps and checks recordings made without one. `verified`
     names, per provenance field, the first and last version across which recordings are known to replay: a
     recording made under one of them and loaded under another is not warned about.
     """
@@ -163,9 +162,14 @@ def _release(version: object) -> tuple[int, ...] | None:
     return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
 
 
+VERIFIED_ANAGRAPHEUS: tuple[str, str] = ("0.1.0", "0.2.0")
+"""The anagrapheus releases, first and last, whose recordings replay under each other: the key scheme (`p1`) and
+the pins' forms are the same in both, and CI replays every recording committed under 0.1.0 with 0.2.0."""
+
+
 def within_verified(field: str, *versions: object) -> bool:
     """Whether every one of `versions` of `field` lies within the range known to replay each other's recordings."""
-    span = _verified.get(field)
+    span = VERIFIED_ANAGRAPHEUS if field == "anagrapheus" else _verified.get(field)
     if span is None:
         return False
     first, last = _release(span[0]), _release(span[1])
@@ -176,19 +180,6 @@ def within_verified(field: str, *versions: object) -> bool:
 def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
     """Stamp what this process is, with the models and providers that the pinned `results` report."""
     return _stamp[0](results, call_policy=call_policy)
-
-
-def current_provenance(
-    responses: Iterable[Mapping[str, JSONValue]], *, call_policy: object | None = None
-) -> Provenance:
-    """Deprecated: the provider layer builds provenance (`anagrapheus.provider.provenance.current_provenance`)."""
-    warnings.warn(
-        "anagrapheus.timeline.provenance.current_provenance is deprecated: provenance is built by the provider"
-        " layer, use anagrapheus.provider.provenance.current_provenance",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return stamp_provenance([dict(response) for response in responses], call_policy=call_policy)
 
 
 def check_provenance(
@@ -262,14 +253,3 @@ def versions_note(recorded: Provenance | None) -> str | None:
         f"recorded with {'; '.join(differ)}: if the release changed what a call means, re-key the recording"
         " offline with `anagrapheus rekey` (docs/explanation/upstream-releases.md)"
     )
-
-
-def __getattr__(name: str) -> object:
-    """Serve the deprecated `DEFAULT_CALL_POLICY`: the default policy's identity belongs to the provider layer now."""
-    if name == "DEFAULT_CALL_POLICY":
-        deprecated(
-            f"{__name__}.DEFAULT_CALL_POLICY",
-            "the default call policy is anagrapheus.SemanticCallPolicy; read its name and version",
-        )
-        return call_policy_identity(None)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

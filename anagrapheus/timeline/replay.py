@@ -10,6 +10,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iter
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Literal, TypeVar
 
+from typing_extensions import override
+
 from anagrapheus.errors import AmbiguousPin, PinMiss, UsageError
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.divergence import Divergence, diverged_at
@@ -25,7 +27,7 @@ from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, versions_note
 from anagrapheus.timeline.recording_pins import stream_pins
-from anagrapheus.timeline.resolver import Attachments, FailureCodec, PinResolver, ProcessBound, StreamDraw
+from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span
 from anagrapheus.timeline.upcast import UpcastRegistry
@@ -40,7 +42,7 @@ class AmbiguousPinWarning(UserWarning):
     """Emitted when a replay is built from events in which one key has several different results."""
 
 
-class ReplayPins(ProcessBound):
+class ReplayPins(Resolver):
     """Answers keyed effects from pins in the log; the same resolver interface as `PinLedger`.
 
     `on_miss="strict"` raises `PinMiss` before any effect runs. `on_miss="record"` marks the first
@@ -72,8 +74,6 @@ class ReplayPins(ProcessBound):
         self._units: tuple[str, ...] | None = None
         self.recorded_with: Provenance | None = None
         """The provenance of the recording the pins came from (`from_recording`): a miss names its versions."""
-        self.attachments = Attachments()
-        """What the layers above keep for this replay while it lives: the provider numbers its runs here."""
 
     @classmethod
     def from_events(
@@ -190,6 +190,7 @@ class ReplayPins(ProcessBound):
     def __contains__(self, key: object) -> bool:
         return key in self._pins
 
+    @override
     def answered_within(self, keys: Iterable[str]) -> None:
         """Count `keys` as used: a draw answered from its pin asked them when it ran (an agent it delegated to).
 
@@ -204,11 +205,13 @@ class ReplayPins(ProcessBound):
             if self._into is not None:
                 self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
 
+    @override
     def asked(self, key: str) -> int:
         """How many times the recorded unit asked for `key` (its pin's `attempts`); 0 when it has no pin."""
         pin = self._pins.get(key)
         return 0 if pin is None else pin.attempts
 
+    @override
     def recorded(self, key: str) -> JSONValue | None:
         """The result the recording holds under `key`, read without answering it; None for none, or a failure's."""
         pin = self._pins.get(key)
@@ -237,15 +240,26 @@ class ReplayPins(ProcessBound):
         """The ledger fresh draws go to under `on_miss="record"`; None under strict replay."""
         return self._into
 
-    draws_live = False
-    """A replay reaches the world only on a miss, and only under `on_miss="record"` (see `PinResolver`)."""
+    @property
+    @override
+    def draws_live(self) -> bool:
+        """False: a replay reaches the world only on a miss, and only under `on_miss="record"`."""
+        return False
 
     @property
+    @override
+    def replays(self) -> bool:
+        """True: it says how many times its recording asked for a key (`asked`)."""
+        return True
+
+    @property
+    @override
     def draws_into(self) -> PinLedger | None:
         """Where its fresh draws land (`into`): the new unit under `on_miss="record"`; None under strict replay."""
         return self._into
 
     @property
+    @override
     def unit(self) -> str | None:
         """The unit its runs are positions in: the new unit when recording anew, else the one unit it answers from.
 
@@ -257,7 +271,8 @@ class ReplayPins(ProcessBound):
         units = self.units
         return units[0] if len(units) == 1 else None
 
-    def answering_position(self, key: str) -> PinResolver | None:
+    @override
+    def answering_position(self, key: str) -> Resolver | None:
         """Who answers a position's pin (a run's id, its clock): this replay where it holds it, else its new unit.
 
         A position the recording does not answer is never a miss: it is drawn into the new unit under
@@ -347,6 +362,7 @@ class ReplayPins(ProcessBound):
                 fingerprint = parsed[recorded_key] = json.loads(pin.fingerprint)
             yield recorded_key, pin.kind, fingerprint
 
+    @override
     def resolve(
         self,
         key: str,
@@ -365,6 +381,7 @@ class ReplayPins(ProcessBound):
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
 
+    @override
     async def aresolve(
         self,
         key: str,
@@ -383,6 +400,7 @@ class ReplayPins(ProcessBound):
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
 
+    @override
     @asynccontextmanager
     async def resolve_stream(
         self,

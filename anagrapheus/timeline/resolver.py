@@ -1,4 +1,4 @@
-"""The resolver protocol: one interface for live pinning and for replay."""
+"""The resolver: one abstract base class for live pinning and for replay, its optional parts members with defaults."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, Protocol, Self, SupportsIndex, TypeVar, cast, runtime_checkable
 
+from typing_extensions import override
+
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ResolverNotPicklable
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import PendingEvent
@@ -20,17 +23,10 @@ __all__ = [
     "FailureCodec",
     "PinResolver",
     "ProcessBound",
+    "Resolver",
+    "RunServer",
     "StreamDraw",
-    "answered_within",
-    "answering_position",
-    "asked",
-    "attached",
-    "draws_into",
-    "draws_live",
-    "note_event",
-    "recorded",
-    "replays",
-    "unit_of",
+    "as_resolver",
 ]
 
 T = TypeVar("T")
@@ -103,6 +99,7 @@ class ProcessBound:
     hand over instead. A shallow `copy.copy` still shares what the original holds, as it always did.
     """
 
+    @override
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
         """Refuse with a typed error: the default reaches a lock and says only `cannot pickle '_thread.lock'`."""
         raise ResolverNotPicklable(type(self).__name__)
@@ -114,26 +111,35 @@ class ProcessBound:
         return clone
 
 
-@runtime_checkable
-class PinResolver(Protocol):
-    """Answers a keyed effect: draws it once (live) or answers it from pins (reuse, replay).
+class RunServer(Protocol):
+    """A resolver that picks its unit for each run: `Pinning` runs each run through `serve` (`serves_each_run`).
 
-    Calling code never knows which implementation it runs under. `effect` draws the raw,
-    JSON-shaped result; `interpret` turns the raw value, exactly as it comes back from the
-    log, into what the caller gets, on every path. `fingerprint` is an optional compact
-    per-field digest of the key material, kept with the pin so a later miss can say what moved.
-    With `failure=`, an effect that raises is pinned as its failure and raised again on reuse and
-    replay, as it was; without it, a failed draw pins nothing.
-
-    A resolver may also say what it is, for the code that runs above it: `draws_live`, `unit`,
-    `draws_into`, `answering_position(key)`, `asked(key)`, `answered_within(keys)` and
-    `note_event(event)`, read through the functions of the same names in this module. Each is
-    optional: a resolver that does not say is a live one with no unit of its own that records
-    nothing beside its pins (as a `DelegatingResolver` is), so a resolver written before they
-    existed keeps working unchanged. It may also carry `attachments` (an `Attachments`), where the
-    layers above keep state of theirs for as long as it lives (read with `attached`).
+    The run's context is the agent framework's (pydantic-ai's `RunContext`), which the timeline does not name.
     """
 
+    def ledger_for(self, ctx: Any) -> Resolver:
+        """What answers the run `ctx`: the resolver whose unit its ids, times and inputs belong to."""
+        ...
+
+    async def serve(
+        self, ctx: Any, run: Callable[[], Awaitable[T]], *, started: Callable[[Resolver, Any], object]
+    ) -> T:
+        """Run `run` as a run of `ctx`'s unit, calling `started` with what answers it before the run begins."""
+        ...
+
+
+class Resolver(ProcessBound, ABC):
+    """Answers a keyed effect: draws it once (live) or answers it from pins (reuse, replay).
+
+    Calling code never knows which implementation it runs under. `effect` draws the raw, JSON-shaped
+    result; `interpret` turns the raw value, exactly as it comes back from the log, into what the caller
+    gets, on every path. `fingerprint` is a compact per-field digest of the key material, kept with the pin
+    so a later miss can say what moved. With `failure=`, an effect that raises is pinned as its failure and
+    raised again on reuse and replay; without it, a failed draw pins nothing. Every other member says what
+    the resolver is, for the layers above, and has a default: a live resolver with no unit of its own.
+    """
+
+    @abstractmethod
     def resolve(
         self,
         key: str,
@@ -145,8 +151,8 @@ class PinResolver(Protocol):
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` with a synchronous effect."""
-        ...
 
+    @abstractmethod
     async def aresolve(
         self,
         key: str,
@@ -158,8 +164,8 @@ class PinResolver(Protocol):
         failure: FailureCodec | None = None,
     ) -> T:
         """Resolve `key` with an asynchronous effect."""
-        ...
 
+    @abstractmethod
     def resolve_stream(
         self,
         key: str,
@@ -172,19 +178,60 @@ class PinResolver(Protocol):
         failure: FailureCodec | None = None,
     ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
         """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
-        ...
-
-
-class DelegatingResolver(ProcessBound, ABC):
-    """A resolver that answers each key through another one it picks (`_target`), unchanged otherwise.
-
-    It says nothing of itself (see `PinResolver`): a live resolver with no unit of its own, whatever
-    the resolver it picks is. It carries `attachments` of its own: the resolvers it picks vary by key.
-    """
 
     @property
-    def attachments(self) -> Attachments:
-        """What the layers above keep for this resolver; made on first use (a subclass need not call a base init)."""
+    def draws_live(self) -> bool:
+        """Whether it may reach the world without a miss first: False for a replay."""
+        return True
+
+    @property
+    def unit(self) -> str | None:
+        """The one unit of work its runs are positions in; None when it has none of its own."""
+        return None
+
+    @property
+    def draws_into(self) -> Resolver | None:
+        """The resolver whose unit its fresh draws land in (a ledger: itself); None when it records nothing."""
+        return None
+
+    @property
+    def replays(self) -> bool:
+        """Whether it replays a recording, and so says how many times the recording asked for a key (`asked`)."""
+        return False
+
+    def answering_position(self, key: str) -> Resolver | None:
+        """Who answers a pin keyed on a position in the unit (a run's id, its clock), never leaving a recording.
+
+        A replay answers it from its pin, or draws it into its new unit without marking a divergence, or
+        says None: draw it unpinned. By default the resolver answers it itself.
+        """
+        del key
+        return self
+
+    def asked(self, key: str) -> int:
+        """How many times the recording it replays asked for `key`; 0 without a pin of it or a recording."""
+        del key
+        return 0
+
+    def recorded(self, key: str) -> JSONValue | None:
+        """What the recording it replays holds under `key`, read without answering it; None if it holds none."""
+        del key
+        return None
+
+    def answered_within(self, keys: Iterable[str]) -> None:
+        """Take note that a draw answered from its pin asked `keys` when it ran; only a replay does."""
+        del keys
+
+    def note_event(self, event: PendingEvent) -> None:
+        """Note `event` (a run's inputs, say) on its unit, committed after its pins; dropped if it records none."""
+        del event
+
+    @property
+    def attachments(self) -> Attachments | None:
+        """What the layers above keep for this resolver (the provider's run clocks); None where it keeps nothing.
+
+        Made on first use, so a subclass need not call a base `__init__`.
+        """
         held: dict[str, object] = vars(self)
         found = held.get("_attachments")
         if found is None:
@@ -192,132 +239,166 @@ class DelegatingResolver(ProcessBound, ABC):
             found = held.setdefault("_attachments", Attachments())
         return cast(Attachments, found)
 
+    def attached(self, attachment: Attachment[T], make: Callable[[], T]) -> T | None:
+        """What the layers above keep for it under `attachment` (made by `make` on first use); None without any."""
+        held = self.attachments
+        return None if held is None else held.get(attachment, make)
+
+    @property
+    def serves_each_run(self) -> RunServer | None:
+        """What serves each run when it picks its unit per run (`UnitPerRun`); None for a resolver of one unit."""
+        return None
+
+
+PinResolver = Resolver
+"""The resolver contract's name before it was an abstract base class; the same class."""
+
+
+class DelegatingResolver(Resolver):
+    """A resolver that answers each key through another one it picks (`_target`), unchanged otherwise.
+
+    It says nothing of itself: a live resolver with no unit of its own, whatever the resolver it picks
+    is. It carries `attachments` of its own: the resolvers it picks vary by key.
+    """
+
     @abstractmethod
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
         """The resolver that answers `key` of `kind`, and the key to ask it for."""
 
-    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[PinResolver, str]:
+    def _pick(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> tuple[Resolver, str]:
         """`_target`, for a resolver that also reads what was asked (the request's fingerprint) to pick."""
         del fingerprint
         return self._target(key, kind)
 
-    def resolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
+    # The three ways of resolving pass every option on as given: their signatures are `Resolver`'s.
+    @override
+    def resolve(self, key: str, *, kind: str, **options: Any) -> Any:
         """Resolve `key` through the resolver `_target` picks, with a synchronous effect."""
-        resolver, key = self._pick(key, kind, fingerprint)
-        return resolver.resolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
+        resolver, key = self._pick(key, kind, options.get("fingerprint"))
+        return resolver.resolve(key, kind=kind, **options)
 
-    async def aresolve(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], Awaitable[object]],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> T:
+    @override
+    async def aresolve(self, key: str, *, kind: str, **options: Any) -> Any:
         """Resolve `key` through the resolver `_target` picks, with an asynchronous effect."""
-        resolver, key = self._pick(key, kind, fingerprint)
-        return await resolver.aresolve(
-            key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
-        )
+        resolver, key = self._pick(key, kind, options.get("fingerprint"))
+        return await resolver.aresolve(key, kind=kind, **options)
 
-    def resolve_stream(
-        self,
-        key: str,
-        *,
-        kind: str,
-        effect: Callable[[], AbstractAsyncContextManager[S]],
-        capture: Callable[[S], object],
-        interpret: Callable[[JSONValue], T],
-        fingerprint: Mapping[str, str] | None = None,
-        failure: FailureCodec | None = None,
-    ) -> AbstractAsyncContextManager[StreamDraw[S, T]]:
+    @override
+    def resolve_stream(self, key: str, *, kind: str, **options: Any) -> Any:
         """Resolve a streamed `key` through the resolver `_target` picks."""
-        resolver, key = self._pick(key, kind, fingerprint)
-        return resolver.resolve_stream(
-            key,
-            kind=kind,
-            effect=effect,
-            capture=capture,
-            interpret=interpret,
-            fingerprint=fingerprint,
-            failure=failure,
-        )
+        resolver, key = self._pick(key, kind, options.get("fingerprint"))
+        return resolver.resolve_stream(key, kind=kind, **options)
 
 
-# What a resolver says of itself. Read with `getattr` and a default, because each is optional: the protocol's
-# three methods are all a resolver must have (see `PinResolver`).
+def as_resolver(resolver: object) -> Resolver:
+    """`resolver` as a `Resolver`: itself when it is one; one written to the old protocol adapted, with a warning.
 
-
-def draws_live(resolver: PinResolver) -> bool:
-    """Whether `resolver` may reach the world without a miss first: False for a replay, True unless it says."""
-    return cast(bool, getattr(resolver, "draws_live", True))
-
-
-def unit_of(resolver: PinResolver) -> str | None:
-    """The one unit of work `resolver`'s runs are positions in (`unit`); None when it has none of its own."""
-    return cast("str | None", getattr(resolver, "unit", None))
-
-
-def answering_position(resolver: PinResolver, key: str) -> PinResolver | None:
-    """Who answers a pin keyed on a position in the unit (a run's id, its clock), never leaving a recording.
-
-    A replay answers it from its pin, or draws it into its new unit without marking a divergence, or
-    says None: draw it unpinned. A resolver that does not say answers it itself.
+    The entry points (`PinnedModel`, `pinned_tool`, `Pinning`, `mint_entity_id`) call it once, on what they are
+    given; everything below them reads a `Resolver`'s members.
     """
-    said = getattr(resolver, "answering_position", None)
-    return resolver if said is None else cast("PinResolver | None", said(key))
+    if isinstance(resolver, Resolver):
+        return resolver
+    deprecated(
+        f"a resolver that does not subclass anagrapheus.timeline.Resolver ({type(resolver).__qualname__})",
+        "subclass Resolver (anagrapheus.timeline.resolver) and override the members it says",
+        stacklevel=4,  # the line that handed it to an entry point
+    )
+    return _Adapted(resolver)
 
 
-def replays(resolver: PinResolver) -> bool:
-    """Whether `resolver` replays a recording: it says how many times the recording asked for a key (`asked`)."""
-    # Not a method of the protocol: a resolver of the application's own may use the name for something else.
-    return callable(getattr(resolver, "asked", None))
+class _Adapted(Resolver):
+    """A resolver written to the old protocol (three methods, and traits read where present), as a `Resolver`.
 
+    The one place that reads a resolver's traits with `getattr` and a default: each was optional.
+    """
 
-def asked(resolver: PinResolver, key: str) -> int:
-    """How many times the recording `resolver` replays asked for `key`; 0 without a pin of it or a recording."""
-    return cast(int, cast(Any, resolver).asked(key)) if replays(resolver) else 0
+    def __init__(self, said: object) -> None:
+        self._said: Any = said
 
+    def _adapted(self, other: object) -> Resolver | None:
+        """A resolver the adapted one names (where positions or draws land) as a `Resolver`; itself stays this one."""
+        if other is None:
+            return None
+        return self if other is self._said else other if isinstance(other, Resolver) else _Adapted(other)
 
-def recorded(resolver: PinResolver, key: str) -> JSONValue | None:
-    """What the recording `resolver` replays holds under `key`, read without answering it; None if it holds none."""
-    said = getattr(resolver, "recorded", None)
-    return cast("JSONValue | None", said(key)) if callable(said) else None
+    @override
+    def resolve(self, key: str, *, kind: str, **options: Any) -> Any:
+        """The adapted resolver's own `resolve`."""
+        return self._said.resolve(key, kind=kind, **options)
 
+    @override
+    async def aresolve(self, key: str, *, kind: str, **options: Any) -> Any:
+        """The adapted resolver's own `aresolve`."""
+        return await self._said.aresolve(key, kind=kind, **options)
 
-def answered_within(resolver: PinResolver, keys: Iterable[str]) -> None:
-    """Tell `resolver` a draw answered from its pin asked `keys` when it ran; only a replay takes note."""
-    said = getattr(resolver, "answered_within", None)
-    if said is not None:
-        said(keys)
+    @override
+    def resolve_stream(self, key: str, *, kind: str, **options: Any) -> Any:
+        """The adapted resolver's own `resolve_stream`."""
+        return self._said.resolve_stream(key, kind=kind, **options)
 
+    @property
+    @override
+    def draws_live(self) -> bool:
+        """What it says, else live."""
+        return bool(getattr(self._said, "draws_live", True))
 
-def draws_into(resolver: PinResolver) -> PinResolver | None:
-    """The resolver whose unit `resolver`'s fresh draws land in (a ledger: itself); None when it records nothing."""
-    return cast("PinResolver | None", getattr(resolver, "draws_into", None))
+    @property
+    @override
+    def unit(self) -> str | None:
+        """What it says, else none."""
+        return getattr(self._said, "unit", None)
 
+    @property
+    @override
+    def draws_into(self) -> Resolver | None:
+        """What it says, else none."""
+        return self._adapted(getattr(self._said, "draws_into", None))
 
-def attached(resolver: PinResolver, attachment: Attachment[T], make: Callable[[], T]) -> T | None:
-    """The value `resolver` keeps under `attachment` (made with `make` on first ask); None if it keeps nothing."""
-    said = getattr(resolver, "attachments", None)
-    return None if said is None else cast(Attachments, said).get(attachment, make)
+    @property
+    @override
+    def replays(self) -> bool:
+        """Whether it says how many times a recording asked for a key (an `asked` method)."""
+        return callable(getattr(self._said, "asked", None))
 
+    @override
+    def answering_position(self, key: str) -> Resolver | None:
+        """What it says, else itself."""
+        said = getattr(self._said, "answering_position", None)
+        return self if said is None else self._adapted(said(key))
 
-def note_event(resolver: PinResolver, event: PendingEvent) -> None:
-    """Note `event` (a run's inputs, say) on `resolver`'s unit, committed after its pins; dropped if it records none."""
-    said = getattr(resolver, "note_event", None)
-    if said is not None:
-        said(event)
+    @override
+    def asked(self, key: str) -> int:
+        """What it says, else 0."""
+        return int(self._said.asked(key)) if self.replays else 0
+
+    @override
+    def recorded(self, key: str) -> JSONValue | None:
+        """What it says, else none."""
+        said = getattr(self._said, "recorded", None)
+        return cast("JSONValue | None", said(key)) if callable(said) else None
+
+    @override
+    def answered_within(self, keys: Iterable[str]) -> None:
+        """Passed on where it takes note."""
+        said = getattr(self._said, "answered_within", None)
+        if said is not None:
+            said(keys)
+
+    @override
+    def note_event(self, event: PendingEvent) -> None:
+        """Passed on where it takes note, else dropped."""
+        said = getattr(self._said, "note_event", None)
+        if said is not None:
+            said(event)
+
+    @property
+    @override
+    def attachments(self) -> Attachments | None:
+        """Its own where it carries them; else none, so its runs' ids and times are drawn fresh and unpinned."""
+        return getattr(self._said, "attachments", None)
+
+    @property
+    @override
+    def serves_each_run(self) -> RunServer | None:
+        """What it says, else none."""
+        return getattr(self._said, "serves_each_run", None)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import SchemaTooNew, UnitBusy, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
 
@@ -49,12 +48,6 @@ class ScratchPin:
     """Its place in the unit's draw order, from 1."""
     fingerprint: str | None
     """The material fingerprint as canonical JSON text, if the caller gave one."""
-
-    @property
-    def raw(self) -> str:
-        """Deprecated: `raw_text` (`raw` is the parsed JSON on `PinPromoted`, text here)."""
-        deprecated("ScratchPin.raw", "read ScratchPin.raw_text")
-        return self.raw_text
 
 
 @dataclass(frozen=True, slots=True)

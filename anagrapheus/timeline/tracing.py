@@ -15,6 +15,7 @@ from typing import Literal
 
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
+from typing_extensions import override
 
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.secrets import SecretPolicy
@@ -88,6 +89,7 @@ class _NoSpan(PinSpan):
 
     __slots__ = ()
 
+    @override
     def set(self, outcome: Outcome, *, attempts: int | None = None, moved: Sequence[str] = ()) -> None:
         """Keep nothing: no span is made."""
 

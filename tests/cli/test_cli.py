@@ -725,7 +725,7 @@ def test_check_refuses_a_recording_made_under_another_key_scheme_and_notes_other
 scheme.jsonl:1: [provenance] recorded under pin-key scheme 'p0', but this anagrapheus keys with 'p1': none of its pins can answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with `python -m examples.negotiation --record --seed 2022`; until then, replay it with the anagrapheus that wrote it (0.1.0)
 scheme.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
 older.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal)
-older.jsonl:1: [provenance] note: recorded with anagrapheus 0.0.9, loaded with anagrapheus 0.1.0; a call the new version asks differently will miss its pin. If the replay misses, re-record it with `python -m examples.negotiation --record --seed 2022`
+older.jsonl:1: [provenance] note: recorded with anagrapheus 0.0.9, loaded with anagrapheus 0.2.0; a call the new version asks differently will miss its pin. If the replay misses, re-record it with `python -m examples.negotiation --record --seed 2022`
 older.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
 """)
 

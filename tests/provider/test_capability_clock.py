@@ -8,7 +8,7 @@ import json
 import warnings
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -27,13 +27,14 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from typing_extensions import override
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RunClocks
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
-from anagrapheus.timeline.resolver import Attachments
+from anagrapheus.timeline.resolver import Resolver
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
 from tests.conftest import SaysNothing, Scripted, Verdict
 
@@ -163,28 +164,30 @@ def test_a_caller_given_run_id_gets_a_derived_conversation_and_pinned_times(
 
 
 @dataclass(slots=True)
-class Damaged:
+class Damaged(Resolver):
     """A resolver over a ledger that answers every pin of one kind with `raw`, as a damaged log would.
 
-    Like any user's resolver it may be unhashable (an eq dataclass) and not weakly referable (slots); it
-    keeps its runs' clocks in its `attachments`, so its positions are pinned through it.
+    Like any user's resolver it may be unhashable (an eq dataclass) and declare slots; it keeps its runs' clocks in
+    the `attachments` every `Resolver` carries, so its positions are pinned through it.
     """
 
     ledger: PinLedger
     kind: str
     raw: JSONValue
-    attachments: Attachments = field(default_factory=Attachments)
 
-    def resolve(self, key: str, *, kind: str, effect: Any, interpret: Any, **options: Any) -> Any:
+    @override
+    def resolve(self, key: str, *, kind: str, **options: Any) -> Any:
         if kind == self.kind:
-            return interpret(self.raw)
-        return self.ledger.resolve(key, kind=kind, effect=effect, interpret=interpret, **options)
+            return options["interpret"](self.raw)
+        return self.ledger.resolve(key, kind=kind, **options)
 
-    async def aresolve(self, key: str, *, kind: str, effect: Any, interpret: Any, **options: Any) -> Any:
+    @override
+    async def aresolve(self, key: str, *, kind: str, **options: Any) -> Any:
         if kind == self.kind:
-            return interpret(self.raw)
-        return await self.ledger.aresolve(key, kind=kind, effect=effect, interpret=interpret, **options)
+            return options["interpret"](self.raw)
+        return await self.ledger.aresolve(key, kind=kind, **options)
 
+    @override
     def resolve_stream(self, key: str, **options: Any) -> Any:
         return self.ledger.resolve_stream(key, **options)
 
@@ -203,7 +206,7 @@ def test_a_damaged_clock_pin_is_refused_saying_what_it_holds(
 ) -> None:
     damaged = Damaged(PinLedger(store, types), kind, raw)
     with pytest.raises(PinResultError, match=says):
-        agent(Pinning(cast(PinResolver, damaged))).run_sync(PROMPT)
+        agent(Pinning(damaged)).run_sync(PROMPT)
 
 
 def test_the_return_of_an_output_tool_after_the_last_request_gets_a_pinned_time(
@@ -272,21 +275,25 @@ def test_a_resolver_keeps_its_clocks_and_they_go_with_it(store: SQLiteEventStore
     assert gone() is None
 
 
-def test_a_resolver_that_keeps_no_clocks_still_pins_its_runs_for_a_release_and_warns(
-    store: SQLiteEventStore, types: EventTypeRegistry
+@pytest.mark.parametrize("hashable", [True, False])
+def test_an_old_protocol_resolver_that_keeps_no_clocks_draws_its_runs_ids_and_times_fresh_and_unpinned(
+    store: SQLiteEventStore, types: EventTypeRegistry, hashable: bool
 ) -> None:
-    # Written before `attachments` existed: its runs are numbered once for every capability over it, as they were,
-    # with a warning that says how to keep them pinned once that goes.
+    # Two capabilities over one such resolver would each number their runs from 0: pinned, the second run would be
+    # answered with the first one's id and times. So nothing is pinned at a position, and no run takes another's.
+    # (Until 0.2 a hashable one was numbered in a table kept for it, with a warning; that table is gone.)
     ledger = PinLedger(store, types)
-    quiet = cast(PinResolver, SaysNothing(ledger))
-    with pytest.warns(DeprecationWarning, match=r"carries no `attachments` \(SaysNothing\).*Attachments\(\)"):
-        runs = [agent(Pinning(quiet)).run_sync(PROMPT) for _ in range(2)]
+    quiet = cast(Resolver, SaysNothing(ledger) if hashable else _Unhashable(ledger))
+    seeded = SeededRun("talks")
+    with pytest.warns(DeprecationWarning, match="subclass Resolver"):
+        pinnings = [Pinning(quiet, clock=seeded.now, new_id=seeded.new_id) for _ in range(2)]
+    assert RunClocks.of(pinnings[0].resolver) is None
+    runs = [agent(pinning).run_sync(PROMPT) for pinning in pinnings]
 
     assert runs[0].run_id != runs[1].run_id
-    assert [pin.kind for pin in ledger.pins()].count(RUN_ID) == 2
-    assert RUN_CLOCK in {pin.kind for pin in ledger.pins()}
-    clocks = RunClocks.of(quiet)
-    assert clocks is not None and clocks.runs == 2
+    assert not [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+    assert all(_seeded(_stamps(run.all_messages())) for run in runs)  # the capability's clock still stamps them
+    assert {pin.kind for pin in ledger.pins()} == {"model_call", "tool_call"}
 
 
 class _Unhashable(SaysNothing):
@@ -296,23 +303,6 @@ class _Unhashable(SaysNothing):
         return isinstance(other, _Unhashable)
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def test_a_resolver_that_keeps_no_clocks_and_cannot_be_held_draws_its_runs_ids_and_times_fresh_and_unpinned(
-    store: SQLiteEventStore, types: EventTypeRegistry
-) -> None:
-    # Two capabilities over one such resolver would each number their runs from 0: pinned, the second run would be
-    # answered with the first one's id and times. So nothing is pinned at a position, and no run takes another's.
-    ledger = PinLedger(store, types)
-    quiet = cast(PinResolver, _Unhashable(ledger))
-    assert RunClocks.of(quiet) is None
-    seeded = SeededRun("talks")
-    runs = [agent(Pinning(quiet, clock=seeded.now, new_id=seeded.new_id)).run_sync(PROMPT) for _ in range(2)]
-
-    assert runs[0].run_id != runs[1].run_id
-    assert not [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
-    assert all(_seeded(_stamps(run.all_messages())) for run in runs)  # the capability's clock still stamps them
-    assert {pin.kind for pin in ledger.pins()} == {"model_call", "tool_call"}
 
 
 def test_a_run_that_continues_a_conversation_pins_the_times_of_its_own_requests_only(

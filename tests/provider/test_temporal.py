@@ -86,7 +86,7 @@ def test_a_run_in_an_activity_pins_into_its_workflows_unit_and_closes_it_once(
     assert asyncio.run(in_workflow("storm").run(close)) == "committed"
     assert len(list(store.read())) == events
     # A request asked again in that workflow is answered from the committed unit's log: the model is not reached.
-    assert isinstance(pins.units.unit("temporal:storm"), ReplayPins)
+    assert isinstance(pins.units.unit_for("temporal:storm"), ReplayPins)
     assert asyncio.run(in_workflow("storm").run(run)) == "berth 4"
     assert calls == ["model"]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, RunContext
+from typing_extensions import override
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinMiss, UnitClosed, UsageError
@@ -15,7 +16,7 @@ from anagrapheus.provider import UnitPerRun
 from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import PinPromoted, PinsAbandoned
-from anagrapheus.timeline.resolver import DelegatingResolver, PinResolver
+from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
 from tests.conftest import Scripted
 
 
@@ -66,14 +67,16 @@ class Audited(DelegatingResolver):
 
     def __init__(self, inner: UnitPerRun) -> None:
         self.inner = inner
-        self.asked: list[str] = []
+        self.kinds: list[str] = []
 
     @property
+    @override
     def serves_each_run(self) -> UnitPerRun:
         return self.inner
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
-        self.asked.append(kind)
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
+        self.kinds.append(kind)
         return self.inner, key
 
 
@@ -87,7 +90,7 @@ def test_a_resolver_that_says_it_serves_each_run_is_served_per_run(
 
     agent.run_sync("Where?", deps="a")
 
-    assert "model_call" in audited.asked
+    assert "model_call" in audited.kinds
     assert store.open_units() == []
     assert PinLedger(store, types, unit_id="unit-a").state == "committed"
     assert "run_inputs" in [e.type for e in unit_events(store, "unit-a")]

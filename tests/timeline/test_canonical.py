@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anagrapheus.errors import CanonicalError, UsageError
+from anagrapheus.provider.keying.keys import walked
 from anagrapheus.timeline import canonical_json, pin_key
 from anagrapheus.timeline.canonical import (
     canonical_float,
@@ -316,9 +317,11 @@ def test_pin_key_refuses_keys_equal_once_normalised_as_canonical_json_does() -> 
 
 
 def test_pin_key_keys_a_set_as_its_sorted_members() -> None:
-    # Once refused (`canonical_value` takes JSON values only) while a tool call with the same arguments keyed.
-    assert pin_key("t", {"tags": {"b", "a"}}) == pin_key("t", {"tags": ["a", "b"]})
-    assert pin_key("t", {"tags": frozenset({2, 10, 1})}) == pin_key("t", {"tags": [1, 10, 2]})  # by canonical JSON
+    # Under the walk every key of a call uses (the provider's, handed to it); the timeline's own takes JSON only.
+    assert pin_key("t", {"tags": {"b", "a"}}, walk=walked) == pin_key("t", {"tags": ["a", "b"]})
+    assert pin_key("t", {"tags": frozenset({2, 10, 1})}, walk=walked) == pin_key("t", {"tags": [1, 10, 2]})
+    with pytest.raises(CanonicalError, match="set is not a JSON type"):
+        pin_key("t", {"tags": {"b", "a"}})
     with pytest.raises(CanonicalError):
         canonical_json({"tags": {"a", "b"}})  # the log's JSON stays strict
 
@@ -328,10 +331,10 @@ def test_pin_key_converts_enums_bytes_and_number_keys_deliberately() -> None:
         RED = "red"
 
     digest = hashlib.sha256(b"\x00\xff").hexdigest()
-    assert pin_key("t", {"c": Colour.RED}) == pin_key("t", {"c": "red"})
-    assert pin_key("t", {"b": b"\x00\xff"}) == pin_key("t", {"b": {"$bytes_sha256": digest}})
-    assert pin_key("t", {"b": bytearray(b"\x00\xff")}) == pin_key("t", {"b": b"\x00\xff"})
-    assert pin_key("t", {1: "one", 2.5: "more"}) == pin_key("t", {"1": "one", "2.5": "more"})
+    assert pin_key("t", {"c": Colour.RED}, walk=walked) == pin_key("t", {"c": "red"})
+    assert pin_key("t", {"b": b"\x00\xff"}, walk=walked) == pin_key("t", {"b": {"$bytes_sha256": digest}})
+    assert pin_key("t", {"b": bytearray(b"\x00\xff")}, walk=walked) == pin_key("t", {"b": b"\x00\xff"}, walk=walked)
+    assert pin_key("t", {1: "one", 2.5: "more"}, walk=walked) == pin_key("t", {"1": "one", "2.5": "more"})
 
 
 def test_pin_key_refuses_what_has_no_json_form_naming_its_path() -> None:
@@ -339,7 +342,7 @@ def test_pin_key_refuses_what_has_no_json_form_naming_its_path() -> None:
         pass
 
     with pytest.raises(CanonicalError, match="Opaque has no JSON form") as caught:
-        pin_key("t", {"args": {"x": [1, Opaque()]}})
+        pin_key("t", {"args": {"x": [1, Opaque()]}}, walk=walked)
     assert caught.value.path == "$.args.x[1]"
     assert "$.args.x[1]" in str(caught.value)
     with pytest.raises(CanonicalError, match="not a JSON number") as number:
@@ -347,22 +350,19 @@ def test_pin_key_refuses_what_has_no_json_form_naming_its_path() -> None:
     assert number.value.path == "$.args.x"
 
 
-def test_pin_key_walks_with_the_walk_handed_down_and_a_normalised_one_with_none() -> None:
-    from anagrapheus.provider.keying.keys import walked
-    from anagrapheus.timeline.canonical import use_key_walk
-
+def test_pin_key_walks_with_the_walk_given_and_a_normalised_one_with_none() -> None:
     seen: list[object] = []
 
     def walk(material: object) -> Any:
         seen.append(material)
         return {"walked": True}
 
-    try:
-        use_key_walk(walk)
-        assert pin_key("k", {"a": 1}) == pin_key("k", {"walked": True}, normalised=True)
-        assert seen == [{"a": 1}]
-        pin_key("k", {"b": 2}, normalised=True)
-        assert seen == [{"a": 1}]
-    finally:
-        use_key_walk(walked)
+    assert pin_key("k", {"a": 1}, walk=walk) == pin_key("k", {"walked": True}, normalised=True)
+    assert seen == [{"a": 1}]
+    pin_key("k", {"b": 2}, walk=walk, normalised=True)
+    assert seen == [{"a": 1}]
+    # Without one, the timeline's own: JSON values, written as `canonical_json` writes them.
     assert pin_key("k", {"a": 1}) != pin_key("k", {"walked": True})
+    assert pin_key("k", {"a": [1.0, "e\u0301"]}) == pin_key(
+        "k", canonical_value({"a": [1.0, "e\u0301"]}), normalised=True
+    )

@@ -217,13 +217,6 @@ def test_without_the_provider_stamp_the_timeline_stamps_only_what_it_knows(tmp_p
     assert provenance.anagrapheus == metadata.version("anagrapheus")
 
 
-def test_the_timeline_current_provenance_is_deprecated_for_the_provider_one() -> None:
-    with pytest.warns(DeprecationWarning, match=r"use anagrapheus\.provider\.provenance\.current_provenance"):
-        stamped = provenance_module.current_provenance([RESPONSE])
-
-    assert stamped == current_provenance([RESPONSE])
-
-
 def test_the_pin_codec_finds_a_pin_result_in_a_parsed_payload_only() -> None:
     assert PinPromoted.result_in({"raw": RESPONSE, "key": "k"}) == RESPONSE
     assert PinPromoted.result_in({"key": "k"}) is None

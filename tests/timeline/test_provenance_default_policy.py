@@ -15,11 +15,6 @@ from anagrapheus.timeline.provenance import call_policy_identity, check_provenan
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-class Terse:
-    name = "terse"
-    version = 3
-
-
 def test_no_policy_named_means_the_one_the_root_handed_over() -> None:
     assert call_policy_identity(None) == (SemanticCallPolicy.name, SemanticCallPolicy.version) == ("semantic", 1)
     stamped = own_provenance()
@@ -36,7 +31,7 @@ def test_a_committed_recording_stamped_with_the_default_policy_loads_without_one
 def test_another_default_handed_over_is_the_one_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = own_provenance()
     monkeypatch.setattr(provenance_module, "_default_call_policy", [])
-    use_stamp(provenance_of_pins, default_call_policy=Terse)
+    use_stamp(provenance_of_pins, default_call_policy=("terse", 3))
     assert call_policy_identity(None) == ("terse", 3)
     with pytest.raises(ProvenanceMismatch) as caught:
         check_provenance(recorded, path="run.jsonl", rerecord="pytest")

@@ -11,27 +11,16 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
+from typing_extensions import override
 
 import anagrapheus
 from anagrapheus import Pinning
 from anagrapheus.provider import ForkPins, UnitPerRun, every_agent_run
 from anagrapheus.testing.rerun import WorldPinned
-from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinResolver, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue
-from anagrapheus.timeline.events import RunInputs
-from anagrapheus.timeline.resolver import (
-    Attachment,
-    DelegatingResolver,
-    answered_within,
-    answering_position,
-    asked,
-    attached,
-    draws_into,
-    draws_live,
-    note_event,
-    unit_of,
-)
-from tests.conftest import SaysNothing, Scripted
+from anagrapheus.timeline.resolver import Attachment, DelegatingResolver, Resolver
+from tests.conftest import Scripted
 
 
 def _same(raw: JSONValue) -> JSONValue:
@@ -42,10 +31,12 @@ NOTES: Attachment[list[str]] = Attachment("notes")
 """What a layer above might keep per resolver."""
 
 
-def _keeps_its_own(resolver: PinResolver) -> list[str]:
+def _keeps_its_own(resolver: Resolver) -> list[str]:
     """The notes `resolver` keeps, asserting they are made once and then the same whoever asks."""
-    notes = attached(resolver, NOTES, list)
-    assert notes is not None and attached(resolver, NOTES, list) is notes
+    held = resolver.attachments
+    assert held is not None
+    notes = held.get(NOTES, list)
+    assert held.get(NOTES, list) is notes and resolver.attachments is held
     return notes
 
 
@@ -57,25 +48,13 @@ def _recorded(store: SQLiteEventStore, types: EventTypeRegistry, *units: str) ->
     return list(store.read())
 
 
-def test_a_resolver_that_says_nothing_is_live_with_no_unit_and_records_nothing(ledger: PinLedger) -> None:
-    quiet: PinResolver = SaysNothing(ledger)  # pyright: ignore[reportAssignmentType]
-    assert draws_live(quiet) is True
-    assert unit_of(quiet) is None
-    assert draws_into(quiet) is None
-    assert answering_position(quiet, "k") is quiet
-    assert asked(quiet, "k") == 0
-    assert attached(quiet, NOTES, list) is None  # it keeps nothing for the layers above
-    answered_within(quiet, ["k"])  # nothing to tell: no error
-    note_event(quiet, EventTypeRegistry().encode(RunInputs(unit_id="u", run_id="r", inputs={}), correlation_id="u"))
-    assert ledger.pins() == []
-
-
 def test_a_ledger_is_live_and_its_own_unit(ledger: PinLedger) -> None:
-    assert draws_live(ledger) is True
-    assert unit_of(ledger) == ledger.unit_id
-    assert draws_into(ledger) is ledger
-    assert answering_position(ledger, "k") is ledger
-    assert asked(ledger, "k") == 0
+    assert ledger.draws_live is True and ledger.replays is False
+    assert ledger.unit == ledger.unit_id
+    assert ledger.draws_into is ledger
+    assert ledger.answering_position("k") is ledger
+    assert ledger.asked("k") == 0 and ledger.recorded("k") is None
+    assert ledger.serves_each_run is None
     _keeps_its_own(ledger)
 
 
@@ -84,22 +63,22 @@ def test_a_replay_says_it_replays_and_which_unit_its_runs_are_positions_in(
 ) -> None:
     events = _recorded(store, types, "a", "b")
     one = ReplayPins.from_events(events, types, unit_id="a")
-    assert (draws_live(one), unit_of(one), draws_into(one)) == (False, "a", None)
-    assert asked(one, "a-key") == 1 and asked(one, "b-key") == 0
+    assert (one.draws_live, one.replays, one.unit, one.draws_into) == (False, True, "a", None)
+    assert one.asked("a-key") == 1 and one.asked("b-key") == 0
     _keeps_its_own(one)
     # A position it holds is answered from its pin; one it lacks is drawn unpinned under strict replay.
-    assert answering_position(one, "a-key") is one
-    assert answering_position(one, "missing") is None
+    assert one.answering_position("a-key") is one
+    assert one.answering_position("missing") is None
 
     both = ReplayPins.from_events(events, types)
-    assert unit_of(both) is None  # several units: whose position a run is cannot be told
-    assert answering_position(both, "a-key") is None
+    assert both.unit is None  # several units: whose position a run is cannot be told
+    assert both.answering_position("a-key") is None
 
     into = PinLedger(store, types, unit_id="c")
     anew = ReplayPins.from_events(events, types, unit_id="a", on_miss="record", into=into)
-    assert (draws_live(anew), unit_of(anew), draws_into(anew)) == (False, "c", into)
-    assert answering_position(anew, "a-key") is anew
-    assert answering_position(anew, "missing") is into
+    assert (anew.draws_live, anew.unit, anew.draws_into) == (False, "c", into)
+    assert anew.answering_position("a-key") is anew
+    assert anew.answering_position("missing") is into
 
 
 def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
@@ -108,18 +87,20 @@ def test_delegating_resolvers_say_nothing_of_what_they_delegate_to(
     events = _recorded(store, types, "a")
     pins = ReplayPins.from_events(events, types, unit_id="a")
     into = PinLedger(store, types, unit_id="fork")
-    delegating: list[PinResolver] = [
+    per_run = UnitPerRun(store, types, unit_of=lambda ctx: "u")
+    delegating: list[DelegatingResolver] = [
         ForkPins(events, origin="a", into=into, after_pins=0),
-        UnitPerRun(store, types, unit_of=lambda ctx: "u"),
+        per_run,
         WorldPinned(pins, into),
     ]
     for resolver in delegating:
         # A fork says where its runs' inputs go: the new unit, so the fork can be asked again.
         noted = into if isinstance(resolver, ForkPins) else None
-        assert isinstance(resolver, DelegatingResolver) and isinstance(resolver, PinResolver)
-        assert (draws_live(resolver), unit_of(resolver), draws_into(resolver)) == (True, None, noted)
-        assert asked(resolver, "a-key") == 0
-        assert answering_position(resolver, "a-key") is resolver
+        assert (resolver.draws_live, resolver.unit, resolver.draws_into) == (True, None, noted)
+        assert resolver.asked("a-key") == 0 and not resolver.replays
+        assert resolver.answering_position("a-key") is resolver
+        # Only a resolver that picks its unit per run serves each run.
+        assert resolver.serves_each_run is (per_run if resolver is per_run else None)
         # Its own attachments, not the ones of a resolver it picks: those vary by key.
         assert _keeps_its_own(resolver) is not _keeps_its_own(into) and _keeps_its_own(resolver) is not pins.attachments
 
@@ -129,10 +110,11 @@ class Renamed(DelegatingResolver):
 
     def __init__(self, ledger: PinLedger) -> None:
         self.ledger = ledger
-        self.asked: list[tuple[str, str]] = []
+        self.targets: list[tuple[str, str]] = []
 
-    def _target(self, key: str, kind: str) -> tuple[PinResolver, str]:
-        self.asked.append((key, kind))
+    @override
+    def _target(self, key: str, kind: str) -> tuple[Resolver, str]:
+        self.targets.append((key, kind))
         return self.ledger, f"renamed:{key}"
 
 
@@ -159,7 +141,7 @@ def test_a_delegating_resolver_forwards_each_way_of_resolving_to_its_target(ledg
             return draw.live
 
     assert asyncio.run(streamed()) == [3]
-    assert renamed.asked == [("k1", "tool_call"), ("k2", "tool_call"), ("k3", "model_call")]
+    assert renamed.targets == [("k1", "tool_call"), ("k2", "tool_call"), ("k3", "model_call")]
     assert [pin.key for pin in ledger.pins()] == ["renamed:k1", "renamed:k2", "renamed:k3"]
 
 

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from typing_extensions import override
+
 from anagrapheus.errors import UsageError
 from anagrapheus.testing.entropy.frames import caller, is_user_file, opener, shown, user_frame, where
 from anagrapheus.testing.entropy.manifest import ClockDeclaration, EntropyManifest
@@ -266,12 +268,15 @@ class _StandIn(type):
 
     _real: type
 
+    @override
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         return cls._real(*args, **kwargs)
 
+    @override
     def __instancecheck__(cls, instance: object) -> bool:
         return isinstance(instance, cls._real)
 
+    @override
     def __subclasscheck__(cls, subclass: type) -> bool:
         return issubclass(subclass, cls._real)
 
@@ -285,14 +290,17 @@ def _datetime_class(served: _Serving) -> type:
         _real = _REAL_DATETIME
 
         @classmethod
+        @override
         def now(cls, tz: _dt.tzinfo | None = None) -> Any:
             return _now(served, "datetime.now()", tz)
 
         @classmethod
+        @override
         def utcnow(cls) -> Any:
             return _now(served, "datetime.utcnow()", _dt.UTC).replace(tzinfo=None)
 
         @classmethod
+        @override
         def today(cls) -> Any:
             return _now(served, "datetime.today()", None)
 
@@ -304,6 +312,7 @@ def _date_class(served: _Serving) -> type:
         _real = _REAL_DATE
 
         @classmethod
+        @override
         def today(cls) -> Any:
             return _now(served, "date.today()", None).date()
 
@@ -324,9 +333,11 @@ class _Module(types.ModuleType):
         self.__dict__["_anagrapheus_stand_ins"] = dict(overrides)
         self.__dict__["_anagrapheus_saved"] = {}
 
+    @override
     def __getattr__(self, name: str) -> Any:
         return getattr(self._anagrapheus_real, name)
 
+    @override
     def __setattr__(self, name: str, value: object) -> None:
         real: types.ModuleType = self._anagrapheus_real
         stand_in = self._anagrapheus_stand_ins.get(name)
@@ -342,6 +353,7 @@ class _Module(types.ModuleType):
             setattr(real, name, value)
             self.__dict__[name] = value
 
+    @override
     def __delattr__(self, name: str) -> None:
         delattr(self._anagrapheus_real, name)
 

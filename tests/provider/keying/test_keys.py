@@ -231,8 +231,10 @@ def test_a_set_keys_on_every_path_as_its_sorted_members() -> None:
     )
     assert custom_key(frozenset({2, 1})) == custom_key([1, 2])
     assert tool_pin("t", {"tags": {"b", "a"}}).key == tool_pin("t", {"tags": ["a", "b"]}).key
-    # pin_key too, since the package root hands it the walk: once it refused the set (issue #23).
-    assert pin_key("entity_id", {"tags": {"b", "a"}}) == entity_key({"tags": ["a", "b"]})
+    # pin_key too, given the walk (issue #23); the timeline's own walk takes JSON values only, and says so.
+    assert pin_key("entity_id", {"tags": {"b", "a"}}, walk=walked) == entity_key({"tags": ["a", "b"]})
+    with pytest.raises(CanonicalError, match="set is not a JSON type"):
+        pin_key("entity_id", {"tags": {"b", "a"}})
 
 
 def test_pin_key_writes_the_key_every_other_path_writes_of_the_same_material() -> None:
@@ -246,10 +248,10 @@ def test_pin_key_writes_the_key_every_other_path_writes_of_the_same_material() -
         "query": Query(city="Hull", tags={"y", "x"}),
         "box": Box(label="crate", size=2.0),
     }
-    assert pin_key("tool_call", material) == key_of("tool_call", walked(material))[0]
-    assert pin_key("entity_id", material) == entity_key(material)
+    assert pin_key("tool_call", material, walk=walked) == key_of("tool_call", walked(material))[0]
+    assert pin_key("entity_id", material, walk=walked) == entity_key(material)
     # A tool call's material is its name and its arguments, each walked: pin_key of that is its key.
-    assert pin_key("tool_call", {"tool": "t", "args": material}) == tool_pin("t", material).key
+    assert pin_key("tool_call", {"tool": "t", "args": material}, walk=walked) == tool_pin("t", material).key
 
 
 def test_a_str_subclass_keys_as_the_characters_it_holds_on_every_path() -> None:
@@ -257,7 +259,7 @@ def test_a_str_subclass_keys_as_the_characters_it_holds_on_every_path() -> None:
     tool = tool_pin("t", {"mode": Mode.FAST}).key
     assert tool == tool_pin("t", {"mode": "fast"}).key
     assert entity_key({"mode": Mode.FAST}) == entity_key({"mode": "fast"})
-    assert pin_key("k", {"mode": Mode.FAST}) == pin_key("k", {"mode": "fast"})
+    assert pin_key("k", {"mode": Mode.FAST}, walk=walked) == pin_key("k", {"mode": "fast"})
     assert custom_key(Mode.FAST) == custom_key("fast")
 
 
@@ -265,12 +267,12 @@ def test_what_no_path_can_write_is_refused_alike_naming_where() -> None:
     class Opaque:
         pass
 
-    # pin_key once refused it as "not a JSON type" (it took JSON values only); it is walked as every key is now.
+    # The walk every key uses refuses it, and so does the timeline's own (pin_key without a walk), alike.
     for keyed in (
         lambda v: entity_key({"x": v}),
         lambda v: custom_key({"x": v}),
         lambda v: tool_pin("t", {"x": v}),
-        lambda v: pin_key("k", {"x": v}),
+        lambda v: pin_key("k", {"x": v}, walk=walked),
     ):
         with pytest.raises(CanonicalError, match="has no JSON form") as caught:
             keyed(Opaque())
