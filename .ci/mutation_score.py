@@ -493,11 +493,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),
-                "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
+    "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
         "for name, value in cast(None, details).items():",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-        "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
+    "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
         "if left < 0:",
         "a wait left exactly 0 s waits 0 s and gives up on the next pass (or enters, if the holder let go in that"
         " instant, as it could have a moment before the deadline): no test can time a float to the nanosecond",

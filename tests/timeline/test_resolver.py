@@ -272,7 +272,7 @@ def test_no_resolver_pickles_each_refused_with_a_typed_error_saying_what_to_hand
     events = _recorded(store, types, "a")
     into = PinLedger(store, types, unit_id="fork")
     pins = ReplayPins.from_events(events, types, unit_id="a")
-    resolvers: list[PinResolver] = [
+    resolvers: list[Resolver] = [
         pins,
         into,
         ForkPins(events, origin="a", into=into, after_pins=0),
