@@ -186,15 +186,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_40": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_64": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_41": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_65": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_42": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_66": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
         "the same",
     ),

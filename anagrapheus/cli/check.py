@@ -19,8 +19,8 @@ from anagrapheus.timeline import (
     SecretFinding,
     SecretPolicy,
     UpcastRegistry,
-    canonical_json,
 )
+from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["CHECKS", "COMMAND", "Check", "CheckContext", "Problem", "run"]
@@ -84,7 +84,7 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
             continue  # reported by events_decode
         if not isinstance(event, PinPromoted):
             continue
-        raw = canonical_json(event.raw)
+        raw = stored_json(event.raw)
         seen = first.setdefault(event.key, (index, event.unit_id, raw))
         if seen[2] != raw:
             where = source.where(seen[0])

@@ -23,7 +23,7 @@ from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
 from anagrapheus.timeline import PinPromoted, RecordingHeader, SecretPolicy, StoredEvent, write_recording
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.canonical import JSONValue, pin_key, stored_json
 from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["COMMAND", "run"]
@@ -274,7 +274,7 @@ def aliased(events: list[StoredEvent], unit: str, alias: str) -> list[StoredEven
             dataclasses.replace(
                 event,
                 correlation_id=alias if event.correlation_id == unit else event.correlation_id,
-                payload=canonical_json(payload),
+                payload=stored_json(payload),
             )
         )
     return renamed

@@ -21,7 +21,7 @@ from pydantic_core import PydanticSerializationError
 
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.provider.keying.keys import key_of, walked
-from anagrapheus.timeline.canonical import JSONValue, canonical_value
+from anagrapheus.timeline.canonical import JSONValue, stored_value
 from anagrapheus.timeline.ordered import ordered, read_ordered
 
 __all__ = [
@@ -94,8 +94,8 @@ def output_result_raw(function: str, returns: object, result: object) -> JSONVal
     """What an output function returned, as its pin keeps it; refused unless it rebuilds equal to itself."""
     try:
         dumped: object = result if returns is None else _adapter(returns).dump_python(result, mode="json")
-        # Refused as canonical JSON refuses it; kept as ordered text, so a dict comes back in its own key order.
-        canonical_value(dumped)
+        # Refused as the log refuses it; kept as ordered text, so a dict comes back in its own key order.
+        stored_value(dumped)
         raw = ordered(dumped)
     except (CanonicalError, PydanticSerializationError) as e:
         raise PinResultError(

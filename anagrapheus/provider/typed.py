@@ -17,7 +17,7 @@ from pydantic import PydanticUserError, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError
-from anagrapheus.timeline.canonical import JSONValue, canonical_value
+from anagrapheus.timeline.canonical import JSONValue, stored_value
 
 __all__ = ["needs_tags", "needs_type", "rebuilt", "typed", "typed_tree", "untyped_tree"]
 
@@ -39,7 +39,7 @@ def typed(value: object, *, what: str) -> dict[str, JSONValue]:
     held = kind.__qualname__
     try:
         jsonable: JSONValue = to_jsonable_python(value)
-        canonical_value(jsonable)
+        stored_value(jsonable)
     except (CanonicalError, PydanticSerializationError) as e:
         raise PinResultError(f"{what} {held}, which has no JSON form ({e})") from e
     node: dict[str, JSONValue] = {"type": f"{kind.__module__}:{held}", "v": jsonable}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.typed import needs_tags, typed_tree, untyped_tree
-from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.canonical import stored_json
 
 _leaves = st.one_of(
     st.none(),
@@ -45,7 +45,7 @@ def shape(value: object) -> Any:
 
 @given(_trees)
 def test_a_tree_comes_back_from_its_pinned_json_with_every_class_it_held(value: object) -> None:
-    stored = json.loads(canonical_json(typed_tree(value, what="a detail held")))
+    stored = json.loads(stored_json(typed_tree(value, what="a detail held")))
     assert shape(untyped_tree(stored)) == shape(value)
 
 
