@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 from pydantic_ai.durable_exec import record_durable_unit
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponseStreamEvent
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
@@ -23,13 +23,20 @@ from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
-from anagrapheus.provider.compat import fill_response_cost
+from anagrapheus.provider.compat import fill_response_cost, watch_provider_events
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.keying.material import new_fields_set
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
+from anagrapheus.provider.stream import (
+    PARTIAL_STATES,
+    PinnedStreamedResponse,
+    StreamAnswer,
+    chunks_in,
+    chunks_of,
+    stream_answer,
+)
 from anagrapheus.provider.timing import time_from_pins, untime
 from anagrapheus.provider.typed import needs_tags, needs_type, rebuilt, typed, typed_tree, untyped_tree
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
@@ -225,9 +232,27 @@ async def _exit_shielded(context: AbstractAsyncContextManager[T]) -> AsyncGenera
             await context.__aexit__(None, None, None)
 
 
-def _captured(stream: StreamedResponse) -> JSONValue:
-    # `get()` reports how far the stream got and the state the provider stamped, also after an early stop or error.
-    return response_answer(stream.get())
+class _Watched:
+    """A live stream as its pin sees it: the provider's events, and the failed attempts its model reported."""
+
+    def __init__(self, stream: StreamedResponse) -> None:
+        self.events: list[ModelResponseStreamEvent] = []
+        self.watching = watch_provider_events(stream, self.events)
+        # Attempts a `FallbackModel` around this model adds later are its own, not this model's answer.
+        self.attempts = stream.failed_attempts
+
+    def answer(self, stream: StreamedResponse) -> JSONValue:
+        """The stream's pin: its response so far (as `get()` reports it, also after an early stop or error), chunked."""
+        response = stream.get()
+        if response.failed_attempts != self.attempts:
+            response = replace(response, failed_attempts=self.attempts)
+        chunks = chunks_of(response, self.events) if self.watching else None
+        return stream_answer(response_answer(response), chunks)
+
+
+def stream_from_raw(raw: JSONValue) -> StreamAnswer:
+    """Rebuild a streamed pin: the response, as a plain request reads it, and the boundaries of its chunks."""
+    return StreamAnswer(response_from_raw(raw), chunks_in(raw))
 
 
 @dataclass(init=False)
@@ -370,8 +395,21 @@ class PinnedModel(WrapperModel):
         # Streaming is how a response is received, not what is asked: the key is the plain request's.
         call = self.pin_for(messages, model_settings, model_request_parameters)
 
-        def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
-            return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+        watched: _Watched | None = None
+
+        @asynccontextmanager
+        async def open_stream() -> AsyncGenerator[StreamedResponse]:
+            nonlocal watched
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as live:
+                watched = _Watched(live)
+                yield live
+
+        def captured(stream: StreamedResponse) -> JSONValue:
+            if watched is None:  # pragma: no cover - a stream is captured only once it opened
+                return response_answer(stream.get())
+            return watched.answer(stream)
 
         asking = ask(
             call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
@@ -386,8 +424,8 @@ class PinnedModel(WrapperModel):
                     effect=open_stream,
                     # A stream is pinned as timed: its response is built anew from the live stream (with the
                     # timing pydantic-ai measured) whenever the run reads it, past the reach of any pin.
-                    capture=_captured,
-                    interpret=response_from_raw,
+                    capture=captured,
+                    interpret=stream_from_raw,
                     fingerprint=call.fingerprint,
                     failure=FAILURES,
                 )
@@ -398,13 +436,18 @@ class PinnedModel(WrapperModel):
                 if draw.live is not None:
                     yield draw.live
                 else:
-                    pinned = draw.pinned
-                    if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                    answer = draw.pinned
+                    if answer is None:  # pragma: no cover - a resolver yields one or the other
                         raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+                    pinned = answer.response
                     self._mark_answered(pinned)
                     time_from_pins(pinned, messages)
                     replayed = PinnedStreamedResponse(
-                        pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
+                        pinned,
+                        key=asking.key,
+                        model_request_parameters=model_request_parameters,
+                        failure=draw.failure,
+                        chunks=answer.chunks,
                     )
                     try:
                         yield replayed
