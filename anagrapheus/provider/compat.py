@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from pydantic_ai import _durable_replay  # pyright: ignore[reportPrivateUsage]
@@ -21,6 +21,7 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool
 __all__ = [
     "CATEGORIZED_HTTP_ERROR",
     "RUN_INPUTS_HOOK",
+    "ProviderEvents",
     "allow_at_run_time",
     "fallback_with_models",
     "fill_response_cost",
@@ -95,26 +96,38 @@ def tool_function(tool: ToolsetTool[Any]) -> Callable[..., Any] | None:
     return function if callable(function) else None
 
 
-def watch_provider_events(stream: StreamedResponse, seen: list[ModelResponseStreamEvent]) -> bool:
-    """Have `stream` append each event its provider yields to `seen`, as its own `__aiter__` reads them.
+@dataclass
+class ProviderEvents:
+    """What a watched stream's provider yielded: its events, and whether it reached its end."""
+
+    events: list[ModelResponseStreamEvent] = field(default_factory=list[ModelResponseStreamEvent])
+    """The events, in order."""
+    ended: bool = False
+    """Whether the provider's events ran out (a consumer may still have stopped before the stream's last event)."""
+
+
+def watch_provider_events(stream: StreamedResponse) -> ProviderEvents | None:
+    """Watch the events `stream`'s provider yields, as its own `__aiter__` reads them.
 
     The provider's events are what `_get_event_iterator` yields, before pydantic-ai adds the part ends and the
     final-result event; a replay that yields the same ones gets the rest added the same way. Shadowed on the
     instance (the stream is this request's, handed to no one yet) rather than wrapped, because the agent reads
-    a dozen attributes of the very object the model yielded. False, watching nothing, when the stream was
+    a dozen attributes of the very object the model yielded. None, watching nothing, when the stream was
     already read (a `FallbackModel` reads a member's first event before handing it over).
     """
     if stream._event_iterator is not None:  # pyright: ignore[reportPrivateUsage]
-        return False
+        return None
     events = stream._get_event_iterator  # pyright: ignore[reportPrivateUsage]
+    seen = ProviderEvents()
 
     async def watched() -> AsyncIterator[ModelResponseStreamEvent]:
         async for event in events():
-            seen.append(event)
+            seen.events.append(event)
             yield event
+        seen.ended = True
 
     setattr(stream, "_get_event_iterator", watched)  # noqa: B010 (a method shadowed on one instance)
-    return True
+    return seen
 
 
 def stamped_call_parts(response: ModelResponse, parameters: ModelRequestParameters) -> ModelResponse:

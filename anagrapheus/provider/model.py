@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import RunContext
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 from pydantic_ai.durable_exec import record_durable_unit
-from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponseStreamEvent
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import KnownModelName, Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.wrapper import WrapperModel
@@ -236,8 +236,7 @@ class _Watched:
     """A live stream as its pin sees it: the provider's events, and the failed attempts its model reported."""
 
     def __init__(self, stream: StreamedResponse) -> None:
-        self.events: list[ModelResponseStreamEvent] = []
-        self.watching = watch_provider_events(stream, self.events)
+        self.provider = watch_provider_events(stream)
         # Attempts a `FallbackModel` around this model adds later are its own, not this model's answer.
         self.attempts = stream.failed_attempts
 
@@ -246,7 +245,7 @@ class _Watched:
         response = stream.get()
         if response.failed_attempts != self.attempts:
             response = replace(response, failed_attempts=self.attempts)
-        chunks = chunks_of(response, self.events) if self.watching else None
+        chunks = None if self.provider is None else chunks_of(response, self.provider.events, ended=self.provider.ended)
         return stream_answer(response_answer(response), chunks)
 
 

@@ -4,8 +4,9 @@ A streamed pin keeps, beside the response, where its chunks fell (`CHUNKS`): one
 yielded, `[part index, end]`, the end an offset into that part's content (a text's or thinking's `content`, a
 tool call's `args` text), so the first entry of a part is its start and each later one a delta up to that offset.
 An event no offset describes (a start that is not a prefix of the part, a delta carrying more than content) is
-kept whole, as `{"event": <its JSON>}`. The entries are part of the stored answer, never of the key: the pin
-still answers a plain request, which reads the response and ignores them.
+kept whole, as `{"event": <its JSON>}`. A last entry `"end"` says the provider's events ran out there (a consumer
+may still have stopped before the part end pydantic-ai adds after them). The entries are part of the stored
+answer, never of the key: the pin still answers a plain request, which reads the response and ignores them.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ that on, so a run that stopped there stops there again; only a consumer that rea
 
 CHUNKS = "$anagrapheus.chunks"
 """Where a streamed pin keeps its chunk boundaries, beside the response's ordered text."""
+
+ENDED = "end"
+"""The last entry of a stream's boundaries whose provider reached the end of its events."""
 
 _events: TypeAdapter[ModelResponseStreamEvent] = TypeAdapter(ModelResponseStreamEvent)
 
@@ -150,7 +154,9 @@ def _same(rebuilt: ModelResponseStreamEvent, event: ModelResponseStreamEvent) ->
     return type(rebuilt) is type(event) and rebuilt == event
 
 
-def chunks_of(response: ModelResponse, events: Sequence[ModelResponseStreamEvent]) -> list[JSONValue] | None:
+def chunks_of(
+    response: ModelResponse, events: Sequence[ModelResponseStreamEvent], *, ended: bool
+) -> list[JSONValue] | None:
     """The boundaries of `events`, the provider's events that built `response`, or None if they cannot rebuild it.
 
     Each event is kept as an offset where that rebuilds it exactly, else whole; the entries are checked to rebuild
@@ -184,14 +190,15 @@ def chunks_of(response: ModelResponse, events: Sequence[ModelResponseStreamEvent
         field = _field(part)
         if index not in reached or (field is not None and reached[index] != len(_text(part, field))):
             return None
-    return entries
+    return [*entries, ENDED] if ended else entries
 
 
 def replayed_events(response: ModelResponse, chunks: Sequence[JSONValue]) -> Iterator[ModelResponseStreamEvent]:
     """The provider's events a stream's boundaries stand for, one at a time, as the live stream yielded them."""
     reached: dict[int, int] = {}
     for entry in chunks:
-        yield _rebuilt(response, entry, reached)
+        if entry != ENDED:
+            yield _rebuilt(response, entry, reached)
 
 
 class PinnedStreamedResponse(CompletedStreamedResponse):
@@ -226,6 +233,7 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         """The recorded chunk boundaries, or None: each part then arrives whole."""
         self._closed = anyio.Event()
         self._yielded = 0
+        self._events = None if chunks is None else len(chunks) - chunks[-1:].count(ENDED)
 
     async def close_stream(self) -> None:
         """Close the replay (its request ended, or the consumer cancelled it): nothing reads past this point."""
@@ -239,7 +247,7 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
     def get(self) -> ModelResponse:
         """The response so far: the pinned one once every recorded event was read, as live."""
         response = self.response
-        if self.chunks is not None and self._yielded < len(self.chunks):
+        if self._events is not None and self._yielded < self._events:
             # Part way through the recorded events: what they built so far, as a live stream's `get()` reports it.
             response = replace(response, parts=self._parts_manager.get_parts(), state="incomplete")
         # A `FallbackModel` that fell back to this stream's model says so on the stream; a pin drawn before #45
@@ -261,6 +269,10 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         if self.failure is not None:
             # The recorded stream failed here: the consumer meets the same exception at the same point.
             raise self.failure
+        if self.chunks is not None and self.chunks[-1:] == [ENDED]:
+            # The provider's events ended here when recorded; a consumer that stopped did so after them (at the part
+            # end pydantic-ai adds), and one reading on meets the end, as live.
+            return
         if self.response.state in PARTIAL_STATES:
             # The recorded stream never reached its end: a consumer that got this far did not read on. One that
             # debounces has only asked ahead; the wait lets it hand on what it has, and stop as the live one did.

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai import Agent, AgentRunResultEvent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PartialPin
+from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 pytestmark = pytest.mark.anyio
@@ -83,3 +92,143 @@ async def test_reading_on_past_an_early_stop_still_says_where_the_recording_stop
     with pytest.raises(PartialPin):
         async with Agent(Slow().model, capabilities=[Pinning(replay)]).run_stream("Round 1: the UK position?") as run:
             await run.get_output()
+
+
+# Chunk boundaries (#45): a replayed stream yields the live stream's deltas and events, in their order; a consumer
+# that stopped after N deltas, N events or at a chosen part stops there again, with no `PartialPin`.
+
+WORDS = ("Storm ", "warning ", "for ", "the ", "coast.")
+PROMPT = "Any warnings for the fleet?"
+
+
+class Quick:
+    """A provider that streams a text word by word, then (with `call`) a tool call's arguments in pieces."""
+
+    def __init__(self, *, call: bool = False) -> None:
+        self.calls = 0
+        self.call = call
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(stream_function=self._stream, model_name="quick-uk")
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        self.calls += 1
+        for word in WORDS:
+            yield word
+        if self.call:
+            yield {1: DeltaToolCall(name="berth", json_args='{"port": ')}
+            yield {1: DeltaToolCall(json_args='"Brest"}')}
+
+
+def seen(event: object) -> str:
+    """An event as a consumer sees it: its kind, part and what it carries."""
+    if isinstance(event, PartStartEvent):
+        return f"start {event.index} {event.part!r} after {event.previous_part_kind}"
+    if isinstance(event, PartDeltaEvent):
+        return f"delta {event.index} {event.delta!r}"
+    if isinstance(event, PartEndEvent):
+        return f"end {event.index} {event.part!r} before {event.next_part_kind}"
+    return type(event).__name__
+
+
+async def three_ways(
+    store: SQLiteEventStore, types: EventTypeRegistry, consume: Any, *, call: bool = False
+) -> tuple[Any, Any, Any]:
+    """What `consume(agent)` saw unpinned, pinned live and replayed strictly (the model refused and never called)."""
+    unpinned = await consume(Agent(Quick(call=call).model))
+    ledger = PinLedger(store, types)
+    live = await consume(Agent(Quick(call=call).model, capabilities=[Pinning(ledger)]))
+    ledger.commit()
+    quick = Quick(call=call)
+    with refuse_model_requests():
+        replay = ReplayPins.from_store(store, types, unit_id=ledger.unit_id)
+        replayed = await consume(Agent(quick.model, capabilities=[Pinning(replay)]))
+    assert quick.calls == 0
+    return unpinned, live, replayed
+
+
+async def two_deltas(agent: Agent[None, str]) -> tuple[list[str], bytes, str]:
+    deltas: list[str] = []
+    async with agent.run_stream(PROMPT) as streamed:
+        async for delta in streamed.stream_text(delta=True, debounce_by=None):
+            deltas.append(delta)
+            if len(deltas) == 2:
+                break
+    messages = streamed.all_messages()
+    text = "".join(
+        p.content for m in messages if isinstance(m, ModelResponse) for p in m.parts if hasattr(p, "content")
+    )
+    return deltas, ModelMessagesTypeAdapter.dump_json(messages), text
+
+
+async def test_a_consumer_stopping_after_two_deltas_replays_them_as_they_arrived(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned, live, replayed = await three_ways(store, types, two_deltas)
+    assert unpinned[0] == live[0] == replayed[0] == ["Storm ", "warning "]
+    assert unpinned[2] == live[2]  # live unchanged by pinning
+    assert replayed[1] == live[1]  # all_messages byte for byte
+
+    # Reading past where the recording stopped still says so, naming the key.
+    async def three_deltas(agent: Agent[None, str]) -> list[str]:
+        async with agent.run_stream(PROMPT) as streamed:
+            return [delta async for delta in streamed.stream_text(delta=True, debounce_by=None)][:3]
+
+    replay = ReplayPins.from_store(store, types)
+    with refuse_model_requests(), pytest.raises(PartialPin, match="p1:model_call:") as stopped:
+        await three_deltas(Agent(Quick().model, capabilities=[Pinning(replay)]))
+    assert stopped.value.key.startswith("p1:model_call:")
+
+
+async def test_a_whole_stream_replays_its_deltas_and_events_in_their_order(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    async def every_event(agent: Agent[None, str]) -> tuple[list[str], bytes | None]:
+        events: list[str] = []
+        messages: bytes | None = None
+        async with agent.run_stream_events(PROMPT) as stream:
+            async for event in stream:
+                events.append(seen(event))
+                if isinstance(event, AgentRunResultEvent):
+                    messages = ModelMessagesTypeAdapter.dump_json(event.result.all_messages())
+        return events, messages
+
+    unpinned, live, replayed = await three_ways(store, types, every_event)
+    assert unpinned[0] == live[0] == replayed[0]
+    assert [e.split(" ")[0] for e in live[0]].count("delta") == len(WORDS) - 1
+    assert replayed[1] == live[1]
+
+    # The plain-request twin: the stream's pin answers a plain run, with the very response.
+    with refuse_model_requests():
+        plain = await Agent(Quick().model).run(PROMPT, capabilities=[Pinning(ReplayPins.from_store(store, types))])
+    assert plain.output == "".join(WORDS)
+
+
+async def test_a_consumer_stopping_after_n_events_or_at_a_chosen_part_stops_there_again(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    def stopping(at: Any) -> Any:
+        async def consume(agent: Agent[None, str]) -> list[str]:
+            events: list[str] = []
+            async with agent.run_stream_events(PROMPT) as stream:
+                async for event in stream:
+                    events.append(seen(event))
+                    if at(event, events):
+                        break
+            return events
+
+        return consume
+
+    def unstamped(events: list[str]) -> list[str]:
+        # An unpinned run's tool-call ids are fresh uuids; a pinned one's are its recording's.
+        return [re.sub("pyd_ai_[0-9a-f]+", "pyd_ai_", event) for event in events]
+
+    after_four = stopping(lambda event, events: len(events) == 4)
+    unpinned, live, replayed = await three_ways(store, types, after_four, call=True)
+    assert unpinned == live == replayed and len(live) == 4
+
+    at_the_call = stopping(lambda event, events: isinstance(event, PartEndEvent) and event.index == 1)
+    unpinned, live, replayed = await three_ways(store, types, at_the_call, call=True)
+    assert unstamped(unpinned) == unstamped(live) and replayed == live
+    assert live[-1].startswith("end 1 ToolCallPart(tool_name='berth'") and any(e.startswith("delta 1") for e in live)
