@@ -43,6 +43,7 @@ from anagrapheus.provider.outputs import (
 )
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
+from anagrapheus.provider.stream import attempt_times_of, attempt_times_raw, timed_attempts
 from anagrapheus.provider.timing import untimed
 from anagrapheus.provider.tools import (
     WHOLE_DEPS,
@@ -298,15 +299,14 @@ class Pinning(AbstractCapability[Any]):
         }
 
         async def measured() -> JSONValue:
-            return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
+            return attempt_times_raw(attempts)
 
         timings = await self.resolver.aresolve(
             pin_key(ATTEMPT_TIMES, material), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
         )
         if len(timings) != len(attempts):
             return response
-        timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
-        return replace(response, failed_attempts=timed)
+        return replace(response, failed_attempts=timed_attempts(attempts, timings))
 
     async def wrap_output_process(
         self,
@@ -415,17 +415,7 @@ def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:
 
 
 def _attempt_times(raw: JSONValue) -> list[tuple[datetime, timedelta]]:
-    if not isinstance(raw, list):
-        raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {type(raw).__name__}, not a list of [timestamp, seconds]")
-    times: list[tuple[datetime, timedelta]] = []
-    for item in raw:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
-        seconds = item[1]
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
-        times.append((datetime.fromisoformat(item[0]), timedelta(seconds=seconds)))
-    return times
+    return attempt_times_of(raw, kind=ATTEMPT_TIMES)
 
 
 def _keyed_arguments(function: Callable[..., Any] | None, tool_args: dict[str, Any]) -> dict[str, Any]:

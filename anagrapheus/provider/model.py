@@ -30,9 +30,11 @@ from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import (
+    ATTEMPTS_TIMED,
     PARTIAL_STATES,
     PinnedStreamedResponse,
     StreamAnswer,
+    attempt_times_of,
     chunks_in,
     chunks_of,
     stream_answer,
@@ -243,15 +245,22 @@ class _Watched:
     def answer(self, stream: StreamedResponse) -> JSONValue:
         """The stream's pin: its response so far (as `get()` reports it, also after an early stop or error), chunked."""
         response = stream.get()
+        attempts = response.failed_attempts or []
+        # A fallback prepends the attempts that failed before this stream: not this model's answer, but their times
+        # (the wall clock's, around this model) are what the run saw, and a replay reports them so.
+        outer = attempts[: len(attempts) - len(self.attempts or [])]
         if response.failed_attempts != self.attempts:
             response = replace(response, failed_attempts=self.attempts)
         chunks = None if self.provider is None else chunks_of(response, self.provider.events, ended=self.provider.ended)
-        return stream_answer(response_answer(response), chunks)
+        return stream_answer(response_answer(response), chunks, outer)
 
 
 def stream_from_raw(raw: JSONValue) -> StreamAnswer:
     """Rebuild a streamed pin: the response, as a plain request reads it, and the boundaries of its chunks."""
-    return StreamAnswer(response_from_raw(raw), chunks_in(raw))
+    times = raw.get(ATTEMPTS_TIMED) if isinstance(raw, dict) else None
+    return StreamAnswer(
+        response_from_raw(raw), chunks_in(raw), None if times is None else attempt_times_of(times, kind=MODEL_CALL)
+    )
 
 
 @dataclass(init=False)
@@ -447,6 +456,7 @@ class PinnedModel(WrapperModel):
                         model_request_parameters=model_request_parameters,
                         failure=draw.failure,
                         chunks=answer.chunks,
+                        attempt_times=answer.attempt_times,
                     )
                     try:
                         yield replayed

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
 from pydantic_ai.messages import (
     BaseToolCallPart,
+    ModelRequestAttempt,
     ModelResponse,
     ModelResponsePart,
     ModelResponseStreamEvent,
@@ -42,10 +44,13 @@ __all__ = [
     "READ_ON_GRACE",
     "PinnedStreamedResponse",
     "StreamAnswer",
+    "attempt_times_of",
+    "attempt_times_raw",
     "chunks_in",
     "chunks_of",
     "replayed_events",
     "stream_answer",
+    "timed_attempts",
 ]
 
 PARTIAL_STATES = frozenset({"incomplete", "interrupted"})
@@ -62,6 +67,10 @@ that on, so a run that stopped there stops there again; only a consumer that rea
 CHUNKS = "$anagrapheus.chunks"
 """Where a streamed pin keeps its chunk boundaries, beside the response's ordered text."""
 
+ATTEMPTS_TIMED = "$anagrapheus.attempt_times"
+"""Where a streamed pin keeps the times of the failed attempts a `FallbackModel` around its model handed it over
+with: a fallback times them by the wall clock, and a replayed stream reports them as the recorded one did."""
+
 ENDED = "end"
 """The last entry of a stream's boundaries whose provider reached the end of its events."""
 
@@ -76,6 +85,37 @@ class StreamAnswer:
     """The response the stream built, as pinned."""
     chunks: list[JSONValue] | None
     """The recorded boundaries (`CHUNKS`), or None for a pin drawn by a plain request or before they were kept."""
+    attempt_times: list[tuple[datetime, timedelta]] | None = None
+    """The times of the failed attempts a fallback handed the recorded stream over with (`ATTEMPTS_TIMED`)."""
+
+
+def attempt_times_raw(attempts: Sequence[ModelRequestAttempt]) -> JSONValue:
+    """Failed attempts' times as a pin keeps them: `[[timestamp, seconds], ...]`."""
+    return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
+
+
+def attempt_times_of(raw: JSONValue, *, kind: str) -> list[tuple[datetime, timedelta]]:
+    """Read what `attempt_times_raw` wrote, or raise `PinResultError` naming the pin `kind` that held it."""
+    if not isinstance(raw, list):
+        raise PinResultError(f"an {kind} pin holds {type(raw).__name__}, not a list of [timestamp, seconds]")
+    times: list[tuple[datetime, timedelta]] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise PinResultError(f"an {kind} pin holds {item!r}, not [timestamp, seconds]")
+        seconds = item[1]
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise PinResultError(f"an {kind} pin holds {item!r}, not [timestamp, seconds]")
+        times.append((datetime.fromisoformat(item[0]), timedelta(seconds=seconds)))
+    return times
+
+
+def timed_attempts(
+    attempts: list[ModelRequestAttempt], times: Sequence[tuple[datetime, timedelta]] | None
+) -> list[ModelRequestAttempt]:
+    """`attempts` with the recorded `times`, one each; as they are when there are none, or not one each."""
+    if not times or len(times) != len(attempts):
+        return attempts
+    return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, strict=True)]
 
 
 def _field(part: ModelResponsePart) -> str | None:
@@ -221,6 +261,7 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         model_request_parameters: ModelRequestParameters,
         failure: BaseException | None = None,
         chunks: list[JSONValue] | None = None,
+        attempt_times: list[tuple[datetime, timedelta]] | None = None,
     ) -> None:
         # Stamped as the live stream's parts manager stamps a tool call as it arrives (an output call's kind).
         response = stamped_call_parts(response, model_request_parameters)
@@ -231,6 +272,8 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
         """The exception the recorded stream failed with after what it streamed, raised again at that point."""
         self.chunks = chunks
         """The recorded chunk boundaries, or None: each part then arrives whole."""
+        self.attempt_times = attempt_times
+        """The recorded times of a fallback's failed attempts before this stream, or None."""
         self._closed = anyio.Event()
         self._yielded = 0
         self._events = None if chunks is None else len(chunks) - chunks[-1:].count(ENDED)
@@ -252,7 +295,8 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
             response = replace(response, parts=self._parts_manager.get_parts(), state="incomplete")
         # A `FallbackModel` that fell back to this stream's model says so on the stream; a pin drawn before #45
         # already holds those attempts (the stream carried them when it was pinned), and they are not added twice.
-        outer, own = self.failed_attempts or [], response.failed_attempts or []
+        # The fallback timed them by this run's wall clock: they carry the recorded stream's times.
+        outer, own = timed_attempts(self.failed_attempts or [], self.attempt_times), response.failed_attempts or []
         if outer and own[: len(outer)] != outer:
             response = replace(response, failed_attempts=[*outer, *own])
         return response
@@ -284,11 +328,21 @@ class PinnedStreamedResponse(CompletedStreamedResponse):
             raise PartialPin(self.key, state=self.response.state)
 
 
-def stream_answer(answer: JSONValue, chunks: list[JSONValue] | None) -> JSONValue:
-    """A response's pin (`response_answer`) with the boundaries of the stream that drew it beside its text."""
-    if chunks is None or not isinstance(answer, dict):
+def stream_answer(
+    answer: JSONValue, chunks: list[JSONValue] | None, attempts: Sequence[ModelRequestAttempt] = ()
+) -> JSONValue:
+    """A response's pin (`response_answer`) with the boundaries of the stream that drew it beside its text.
+
+    `attempts` are those a fallback around the stream's model handed it over with: their times are kept beside.
+    """
+    if not isinstance(answer, dict):  # pragma: no cover - a response's answer is an object
         return answer
-    return {**answer, CHUNKS: chunks}
+    kept = dict(answer)
+    if chunks is not None:
+        kept[CHUNKS] = chunks
+    if attempts:
+        kept[ATTEMPTS_TIMED] = attempt_times_raw(attempts)
+    return kept
 
 
 def chunks_in(raw: JSONValue) -> list[JSONValue] | None:
