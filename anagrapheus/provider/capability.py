@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
 from pydantic_ai.capabilities import AbstractCapability, WrapOutputProcessHandler, WrapRunHandler
-from pydantic_ai.durable_exec import conversation_id_from_run_id, replay_scope
+from pydantic_ai.durable_exec import conversation_id_from_run_id, record_durable_unit, replay_scope
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
@@ -284,10 +284,20 @@ class Pinning(AbstractCapability[Any]):
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
+    def _pinned_models(self) -> Iterator[PinnedModel]:
+        """The `PinnedModel`s this capability wrapped models in, the members of a `FallbackModel` included."""
+        for _, wrapper in self._wrappers.values():
+            members = wrapper.models if isinstance(wrapper, FallbackModel) else [wrapper]
+            yield from (member for member in members if isinstance(member, PinnedModel))
+
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
         """Give a `FallbackModel`'s failed attempts the times the recorded run measured, so replay is byte-equal."""
+        if any(model.answered_stream(ctx.run_id) for model in self._pinned_models()):
+            # Answered from a pin, as a streamed request opened before its `chat` span: credited inside the span
+            # too, so a replayed stream's span is kept out of traces as a replayed request's is.
+            record_durable_unit(executed=False)
         attempts = response.failed_attempts
         if not attempts:
             return response

@@ -305,6 +305,8 @@ class PinnedModel(WrapperModel):
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
         # A request retried after a failed draw is drawn anew, under a key of its own.
         self._draws = DrawSequence()
+        # Streams answered from a pin, by run, until the run's `chat` span hears of them (`answered_stream`).
+        self._streams_answered: dict[str | None, int] = {}
 
     def pin_for(
         self,
@@ -347,6 +349,17 @@ class PinnedModel(WrapperModel):
 
     def _was_answered(self, response: ModelResponse) -> bool:
         return self._answered.get(id(response)) is response
+
+    def answered_stream(self, run_id: str | None) -> bool:
+        """Whether a stream of run `run_id` was answered from a pin since last asked (each is told once).
+
+        pydantic-ai opens a streamed request before its `chat` span starts, so the answer is credited to the run
+        there; `Pinning` asks this inside the span, to credit the span too (a replayed stream's is not exported).
+        """
+        count = self._streams_answered.pop(run_id, 0)
+        if count > 1:
+            self._streams_answered[run_id] = count - 1
+        return count > 0
 
     async def request(
         self,
@@ -449,6 +462,8 @@ class PinnedModel(WrapperModel):
                         raise UsageError("the resolver yielded neither a live stream nor a pinned response")
                     pinned = answer.response
                     self._mark_answered(pinned)
+                    run_id = None if run_context is None else run_context.run_id
+                    self._streams_answered[run_id] = self._streams_answered.get(run_id, 0) + 1
                     time_from_pins(pinned, messages)
                     replayed = PinnedStreamedResponse(
                         pinned,
