@@ -101,3 +101,9 @@ def test_dbos_benchmark_runs() -> None:
     out = run_quick("durable_dbos.py")
     assert "DBOSDurability + Pinning" in out
     assert "with pins" in out and "finished tool calls run again: 0" in out
+
+
+def test_stream_benchmark_runs() -> None:
+    out = run_quick("stream.py")
+    assert "bytes per 100 deltas" in out
+    assert "replayed from its pin" in out
