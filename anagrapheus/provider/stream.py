@@ -140,12 +140,15 @@ def _delta_text(event: PartDeltaEvent) -> str | None:
     return None
 
 
-def _delta(part: ModelResponsePart, text: str) -> TextPartDelta | ThinkingPartDelta | ToolCallPartDelta:
+def _delta(
+    part: ModelResponsePart, text: str, *, with_id: bool = False
+) -> TextPartDelta | ThinkingPartDelta | ToolCallPartDelta:
     if isinstance(part, TextPart):
         return TextPartDelta(content_delta=text)
     if isinstance(part, ThinkingPart):
         return ThinkingPartDelta(content_delta=text)
-    return ToolCallPartDelta(args_delta=text)
+    # Some providers repeat the call's id on every piece of its arguments (`[index, end, 1]`).
+    return ToolCallPartDelta(args_delta=text, tool_call_id=getattr(part, "tool_call_id", None) if with_id else None)
 
 
 def _reached_after(event: ModelResponseStreamEvent, reached: dict[int, int]) -> None:
@@ -168,12 +171,13 @@ def _rebuilt(response: ModelResponse, entry: JSONValue, reached: dict[int, int])
         return event
     if not (
         isinstance(entry, list)
-        and len(entry) == 2
+        and len(entry) in (2, 3)
         and all(type(n) is int and n >= 0 for n in entry)
+        and entry[2:] in ([], [1])
         and cast(int, entry[0]) < len(response.parts)
     ):
         raise PinResultError(f"a streamed pin keeps {entry!r:.200} as a chunk, not [part index, end] of its response")
-    index, end = cast(list[int], entry)
+    index, end = cast(list[int], entry)[:2]
     part = response.parts[index]
     field = _field(part)
     start = reached.get(index)
@@ -184,7 +188,7 @@ def _rebuilt(response: ModelResponse, entry: JSONValue, reached: dict[int, int])
         )
     if field is None:
         raise PinResultError(f"a streamed pin keeps a delta for part {index}, which arrives whole")
-    return PartDeltaEvent(index=index, delta=_delta(part, _text(part, field)[start:end]))
+    return PartDeltaEvent(index=index, delta=_delta(part, _text(part, field)[start:end], with_id=len(entry) == 3))
 
 
 def _same(rebuilt: ModelResponseStreamEvent, event: ModelResponseStreamEvent) -> bool:
@@ -192,6 +196,32 @@ def _same(rebuilt: ModelResponseStreamEvent, event: ModelResponseStreamEvent) ->
     if isinstance(rebuilt, PartStartEvent) and isinstance(event, PartStartEvent):
         return rebuilt.index == event.index and rebuilt.part == event.part
     return type(rebuilt) is type(event) and rebuilt == event
+
+
+def _offsets(response: ModelResponse, event: ModelResponseStreamEvent, reached: dict[int, int]) -> list[list[int]]:
+    """The entries that could stand for `event` as offsets, the plainest first; none for an event only kept whole."""
+    if isinstance(event, PartStartEvent) and event.index < len(response.parts) and event.index not in reached:
+        field = _field(response.parts[event.index])
+        if field is None or _field(event.part) == field:
+            return [[event.index, 0 if field is None else len(_text(event.part, field))]]
+    elif isinstance(event, PartDeltaEvent) and event.index in reached and (text := _delta_text(event)) is not None:
+        entry = [event.index, reached[event.index] + len(text)]
+        return [entry, [*entry, 1]] if isinstance(event.delta, ToolCallPartDelta) else [entry]
+    return []
+
+
+def _compact(
+    response: ModelResponse, event: ModelResponseStreamEvent, reached: dict[int, int]
+) -> tuple[JSONValue, dict[int, int]] | None:
+    """The first offset entry that rebuilds `event` exactly, with the offsets after it; None if none does."""
+    for entry in _offsets(response, event, reached):
+        after = dict(reached)
+        try:
+            if _same(_rebuilt(response, cast(JSONValue, entry), after), event):
+                return cast(JSONValue, entry), after
+        except PinResultError:
+            continue  # a start the part's text does not begin with, say: kept whole
+    return None
 
 
 def chunks_of(
@@ -206,22 +236,11 @@ def chunks_of(
     reached: dict[int, int] = {}
     entries: list[JSONValue] = []
     for event in events:
-        entry: JSONValue = None
-        if isinstance(event, PartStartEvent) and event.index < len(response.parts) and event.index not in reached:
-            field = _field(response.parts[event.index])
-            if field is None or _field(event.part) == field:
-                entry = [event.index, 0 if field is None else len(_text(event.part, field))]
-        elif isinstance(event, PartDeltaEvent) and event.index in reached and (text := _delta_text(event)) is not None:
-            entry = [event.index, reached[event.index] + len(text)]
-        if entry is not None:
-            trial = dict(reached)
-            try:
-                if _same(_rebuilt(response, entry, trial), event):
-                    entries.append(entry)
-                    reached = trial
-                    continue
-            except PinResultError:
-                pass
+        compact = _compact(response, event, reached)
+        if compact is not None:
+            entry, reached = compact
+            entries.append(entry)
+            continue
         whole: JSONValue = {"event": cast(JSONValue, _events.dump_python(event, mode="json"))}
         if not _same(_rebuilt(response, whole, reached), event):
             return None

@@ -22,8 +22,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from anagrapheus import Pinning
-from anagrapheus.errors import PartialPin
+from anagrapheus.errors import PartialPin, PinResultError
 from anagrapheus.provider.every_run import refuse_model_requests
+from anagrapheus.provider.stream import CHUNKS, chunks_in, chunks_of, replayed_events
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 pytestmark = pytest.mark.anyio
@@ -286,3 +287,75 @@ async def test_a_stream_rebuilt_from_a_pin_carries_every_field_of_the_live_strea
     assert output_call(replayed).get("tool_kind") == output_call(unpinned).get("tool_kind")
     if recorded_by == "run_stream":
         assert ModelMessagesTypeAdapter.dump_json(replayed) == ModelMessagesTypeAdapter.dump_json(live)
+
+
+# The boundaries themselves (anagrapheus.provider.stream): built from a parts manager's events as a provider yields
+# them, kept as offsets where an offset says it all and whole where not, and refused when damaged.
+
+
+def provider_events(*, signed: bool = False) -> tuple[ModelResponse, list[Any]]:
+    """A thinking part, a text and a tool call, streamed in pieces through pydantic-ai's own parts manager."""
+    from pydantic_ai._parts_manager import ModelResponsePartsManager  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai.models import ModelRequestParameters
+
+    parts = ModelResponsePartsManager(model_request_parameters=ModelRequestParameters())
+    events: list[Any] = []
+    for piece in ("weigh ", "the ", "quota"):
+        events += parts.handle_thinking_delta(vendor_part_id="think", content=piece)
+    if signed:
+        events += parts.handle_thinking_delta(vendor_part_id="think", signature="sig-1")
+    for piece in WORDS:
+        events += parts.handle_text_delta(vendor_part_id="text", content=piece)
+    for name, args in (("berth", '{"port": '), (None, '"Brest"}')):
+        event = parts.handle_tool_call_delta(vendor_part_id="call", tool_name=name, args=args, tool_call_id="c1")
+        events += [] if event is None else [event]
+    return ModelResponse(parts=parts.get_parts()), events
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["offsets only", "a signature kept whole"])
+def test_boundaries_rebuild_every_event_a_provider_yielded(signed: bool) -> None:
+    response, events = provider_events(signed=signed)
+    chunks = chunks_of(response, events, ended=True)
+    assert chunks is not None and chunks[-1] == "end"
+    assert list(replayed_events(response, chunks)) == events
+    whole = [entry for entry in chunks if isinstance(entry, dict)]
+    if signed:
+        # A start without the signature the part ends with, and the delta carrying it, are no offsets: kept whole.
+        assert len(whole) == 2 and chunks[1:3] == [[0, 10], [0, 15]]
+    else:
+        assert not whole and chunks[:3] == [[0, 6], [0, 10], [0, 15]]
+    # A call whose every piece repeats its id: `[index, end, 1]`.
+    assert chunks[-3:] == [[2, 9], [2, 17, 1], "end"]
+
+
+def test_events_that_do_not_build_the_response_keep_no_boundaries() -> None:
+    response, events = provider_events()
+    assert chunks_of(response, events[:-1], ended=False) is None  # the call's last piece was not seen
+    assert chunks_of(response, events[1:], ended=False) is None  # a part that never started
+    assert chunks_of(response, [*events, events[-1]], ended=True) is None  # the call's args overrun
+
+
+@pytest.mark.parametrize(
+    ("chunks", "says"),
+    [
+        ([[7, 1]], "not \\[part index, end\\]"),
+        ([["0", 1]], "not \\[part index, end\\]"),
+        (["start"], "not \\[part index, end\\]"),
+        ([{"event": {"event_kind": "nonsense"}}], "as an event, which it is not"),
+        ([[3, 0], [3, 0]], "a delta for part 3, which arrives whole"),
+    ],
+    ids=["index past the parts", "index not a number", "a word", "an event that is none", "a delta of a whole part"],
+)
+def test_damaged_boundaries_are_refused_saying_what_they_hold(chunks: list[Any], says: str) -> None:
+    from pydantic_ai.messages import BinaryContent, FilePart
+
+    response, _ = provider_events()
+    response = ModelResponse(parts=[*response.parts, FilePart(BinaryContent(b"x", media_type="image/png"))])
+    with pytest.raises(PinResultError, match=says):
+        list(replayed_events(response, chunks))
+
+
+def test_boundaries_that_are_not_a_list_are_refused() -> None:
+    with pytest.raises(PinResultError, match="as its chunks, not a list"):
+        chunks_in({CHUNKS: {"0": 1}})
+    assert chunks_in({"ordered_json": "{}"}) is None
