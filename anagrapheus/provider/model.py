@@ -86,6 +86,9 @@ def explained(miss: PinMiss, messages: Sequence[ModelMessage], parameters: Model
 
 _SHOWN_NEW_FIELDS = 8
 
+_STREAMS_KEPT = 256
+"""How many runs' answered streams a `PinnedModel` keeps for a `Pinning` to hear of (`answered_stream`)."""
+
 
 def endpoint_url(url: str) -> str | None:
     """Return `url` without userinfo, query or fragment: where a provider lives, never how it was logged into.
@@ -464,6 +467,9 @@ class PinnedModel(WrapperModel):
                     self._mark_answered(pinned)
                     run_id = None if run_context is None else run_context.run_id
                     self._streams_answered[run_id] = self._streams_answered.get(run_id, 0) + 1
+                    if len(self._streams_answered) > _STREAMS_KEPT:
+                        # Told to no `Pinning` (a bare `PinnedModel`): the oldest runs' counts go.
+                        del self._streams_answered[next(iter(self._streams_answered))]
                     time_from_pins(pinned, messages)
                     replayed = PinnedStreamedResponse(
                         pinned,

@@ -359,3 +359,32 @@ def test_boundaries_that_are_not_a_list_are_refused() -> None:
     with pytest.raises(PinResultError, match="as its chunks, not a list"):
         chunks_in({CHUNKS: {"0": 1}})
     assert chunks_in({"ordered_json": "{}"}) is None
+
+
+async def test_a_stream_read_before_it_reached_the_pin_replays_each_part_whole(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    """A `FallbackModel` inside one `PinnedModel` reads its member's first event before handing the stream on."""
+    from pydantic_ai.models.fallback import FallbackModel
+
+    from anagrapheus.provider import PinnedModel
+
+    def agent(resolver: Any, quick: Quick) -> Agent[None, str]:
+        return Agent(PinnedModel(FallbackModel(quick.model, Quick().model), resolver))
+
+    ledger = PinLedger(store, types)
+    live = await every_delta(agent(ledger, Quick()))
+    (pin,) = [pin for pin in ledger.pins() if pin.kind == "model_call"]
+    ledger.commit()
+    quick = Quick()
+    with refuse_model_requests():
+        replayed = await every_delta(agent(ReplayPins.from_store(store, types), quick))
+    assert quick.calls == 0
+    assert live == list(WORDS)
+    assert CHUNKS not in pin.raw_text
+    assert "".join(replayed) == "".join(WORDS) and len(replayed) < len(live)  # no boundaries: the text arrives whole
+
+
+async def every_delta(agent: Agent[None, str]) -> list[str]:
+    async with agent.run_stream(PROMPT) as streamed:
+        return [delta async for delta in streamed.stream_text(delta=True, debounce_by=None)]
