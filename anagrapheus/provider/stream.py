@@ -220,7 +220,7 @@ def _compact(
             if _same(_rebuilt(response, cast(JSONValue, entry), after), event):
                 return cast(JSONValue, entry), after
         except PinResultError:
-            continue  # a start the part's text does not begin with, say: kept whole
+            continue  # a delta of a part the response holds whole (arguments that ended as a dict): kept whole
     return None
 
 
