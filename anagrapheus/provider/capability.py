@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,8 @@ from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
     OUTPUT_CALL,
+    Delegated,
+    delegated_of,
     output_function_named,
     output_pin,
     output_result_from_raw,
@@ -58,7 +61,8 @@ from anagrapheus.provider.typed import needs_tags
 from anagrapheus.provider.unit_per_run import run_server
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.pins import noting_keys
+from anagrapheus.timeline.resolver import PinResolver, answered_within
 from anagrapheus.timeline.tracing import answers_untraced
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
@@ -337,18 +341,38 @@ class Pinning(AbstractCapability[Any]):
             key, kind=OUTPUT_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
         )
 
-        async def draw() -> JSONValue:
-            return output_result_raw(name, returns, await handler(output))
+        # What the body adds to the run (an agent it hands the question to with `usage=ctx.usage`) is pinned with its
+        # result, and done to the run again when a pin answers, so a replay's usage and run numbering are live's.
+        usage_before = copy.deepcopy(ctx.usage)
+        clocks = RunClocks.of(self.resolver)
+        runs_before = 0 if clocks is None else clocks.runs
+        drawn = False
 
-        answer = await self._outputs.resolve(
+        async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            with noting_keys() as within:
+                result = await handler(output)
+            runs = 0 if clocks is None else clocks.runs - runs_before
+            delegated = Delegated(ctx.usage - usage_before, runs, within)
+            return output_result_raw(name, returns, result, delegated=delegated)
+
+        answer, delegated = await self._outputs.resolve(
             self.resolver,
             asking.key,
             kind=OUTPUT_CALL,
             effect=draw,
-            interpret=lambda raw: output_result_from_raw(returns, raw),
+            interpret=lambda raw: (output_result_from_raw(returns, raw), delegated_of(raw)),
             fingerprint=fingerprint,
         )
         asking.arrived()
+        if not drawn:
+            if delegated.usage is not None:
+                ctx.usage.incr(delegated.usage)
+            answered_within(self.resolver, delegated.within)
+            if delegated.runs and clocks is not None:
+                with clocks.lock:
+                    clocks.runs += delegated.runs
         return answer
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
