@@ -472,7 +472,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return getattr(func, _PINNED_MARK, None) is True",
         "the default of an unmarked function is compared with `is True`: None is not True, as False is not",
     ),
-    "anagrapheus.provider.stream.x\u01c1PinnedStreamedResponse\u01c1__init____mutmut_3": (
+    "anagrapheus.provider.stream.x\u01c1PinnedStreamedResponse\u01c1__init____mutmut_8": (
         "super().__init__(response, model_request_parameters=model_request_parameters, replay_events=None)",
         "pydantic-ai's CompletedStreamedResponse yields no events only when replay_events `is False`: None replays"
         " the parts as True does",
@@ -493,16 +493,16 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "for slot, at in zip(slots, times, strict=False):",
         "the same",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_36": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=None)]",
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_12": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, strict=None)]",
         "the lengths were compared just before (another count returns the response untouched): strict never fires",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_39": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, )]",
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_15": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, )]",
         "the same",
     ),
-    "anagrapheus.provider.capability.x\u01c1Pinning\u01c1after_model_request__mutmut_40": (
-        "timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=False)]",
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_16": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, strict=False)]",
         "the same",
     ),
     "anagrapheus.provider.model.x__strip_urls__mutmut_11": (
