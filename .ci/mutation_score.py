@@ -186,15 +186,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_40": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_64": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_41": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_65": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_42": (
+    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_66": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
         "the same",
     ),
@@ -472,7 +472,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return getattr(func, _PINNED_MARK, None) is True",
         "the default of an unmarked function is compared with `is True`: None is not True, as False is not",
     ),
-    "anagrapheus.provider.stream.x\u01c1PinnedStreamedResponse\u01c1__init____mutmut_3": (
+    "anagrapheus.provider.stream.x\u01c1PinnedStreamedResponse\u01c1__init____mutmut_8": (
         "super().__init__(response, model_request_parameters=model_request_parameters, replay_events=None)",
         "pydantic-ai's CompletedStreamedResponse yields no events only when replay_events `is False`: None replays"
         " the parts as True does",
@@ -491,6 +491,18 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     ),
     "anagrapheus.provider.run_clock.x\u01c1RunClocks\u01c1stamp__mutmut_56": (
         "for slot, at in zip(slots, times, strict=False):",
+        "the same",
+    ),
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_12": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, strict=None)]",
+        "the lengths were compared just before (another count returns the response untouched): strict never fires",
+    ),
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_15": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, )]",
+        "the same",
+    ),
+    "anagrapheus.provider.stream.x_timed_attempts__mutmut_16": (
+        "return [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, times, strict=False)]",
         "the same",
     ),
     "anagrapheus.provider.model.x__strip_urls__mutmut_11": (

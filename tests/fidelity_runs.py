@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    PartDeltaEvent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -172,15 +173,10 @@ async def run_stream_events(pinning: Pinning) -> Outcome:
     messages: list[ModelMessage] = []
     async with agent(pinning).run_stream_events(PROMPT, deps="Breton") as events:
         async for event in events:
-            kinds.append(type(event).__name__)
+            kinds.append(repr(event.delta) if isinstance(event, PartDeltaEvent) else type(event).__name__)
             if isinstance(event, AgentRunResultEvent):
                 messages = event.result.all_messages()
-    return messages, _whole_parts(kinds)
-
-
-def _whole_parts(kinds: list[str]) -> list[str]:
-    # A replayed stream delivers each part whole: the provider's chunk boundaries are not pinned (documented).
-    return [kind for kind in kinds if kind != "PartDeltaEvent"]
+    return messages, kinds
 
 
 async def iterate(pinning: Pinning) -> Outcome:
@@ -197,10 +193,10 @@ async def event_stream_handler(pinning: Pinning) -> Outcome:
 
     async def handle(ctx: RunContext[str], events: AsyncIterator[Any]) -> None:
         async for event in events:
-            kinds.append(type(event).__name__)
+            kinds.append(repr(event.delta) if isinstance(event, PartDeltaEvent) else type(event).__name__)
 
     result = await agent(pinning).run(PROMPT, deps="Breton", event_stream_handler=handle)
-    return result.all_messages(), [result.output, _whole_parts(kinds)]
+    return result.all_messages(), [result.output, kinds]
 
 
 async def tool_output(pinning: Pinning) -> Outcome:
@@ -306,6 +302,32 @@ async def early_stop(pinning: Pinning) -> Outcome:
     return stream.all_messages(), first
 
 
+async def stop_after_two_deltas(pinning: Pinning) -> Outcome:
+    # Chunk boundaries are pinned (#45): the replay yields the same two deltas and stops where the live run did.
+    deltas: list[str] = []
+    async with agent(pinning, tools=[]).run_stream(PROMPT, deps="Breton") as stream:
+        async for delta in stream.stream_text(delta=True, debounce_by=None):
+            deltas.append(delta)
+            if len(deltas) == 2:
+                break
+    return stream.all_messages(), deltas
+
+
+async def _refusing_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    COUNTS.model += 1
+    raise ModelHTTPError(500, "gemini", {"error": {"code": 500}})
+    yield ""  # an async generator that fails before its first event, as an overloaded provider does
+
+
+async def fallback_stream(pinning: Pinning) -> Outcome:
+    down = FunctionModel(scripted, stream_function=_refusing_stream, model_name="gemini")
+    async with agent(pinning, model=FallbackModel(down, model("mistral")), tools=[]).run_stream(
+        PROMPT, deps="Breton"
+    ) as stream:
+        deltas = [delta async for delta in stream.stream_text(delta=True, debounce_by=None)]
+    return stream.all_messages(), deltas
+
+
 def _berths_first(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     COUNTS.model += 1
     returns = _returns(messages)
@@ -352,6 +374,8 @@ SURFACES: dict[str, Callable[[Pinning], Awaitable[Outcome]]] = {
         message_history,
         failed_stream,
         early_stop,
+        stop_after_two_deltas,
+        fallback_stream,
         mcp_stdio,
     )
 }

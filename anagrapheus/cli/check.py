@@ -21,9 +21,9 @@ from anagrapheus.timeline import (
     SecretFinding,
     SecretPolicy,
     UpcastRegistry,
-    canonical_json,
 )
 from anagrapheus.timeline.ages import expired, unit_ages
+from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.provenance import check_provenance
 
 __all__ = ["CHECKS", "COMMAND", "Check", "CheckContext", "Problem", "run"]
@@ -97,7 +97,7 @@ def keys_unambiguous(source: Source, context: CheckContext) -> Iterable[Problem]
         scheme = _SCHEME.match(event.key)
         if scheme is not None:
             schemes.setdefault(scheme.group(1), index)
-        raw = canonical_json(event.raw)
+        raw = stored_json(event.raw)
         seen = first.setdefault(event.key, (index, event.unit_id, raw))
         if seen[2] != raw:
             where = source.where(seen[0])

@@ -31,7 +31,7 @@ from anagrapheus.timeline import (
     StoredEvent,
     write_recording,
 )
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.canonical import JSONValue, pin_key, stored_json
 from anagrapheus.timeline.events import RunInputs, events_of
 
 __all__ = ["COMMAND", "run"]
@@ -319,7 +319,7 @@ def aliased(events: list[StoredEvent], unit: str, alias: str) -> list[StoredEven
             dataclasses.replace(
                 event,
                 correlation_id=alias if event.correlation_id == unit else event.correlation_id,
-                payload=canonical_json(payload),
+                payload=stored_json(payload),
             )
         )
     return renamed

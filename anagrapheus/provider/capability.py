@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic_ai import AgentRunResult, RunContext
 from pydantic_ai.capabilities import AbstractCapability, WrapOutputProcessHandler, WrapRunHandler
-from pydantic_ai.durable_exec import conversation_id_from_run_id, replay_scope
+from pydantic_ai.durable_exec import conversation_id_from_run_id, record_durable_unit, replay_scope
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.models.fallback import FallbackModel
@@ -39,6 +40,8 @@ from anagrapheus.provider.model import PinnedModel, response_raw
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.outputs import (
     OUTPUT_CALL,
+    Delegated,
+    delegated_of,
     output_function_named,
     output_pin,
     output_result_from_raw,
@@ -47,6 +50,7 @@ from anagrapheus.provider.outputs import (
 )
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
+from anagrapheus.provider.stream import attempt_times_of, attempt_times_raw, timed_attempts
 from anagrapheus.provider.timing import untimed
 from anagrapheus.provider.tools import (
     WHOLE_DEPS,
@@ -60,6 +64,7 @@ from anagrapheus.provider.tools import (
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
+from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.resolver import Resolver, as_resolver
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
@@ -333,11 +338,21 @@ class Pinning(AbstractCapability[Any]):
             self._wrappers[id(model)] = wrapper
         return wrapper[1]
 
+    def _pinned_models(self) -> Iterator[PinnedModel]:
+        """The `PinnedModel`s this capability wrapped models in, the members of a `FallbackModel` included."""
+        for _, wrapper in self._wrappers.values():
+            members = wrapper.models if isinstance(wrapper, FallbackModel) else [wrapper]
+            yield from (member for member in members if isinstance(member, PinnedModel))
+
     @override
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
         """Give a `FallbackModel`'s failed attempts the times the recorded run measured, so replay is byte-equal."""
+        if any(model.answered_stream(ctx.run_id) for model in self._pinned_models()):
+            # Answered from a pin, as a streamed request opened before its `chat` span: credited inside the span
+            # too, so a replayed stream's span is kept out of traces as a replayed request's is.
+            record_durable_unit(executed=False)
         attempts = response.failed_attempts
         if not attempts:
             return response
@@ -349,15 +364,14 @@ class Pinning(AbstractCapability[Any]):
         }
 
         async def measured() -> JSONValue:
-            return [[a.timestamp.isoformat(), a.duration.total_seconds()] for a in attempts]
+            return attempt_times_raw(attempts)
 
         timings = await self.resolver.aresolve(
             pin_key(ATTEMPT_TIMES, material, walk=walked), kind=ATTEMPT_TIMES, effect=measured, interpret=_attempt_times
         )
         if len(timings) != len(attempts):
             return response
-        timed = [replace(a, timestamp=at, duration=took) for a, (at, took) in zip(attempts, timings, strict=True)]
-        return replace(response, failed_attempts=timed)
+        return replace(response, failed_attempts=timed_attempts(attempts, timings))
 
     @override
     async def wrap_output_process(
@@ -379,18 +393,38 @@ class Pinning(AbstractCapability[Any]):
             key, kind=OUTPUT_CALL, resolver=self.resolver, ctx=ctx, per_run=not _dedupes(self.dedupe_repeats, name)
         )
 
-        async def draw() -> JSONValue:
-            return output_result_raw(name, returns, await handler(output))
+        # What the body adds to the run (an agent it hands the question to with `usage=ctx.usage`) is pinned with its
+        # result, and done to the run again when a pin answers, so a replay's usage and run numbering are live's.
+        usage_before = copy.deepcopy(ctx.usage)
+        clocks = RunClocks.of(self.resolver)
+        runs_before = 0 if clocks is None else clocks.runs
+        drawn = False
 
-        answer = await self._outputs.resolve(
+        async def draw() -> JSONValue:
+            nonlocal drawn
+            drawn = True
+            with noting_keys() as within:
+                result = await handler(output)
+            runs = 0 if clocks is None else clocks.runs - runs_before
+            delegated = Delegated(ctx.usage - usage_before, runs, within)
+            return output_result_raw(name, returns, result, delegated=delegated)
+
+        answer, delegated = await self._outputs.resolve(
             self.resolver,
             asking.key,
             kind=OUTPUT_CALL,
             effect=draw,
-            interpret=lambda raw: output_result_from_raw(returns, raw),
+            interpret=lambda raw: (output_result_from_raw(returns, raw), delegated_of(raw)),
             fingerprint=fingerprint,
         )
         asking.arrived()
+        if not drawn:
+            if delegated.usage is not None:
+                ctx.usage.incr(delegated.usage)
+            self.resolver.answered_within(delegated.within)
+            if delegated.runs and clocks is not None:
+                with clocks.lock:
+                    clocks.runs += delegated.runs
         return answer
 
     @override
@@ -471,17 +505,7 @@ def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:
 
 
 def _attempt_times(raw: JSONValue) -> list[tuple[datetime, timedelta]]:
-    if not isinstance(raw, list):
-        raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {type(raw).__name__}, not a list of [timestamp, seconds]")
-    times: list[tuple[datetime, timedelta]] = []
-    for item in raw:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
-        seconds = item[1]
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-            raise PinResultError(f"an {ATTEMPT_TIMES} pin holds {item!r}, not [timestamp, seconds]")
-        times.append((datetime.fromisoformat(item[0]), timedelta(seconds=seconds)))
-    return times
+    return attempt_times_of(raw, kind=ATTEMPT_TIMES)
 
 
 def _keyed_arguments(function: Callable[..., Any] | None, tool_args: dict[str, Any]) -> dict[str, Any]:

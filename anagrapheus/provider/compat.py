@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from pydantic_ai import _durable_replay  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.models import Model
+from pydantic_ai.messages import ModelResponse, ModelResponseStreamEvent, ToolCallPart
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
@@ -19,13 +21,16 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool
 __all__ = [
     "CATEGORIZED_HTTP_ERROR",
     "RUN_INPUTS_HOOK",
+    "ProviderEvents",
     "allow_at_run_time",
     "fallback_with_models",
     "fill_response_cost",
     "in_replay_scope",
     "is_mcp_toolset",
     "says_run_inputs_before_its_id",
+    "stamped_call_parts",
     "tool_function",
+    "watch_provider_events",
 ]
 
 CATEGORIZED_HTTP_ERROR: Callable[..., Any] = _exceptions._categorized_http_error  # pyright: ignore[reportPrivateUsage]
@@ -89,3 +94,62 @@ def tool_function(tool: ToolsetTool[Any]) -> Callable[..., Any] | None:
     schema = getattr(tool.call_func, "__self__", None)
     function = getattr(schema, "function", None)
     return function if callable(function) else None
+
+
+@dataclass
+class ProviderEvents:
+    """What a watched stream's provider yielded: its events, and whether it reached its end."""
+
+    events: list[ModelResponseStreamEvent] = field(default_factory=list[ModelResponseStreamEvent])
+    """The events, in order."""
+    ended: bool = False
+    """Whether the provider's events ran out (a consumer may still have stopped before the stream's last event)."""
+
+
+def watch_provider_events(stream: StreamedResponse) -> ProviderEvents | None:
+    """Watch the events `stream`'s provider yields, as its own `__aiter__` reads them.
+
+    The provider's events are what `_get_event_iterator` yields, before pydantic-ai adds the part ends and the
+    final-result event; a replay that yields the same ones gets the rest added the same way. Shadowed on the
+    instance (the stream is this request's, handed to no one yet) rather than wrapped, because the agent reads
+    a dozen attributes of the very object the model yielded. None, watching nothing, when the stream was
+    already read (a `FallbackModel` reads a member's first event before handing it over).
+    """
+    if stream._event_iterator is not None:  # pyright: ignore[reportPrivateUsage]
+        return None
+    events = stream._get_event_iterator  # pyright: ignore[reportPrivateUsage]
+    seen = ProviderEvents()
+
+    async def watched() -> AsyncIterator[ModelResponseStreamEvent]:
+        async for event in events():
+            seen.events.append(event)
+            yield event
+        seen.ended = True
+
+    setattr(stream, "_get_event_iterator", watched)  # noqa: B010 (a method shadowed on one instance)
+    return seen
+
+
+def stamped_call_parts(response: ModelResponse, parameters: ModelRequestParameters) -> ModelResponse:
+    """`response` with its tool calls stamped as a live stream's parts manager stamps them (an output call's kind).
+
+    pydantic-ai 2.78 stamps a streamed call as it arrives and a plain response after `Model.request` returns, so
+    a pin drawn by a plain request lacks what a stream replayed from it must carry (`tool_kind='output'`). Before
+    2.78 nothing is stamped: the response is returned as it is.
+    """
+    try:
+        from pydantic_ai._parts_manager import (  # pyright: ignore[reportPrivateUsage]
+            stamp_and_type_call_part,
+            tool_part_kinds,
+            ui_visibility_stamps,
+        )
+    except ImportError:  # pragma: no cover - pydantic-ai before 2.78 stamps nothing
+        return response
+    kinds, stamps = tool_part_kinds(parameters), ui_visibility_stamps(parameters)
+    parts = [
+        stamp_and_type_call_part(part, kinds, stamps) if isinstance(part, ToolCallPart) else part
+        for part in response.parts
+    ]
+    if all(new is old for new, old in zip(parts, response.parts, strict=True)):
+        return response
+    return replace(response, parts=parts)

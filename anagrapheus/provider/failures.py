@@ -14,7 +14,7 @@ from pydantic_core import to_jsonable_python
 from anagrapheus.errors import AnagrapheusError, PinnedFailure
 from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
 from anagrapheus.provider.retries import inherited_failures, noted_failure
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.canonical import JSONValue, pin_key, stored_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
 from anagrapheus.timeline.resolver import Resolver
 
@@ -67,7 +67,7 @@ class ExceptionCodec:
     def describe(self, error: BaseException) -> JSONValue | None:
         """Return the exception as JSON to pin, or None when it is not the outcome of a draw."""
         if isinstance(error, PinnedFailure):
-            return canonical_value(error.record)
+            return stored_value(error.record)
         if not isinstance(error, Exception) or isinstance(error, AnagrapheusError):
             return None
         return {"type": _path(type(error)), "message": str(error), "rebuild": _reduced(error)}
@@ -98,9 +98,9 @@ class ExceptionCodec:
         except Exception:
             return fallback
         # The same class and message, or nothing: a rebuilt error that differs would take another path silently.
-        # The message was pinned as canonical JSON holds a string (NFC), and is compared so.
-        said = unicodedata.normalize("NFC", str(error)) if isinstance(error, BaseException) else None
-        if said is None or _path(type(error)) != type_name or said != message:
+        # The message is stored as it was; a pin written before #45 holds it NFC-normalised, and is compared so.
+        said = str(error) if isinstance(error, BaseException) else None
+        if said is None or _path(type(error)) != type_name or message not in (said, unicodedata.normalize("NFC", said)):
             return fallback
         return error
 

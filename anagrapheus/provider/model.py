@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
@@ -26,13 +26,22 @@ from typing_extensions import override
 
 from anagrapheus.errors import InexactReplay, PartialPin, PinMiss, PinResultError, UsageError
 from anagrapheus.provider.additions import known_dump
-from anagrapheus.provider.compat import fill_response_cost
+from anagrapheus.provider.compat import fill_response_cost, watch_provider_events
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.keying.material import new_fields_set
 from anagrapheus.provider.occurrence import ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
-from anagrapheus.provider.stream import PARTIAL_STATES, PinnedStreamedResponse
+from anagrapheus.provider.stream import (
+    ATTEMPTS_TIMED,
+    PARTIAL_STATES,
+    PinnedStreamedResponse,
+    StreamAnswer,
+    attempt_times_of,
+    chunks_in,
+    chunks_of,
+    stream_answer,
+)
 from anagrapheus.provider.timing import time_from_pins, untime
 from anagrapheus.provider.typed import (
     VALUE_TYPES,
@@ -88,6 +97,9 @@ def explained(miss: PinMiss, messages: Sequence[ModelMessage], parameters: Model
 
 
 _SHOWN_NEW_FIELDS = 8
+
+_STREAMS_KEPT = 256
+"""How many runs' answered streams a `PinnedModel` keeps for a `Pinning` to hear of (`answered_stream`)."""
 
 
 def endpoint_url(url: str) -> str | None:
@@ -262,9 +274,35 @@ async def _exit_shielded(context: AbstractAsyncContextManager[T]) -> AsyncGenera
             await context.__aexit__(None, None, None)
 
 
-def _captured(stream: StreamedResponse) -> JSONValue:
-    # `get()` reports how far the stream got and the state the provider stamped, also after an early stop or error.
-    return response_answer(stream.get())
+class _Watched:
+    """A live stream as its pin sees it: the provider's events, and the failed attempts its model reported."""
+
+    def __init__(self, stream: StreamedResponse) -> None:
+        self.provider = watch_provider_events(stream)
+        # Attempts a `FallbackModel` around this model adds later are its own, not this model's answer.
+        self.attempts = stream.failed_attempts
+
+    def answer(self, stream: StreamedResponse) -> JSONValue:
+        """The stream's pin: its response so far (as `get()` reports it, also after an early stop or error), chunked."""
+        response = stream.get()
+        attempts = response.failed_attempts or []
+        # A fallback prepends the attempts that failed before this stream: not this model's answer, but their times
+        # (the wall clock's, around this model) are what the run saw, and a replay reports them so.
+        outer = attempts[: len(attempts) - len(self.attempts or [])]
+        if response.failed_attempts != self.attempts:
+            response = replace(response, failed_attempts=self.attempts)
+        chunks = None if self.provider is None else chunks_of(response, self.provider.events, ended=self.provider.ended)
+        return stream_answer(response_answer(response), chunks, outer)
+
+
+def stream_from_raw(raw: JSONValue, *, key: str | None = None) -> StreamAnswer:
+    """Rebuild a streamed pin: the response, as a plain request reads it, and the boundaries of its chunks."""
+    times = raw.get(ATTEMPTS_TIMED) if isinstance(raw, dict) else None
+    return StreamAnswer(
+        response_from_raw(raw, key=key),
+        chunks_in(raw),
+        None if times is None else attempt_times_of(times, kind=MODEL_CALL),
+    )
 
 
 @dataclass(init=False)
@@ -309,6 +347,8 @@ class PinnedModel(WrapperModel):
         self._answered: WeakValueDictionary[int, ModelResponse] = WeakValueDictionary()
         # A request retried after a failed draw is drawn anew, under a key of its own.
         self._draws = DrawSequence()
+        # Streams answered from a pin, by run, until the run's `chat` span hears of them (`answered_stream`).
+        self._streams_answered: dict[str | None, int] = {}
 
     def pin_for(
         self,
@@ -351,6 +391,17 @@ class PinnedModel(WrapperModel):
 
     def _was_answered(self, response: ModelResponse) -> bool:
         return self._answered.get(id(response)) is response
+
+    def answered_stream(self, run_id: str | None) -> bool:
+        """Whether a stream of run `run_id` was answered from a pin since last asked (each is told once).
+
+        pydantic-ai opens a streamed request before its `chat` span starts, so the answer is credited to the run
+        there; `Pinning` asks this inside the span, to credit the span too (a replayed stream's is not exported).
+        """
+        count = self._streams_answered.pop(run_id, 0)
+        if count > 1:
+            self._streams_answered[run_id] = count - 1
+        return count > 0
 
     @override
     async def request(
@@ -409,8 +460,21 @@ class PinnedModel(WrapperModel):
         # Streaming is how a response is received, not what is asked: the key is the plain request's.
         call = self.pin_for(messages, model_settings, model_request_parameters)
 
-        def open_stream() -> AbstractAsyncContextManager[StreamedResponse]:
-            return self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+        watched: _Watched | None = None
+
+        @asynccontextmanager
+        async def open_stream() -> AsyncGenerator[StreamedResponse]:
+            nonlocal watched
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as live:
+                watched = _Watched(live)
+                yield live
+
+        def captured(stream: StreamedResponse) -> JSONValue:
+            if watched is None:  # pragma: no cover - a stream is captured only once it opened
+                return response_answer(stream.get())
+            return watched.answer(stream)
 
         asking = ask(
             call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
@@ -425,8 +489,8 @@ class PinnedModel(WrapperModel):
                     effect=open_stream,
                     # A stream is pinned as timed: its response is built anew from the live stream (with the
                     # timing pydantic-ai measured) whenever the run reads it, past the reach of any pin.
-                    capture=_captured,
-                    interpret=functools.partial(response_from_raw, key=asking.key),
+                    capture=captured,
+                    interpret=functools.partial(stream_from_raw, key=asking.key),
                     fingerprint=call.fingerprint,
                     failure=FAILURES,
                 )
@@ -437,13 +501,24 @@ class PinnedModel(WrapperModel):
                 if draw.live is not None:
                     yield draw.live
                 else:
-                    pinned = draw.pinned
-                    if pinned is None:  # pragma: no cover - a resolver yields one or the other
+                    answer = draw.pinned
+                    if answer is None:  # pragma: no cover - a resolver yields one or the other
                         raise UsageError("the resolver yielded neither a live stream nor a pinned response")
+                    pinned = answer.response
                     self._mark_answered(pinned)
+                    run_id = None if run_context is None else run_context.run_id
+                    self._streams_answered[run_id] = self._streams_answered.get(run_id, 0) + 1
+                    if len(self._streams_answered) > _STREAMS_KEPT:
+                        # Told to no `Pinning` (a bare `PinnedModel`): the oldest runs' counts go.
+                        del self._streams_answered[next(iter(self._streams_answered))]
                     time_from_pins(pinned, messages)
                     replayed = PinnedStreamedResponse(
-                        pinned, key=asking.key, model_request_parameters=model_request_parameters, failure=draw.failure
+                        pinned,
+                        key=asking.key,
+                        model_request_parameters=model_request_parameters,
+                        failure=draw.failure,
+                        chunks=answer.chunks,
+                        attempt_times=answer.attempt_times,
                     )
                     try:
                         yield replayed

@@ -13,19 +13,25 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from pydantic import TypeAdapter
 from pydantic_ai.output import NativeOutput, PromptedOutput, TextOutput, ToolOutput
+from pydantic_ai.usage import RunUsage
 from pydantic_core import PydanticSerializationError
 
 from anagrapheus.errors import CanonicalError, PinResultError
 from anagrapheus.provider.keying.keys import key_of, walked
-from anagrapheus.timeline.canonical import JSONValue, canonical_value
+from anagrapheus.timeline.canonical import JSONValue, stored_value
 from anagrapheus.timeline.ordered import ordered, read_ordered
 
 __all__ = [
+    "DELEGATED",
     "OUTPUT_CALL",
+    "Delegated",
+    "delegated_of",
+    "delegated_raw",
     "output_function_named",
     "output_pin",
     "output_result_from_raw",
@@ -90,12 +96,64 @@ def _adapter(returns: object) -> TypeAdapter[Any]:
     return TypeAdapter(typing.cast(Any, returns))
 
 
-def output_result_raw(function: str, returns: object, result: object) -> JSONValue:
+DELEGATED = "$anagrapheus.delegated"
+"""Where an output function's pin keeps what its body did to the run besides returning (an agent it handed the
+question to, run with `usage=ctx.usage`): `{"usage": ..., "runs": n, "within": [keys]}`, beside its result."""
+
+_usages: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
+
+
+@dataclass(frozen=True, slots=True)
+class Delegated:
+    """What an output function's body did to its run besides returning, as its pin keeps it."""
+
+    usage: RunUsage | None = None
+    """The usage it added to the run (its delegate's requests and tokens)."""
+    runs: int = 0
+    """How many agent runs started through the same resolver while it ran."""
+    within: list[str] = field(default_factory=list[str])
+    """The keys it asked for while it ran (its delegate's requests), in order."""
+
+
+def delegated_raw(delegated: Delegated) -> JSONValue | None:
+    """`delegated` as its pin keeps it, or None when the body did nothing to the run."""
+    kept: dict[str, JSONValue] = {}
+    if delegated.usage is not None and delegated.usage != RunUsage():
+        kept["usage"] = _usages.dump_python(delegated.usage, mode="json")
+    if delegated.runs:
+        kept["runs"] = delegated.runs
+    if delegated.within:
+        kept["within"] = list(delegated.within)
+    return kept or None
+
+
+def delegated_of(raw: JSONValue) -> Delegated:
+    """What an output function's pin says its body did to the run; nothing for a pin that says nothing."""
+    kept = raw.get(DELEGATED) if isinstance(raw, dict) else None
+    if kept is None:
+        return Delegated()
+    try:
+        if not isinstance(kept, dict):
+            raise TypeError("not an object")
+        usage = _usages.validate_python(kept["usage"]) if "usage" in kept else None
+        runs, within = kept.get("runs", 0), kept.get("within", [])
+        if not (type(runs) is int and runs >= 0 and isinstance(within, list)):
+            raise TypeError("runs or within of the wrong type")
+        if not all(isinstance(key, str) for key in within):
+            raise TypeError("a key that is not a string")
+    except (TypeError, ValueError) as e:
+        raise PinResultError(f"an {OUTPUT_CALL} pin keeps {kept!r:.200} as what its body did ({e})") from e
+    return Delegated(usage, runs, cast("list[str]", within))
+
+
+def output_result_raw(
+    function: str, returns: object, result: object, *, delegated: Delegated | None = None
+) -> JSONValue:
     """What an output function returned, as its pin keeps it; refused unless it rebuilds equal to itself."""
     try:
         dumped: object = result if returns is None else _adapter(returns).dump_python(result, mode="json")
-        # Refused as canonical JSON refuses it; kept as ordered text, so a dict comes back in its own key order.
-        canonical_value(dumped)
+        # Refused as the log refuses it; kept as ordered text, so a dict comes back in its own key order.
+        stored_value(dumped)
         raw = ordered(dumped)
     except (CanonicalError, PydanticSerializationError) as e:
         raise PinResultError(
@@ -107,7 +165,8 @@ def output_result_raw(function: str, returns: object, result: object) -> JSONVal
             f"output function {function!r} returned {type(result).__qualname__}, which would not replay equal to"
             " itself from its JSON; annotate its return type (a pydantic model, a dataclass, JSON types)"
         )
-    return raw
+    kept = None if delegated is None else delegated_raw(delegated)
+    return raw if kept is None or not isinstance(raw, dict) else {**raw, DELEGATED: kept}
 
 
 def output_result_from_raw(returns: object, raw: JSONValue) -> Any:

@@ -303,8 +303,13 @@ class RunClocks:
         pydantic-ai hands a failed run's hook a context without the run's history (`messages` is then empty): the
         history the run's last stamp point saw is the list the run went on appending to.
         """
+        # The run is forgotten where it is said to have ended (`ended`), which the retry rule reads.
         run = self.by_id.get(run_id)
-        await self.stamp(resolver, run_id, run.messages if run and run.messages is not None else messages, clock=clock)
+        history = run.messages if run and run.messages is not None else messages
+        await self.stamp(resolver, run_id, history, clock=clock)
+        refused = _extended_by_the_run(run_id, history)
+        if refused is not None:
+            await self.stamp(resolver, run_id, refused, clock=clock)
 
     async def stamp(
         self,
@@ -376,6 +381,31 @@ def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Se
             and found[at] is anchor
             and isinstance(appended := found[-1], ModelRequest)
             and appended.run_id == run_id
+        ):
+            return found
+    return None
+
+
+def _extended_by_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:
+    """The history a run was refused with, when it holds one request of the run more than `messages`; else None.
+
+    A run continuing a `conversation=` whose carried usage already spends a limit is refused before any hook sees
+    its first request: pydantic-ai appends that request, stamped from the wall clock, to a list of its own (the one
+    `capture_run_messages` hands out), never to the history the hooks saw. `gc` finds it, as it finds the request
+    `run_stream` appends (`_appended_after_the_run`), so its times are pinned like every other.
+    """
+    if not messages:
+        return None
+    anchor = messages[-1]
+    for holder in gc.get_referrers(anchor):
+        found = cast("list[ModelMessage]", holder)
+        if (
+            type(holder) is list
+            and found is not messages
+            and len(found) == len(messages) + 1
+            and found[-2] is anchor
+            and isinstance(refused := found[-1], ModelRequest)
+            and refused.run_id == run_id
         ):
             return found
     return None

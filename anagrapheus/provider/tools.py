@@ -40,7 +40,7 @@ from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
-from anagrapheus.timeline.canonical import JSONValue, canonical_value, encode_normalised
+from anagrapheus.timeline.canonical import JSONValue, encode_normalised, stored_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
 from anagrapheus.timeline.pins import noting_keys
 from anagrapheus.timeline.resolver import Resolver, as_resolver
@@ -299,8 +299,8 @@ def tool_result_raw(
         envelope = {"value": _tagged(tool, result, declared)}
     else:
         try:
-            # Checked as canonical JSON would write it (which refuses what JSON cannot hold), kept as it is.
-            canonical_value(result)
+            # Checked as the log would store it (which refuses what JSON cannot hold), kept as it is.
+            stored_value(result)
         except CanonicalError as e:
             raise PinResultError(
                 f"tool {tool!r} returned {type(result).__qualname__}, which is not JSON-shaped ({e}); a pinned tool"
@@ -451,8 +451,8 @@ def _json_leaf(tool: str, value: object, declared: DeclaredTypes) -> JSONValue:
         return {"$t": "typed", **typed(value, what=f"tool {tool!r} returned", declared=declared)}
     try:
         jsonable: JSONValue = to_jsonable_python(value)
-        # Refused as canonical JSON refuses it; kept in its own key order, its floats and strings as they were.
-        canonical_value(jsonable)
+        # Refused as the log refuses it; kept in its own key order, its floats and strings as they were.
+        stored_value(jsonable)
         return {"$t": "json", "v": jsonable}
     except (CanonicalError, PydanticSerializationError) as e:
         held = type(value).__qualname__

@@ -29,7 +29,7 @@ from pydantic import BaseModel, PydanticUserError, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from anagrapheus.errors import CanonicalError, PinResultError, UndeclaredType
-from anagrapheus.timeline.canonical import JSONValue, canonical_value
+from anagrapheus.timeline.canonical import JSONValue, stored_value
 
 __all__ = [
     "VALUE_TYPES",
@@ -183,7 +183,7 @@ def typed(value: object, *, what: str, declared: DeclaredTypes) -> dict[str, JSO
     held = kind.__qualname__
     try:
         jsonable: JSONValue = to_jsonable_python(value)
-        canonical_value(jsonable)
+        stored_value(jsonable)
     except (CanonicalError, PydanticSerializationError) as e:
         raise PinResultError(f"{what} {held}, which has no JSON form ({e})") from e
     if not declared.declares(kind):

@@ -26,6 +26,9 @@ __all__ = [
     "digest_key",
     "encode_normalised",
     "pin_key",
+    "stored_json",
+    "stored_json_of_parsed",
+    "stored_value",
 ]
 
 
@@ -63,6 +66,17 @@ def _text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
 
 
+def _utf8(value: str) -> str:
+    # A stored string keeps its code points: only one UTF-8 cannot write is refused. NFC is the key's, never the
+    # answer's.
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Refused("string holds a lone surrogate, which UTF-8 cannot encode") from None
+    return value if type(value) is str else str.__str__(value)
+
+
 def _spelled(number: float) -> int | float:
     # One spelling per number: -0.0 is 0, and integral floats are written as integers.
     if number.is_integer() and abs(number) < _SAFE_INT:
@@ -70,10 +84,10 @@ def _spelled(number: float) -> int | float:
     return number
 
 
-def _normalise(value: object) -> Any:
+def _normalise(value: object, text: Callable[[str], str] = _text) -> Any:
     kind = type(value)
     if kind is str:
-        return _text(value)  # pyright: ignore[reportArgumentType]
+        return text(value)  # pyright: ignore[reportArgumentType]
     if kind is int:
         integer: int = value  # pyright: ignore[reportAssignmentType]
         if integer.bit_length() > _CHECKED_INT_BITS:
@@ -93,7 +107,7 @@ def _normalise(value: object) -> Any:
             if type(k) is not str:
                 raise Refused(f"object key {k!r} is not a string")
             try:
-                out[_text(k)] = _normalise(v)
+                out[text(k)] = _normalise(v, text)
             except Refused as refused:
                 refused.path.append(f".{k}")
                 raise
@@ -105,7 +119,7 @@ def _normalise(value: object) -> Any:
         items: list[Any] = []
         for i, v in enumerate(sequence):
             try:
-                items.append(_normalise(v))
+                items.append(_normalise(v, text))
             except Refused as refused:
                 refused.path.append(f"[{i}]")
                 raise
@@ -113,11 +127,11 @@ def _normalise(value: object) -> Any:
     if isinstance(value, str):
         # The characters it holds, as the walk of key material and every JSON encoder write them: its own
         # `__str__` (a `(str, Enum)` member's `Cls.NAME`, a masking wrapper's `***`) could make two values one.
-        return _text(str.__str__(value))
+        return text(str.__str__(value))
     if isinstance(value, int):
-        return _normalise(int(value))
+        return _normalise(int(value), text)
     if isinstance(value, float):
-        return _normalise(float(value))
+        return _normalise(float(value), text)
     raise Refused(f"{kind.__qualname__} is not a JSON type (convert it deliberately before pinning)")
 
 
@@ -163,6 +177,37 @@ def canonical_value(value: object) -> JSONValue:
         raise CanonicalError(refused.reason, path="$" + "".join(reversed(refused.path))) from None
     except RecursionError:
         raise CanonicalError("value is nested too deeply (or contains itself)", path="$") from None
+
+
+def stored_value(value: object) -> JSONValue:
+    """Return `value` as the log stores it: `canonical_value` without NFC, so every string keeps its code points.
+
+    A key is computed from NFC text, so two spellings of one text ask the same thing; a stored answer is given
+    back as it was drawn (U+F900 stays itself, where NFC makes it U+8C48). Refuses as `canonical_value` does.
+    """
+    try:
+        return _normalise(value, _utf8)
+    except Refused as refused:
+        raise CanonicalError(refused.reason, path="$" + "".join(reversed(refused.path))) from None
+    except RecursionError:
+        raise CanonicalError("value is nested too deeply (or contains itself)", path="$") from None
+
+
+def stored_json(value: object) -> str:
+    """Write `value` as the log stores it: sorted keys, compact, one spelling per number, strings as they are."""
+    return _encode(stored_value(value))
+
+
+def stored_json_of_parsed(value: JSONValue) -> str:
+    """`stored_json` of a value `json.loads` returned with `parse_float=canonical_number`, at the C encoder's speed."""
+    # As `canonical_json_of_parsed`, less the NFC check: only a refusal sends the value through the walk.
+    try:
+        text = _encode(value)
+        if not text.isascii():
+            text.encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError: a lone surrogate
+        return stored_json(value)
+    return text
 
 
 def canonical_json(value: object) -> str:

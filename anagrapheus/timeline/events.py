@@ -12,7 +12,12 @@ import uuid_utils
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from anagrapheus.errors import CorruptEvent, EventTypeError, FutureSchemaVersion, UnknownEventType, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_json_of_parsed, encode_normalised
+from anagrapheus.timeline.canonical import (
+    JSONValue,
+    encode_normalised,
+    stored_json,
+    stored_json_of_parsed,
+)
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = [
@@ -177,7 +182,7 @@ class EventTypeRegistry:
             namespace=cls.namespace,
             type=cls.event_type,
             schema_version=cls.schema_version,
-            payload=canonical_json(event.model_dump(mode="json")),
+            payload=stored_json(event.model_dump(mode="json")),
             causation_id=causation_id,
             correlation_id=correlation_id,
         )
@@ -241,8 +246,8 @@ class PinPromoted(Event):
         """
         return (
             f'{{"attempts":{attempts},"failed":{"true" if failed else "false"},"fingerprint":{fingerprint or "null"},'
-            f'"key":{canonical_json(key)},"kind":{canonical_json(kind)},"raw":{raw},'
-            f'"unit_id":{canonical_json(unit_id)}}}'
+            f'"key":{stored_json(key)},"kind":{stored_json(kind)},"raw":{raw},'
+            f'"unit_id":{stored_json(unit_id)}}}'
         )
 
     @staticmethod
@@ -273,9 +278,9 @@ class PinPromoted(Event):
                 unit_id=event.unit_id,
                 key=event.key,
                 kind=event.kind,
-                raw_text=canonical_json(event.raw),
+                raw_text=stored_json(event.raw),
                 attempts=event.attempts,
-                fingerprint=None if event.fingerprint is None else canonical_json(event.fingerprint),
+                fingerprint=None if event.fingerprint is None else stored_json(event.fingerprint),
                 failed=event.failed,
             )
         return _texts(payload, text=stored.payload)
@@ -293,13 +298,13 @@ def _texts(payload: dict[str, Any], *, text: str | None) -> PinText:
     """
     fingerprint = _fingerprint_text(payload)
     if text is None:
-        return _pin_text(payload, raw=canonical_json_of_parsed(payload["raw"]), fingerprint=fingerprint)
+        return _pin_text(payload, raw=stored_json_of_parsed(payload["raw"]), fingerprint=fingerprint)
     head, tail = _around_raw(payload, fingerprint)
     if text.startswith(head) and text.endswith(tail):
         # A stored payload is canonical JSON text, so the part between the fields around `raw` is its text.
         # (The two cannot overlap: `raw`'s value lies between them, and `"raw":` cannot occur in the tail.)
         return _pin_text(payload, raw=text[len(head) : len(text) - len(tail)], fingerprint=fingerprint)
-    return _pin_text(payload, raw=canonical_json(payload["raw"]), fingerprint=fingerprint)
+    return _pin_text(payload, raw=stored_json(payload["raw"]), fingerprint=fingerprint)
 
 
 def _around_raw(payload: dict[str, Any], fingerprint: str | None) -> tuple[str, str]:

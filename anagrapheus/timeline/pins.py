@@ -15,7 +15,7 @@ from typing import Literal, TypeVar, cast
 from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitClosed, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue, stored_json
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
@@ -46,9 +46,9 @@ S = TypeVar("S")
 
 
 def raw_text_of(result: object, *, key: str, kind: str) -> str:
-    """Return an effect's result as canonical JSON text, or raise `PinResultError` saying why it cannot be pinned."""
+    """Return an effect's result as the log stores it, or raise `PinResultError` saying why it cannot be pinned."""
     try:
-        return canonical_json(result)
+        return stored_json(result)
     except CanonicalError as e:
         raise PinResultError(
             f"the {kind} effect for {key} returned a result that is not JSON-shaped ({e});"
@@ -201,7 +201,7 @@ def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
     wrong = [name for name, digest in fields.items() if not isinstance(name, str) or not isinstance(digest, str)]
     if wrong:
         raise UsageError(f"a fingerprint maps field names to digest strings; {wrong[0]!r} does not")
-    return canonical_json(fields)
+    return stored_json(fields)
 
 
 class PinLedger(Resolver):

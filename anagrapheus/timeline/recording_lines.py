@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from anagrapheus.errors import AnagrapheusError, RecordingError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json_of_parsed
+from anagrapheus.timeline.canonical import JSONValue, stored_json_of_parsed
 from anagrapheus.timeline.events import StoredEvent
 from anagrapheus.timeline.recording_json import parse_object
 
@@ -92,7 +92,7 @@ def stored_event(fields: dict[str, Any], *, where: str, line: int) -> StoredEven
     """The stored event a checked line holds, its payload written back as canonical JSON text."""
     payload: dict[str, JSONValue] = fields["payload"]
     try:
-        payload_text = canonical_json_of_parsed(payload)
+        payload_text = stored_json_of_parsed(payload)
     except AnagrapheusError as e:
         raise RecordingError(f"payload cannot be written canonically ({e})", path=where, line=line) from None
     return StoredEvent(

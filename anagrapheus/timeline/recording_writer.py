@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
-from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised
+from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised, stored_value
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
@@ -43,10 +43,18 @@ class _LineWriter:
         self._refusal_repeats_redaction = refuse is not None and redact is not None and redact.same_search(refuse)
 
     def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
-        # Searched as it is written: canonical text is NFC, which turns a look-alike (U+212A KELVIN SIGN) into the
-        # very letter a rule looks for.
-        line = cast(dict[str, JSONValue], canonical_value(line))
+        line = cast(dict[str, JSONValue], stored_value(line))
         text = encode_normalised(line)
+        if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            # Searched as NFC, which turns a look-alike (U+212A KELVIN SIGN) into the very letter a rule looks for.
+            # The line is written as stored (its strings as drawn) unless a rule may find something there: then its
+            # NFC form is what is redacted or refused, so no look-alike slips through.
+            searched = cast(dict[str, JSONValue], canonical_value(line))
+            searched_text = encode_normalised(searched)
+            policies = (self._redact, self._refuse)
+            if not any(policy is not None and policy.may_hold(searched_text) for policy in policies):
+                return text
+            line, text = searched, searched_text
         # Each policy first searches the whole line once; only a line that may hold a match is walked.
         if self._redact is not None and self._redactor is not None:
             if not self._redact.may_hold(text):

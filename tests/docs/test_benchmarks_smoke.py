@@ -129,3 +129,9 @@ def test_conversation_size_benchmark_runs() -> None:
     out = run_quick("conversation_size.py")
     assert "Pinning / PinnedModel at 3 turns:" in out
     assert "Pinning, 12 turns / 3 turns:" in out
+
+
+def test_stream_benchmark_runs() -> None:
+    out = run_quick("stream.py")
+    assert "bytes per 100 deltas" in out
+    assert "replayed from its pin" in out

@@ -156,9 +156,8 @@ async def with_handler(agent: Agent[None, Any], outcome: Outcome) -> None:
 
     async def handler(ctx: object, events: Any) -> None:
         async for event in events:
-            # A replayed stream hands each part on whole: its deltas are not the provider's chunks (documented).
-            if not isinstance(event, PartDeltaEvent):
-                seen.append(type(event).__name__)
+            # Every event, deltas included: a replayed stream yields the provider's chunks as they arrived (#45).
+            seen.append(repr(event.delta) if isinstance(event, PartDeltaEvent) else type(event).__name__)
 
     result = await agent.run(PROMPT, event_stream_handler=handler)
     outcome.ran(result.all_messages(), result.usage, (result.output, seen))
@@ -338,6 +337,24 @@ def test_a_fallback_over_real_providers_falls_back_on_replay_as_it_did_live(
     assert ran.sent_live == ran.sent_unpinned
     assert ran.replayed.runs == ran.live.runs
     assert '"failed_attempts":[{' in ran.live.runs[0]["messages"]
+
+
+def test_a_fallback_of_three_real_providers_under_run_stream_replays_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chat answers 503, Responses 429, Anthropic streams the answer: live and replayed, each failure is listed once
+    # and timed as the recorded run timed it (#45: a streamed replay listed the first one twice and missed a pin).
+    scenario = Scenario((failure("chat", 503), failure("responses", 429), ANSWER), run_stream)
+
+    def make(url: str) -> Model:
+        return FallbackModel(build("chat", url), build("responses", url), build("anthropic", url))
+
+    ran = trial(tmp_path, monkeypatch, make, scenario)
+
+    assert ran.sent_live == ran.sent_unpinned
+    assert ran.replayed.runs == ran.live.runs
+    assert comparable(ran.live) == comparable(ran.unpinned)
+    assert len(json.loads(ran.live.runs[0]["messages"])[-1]["failed_attempts"]) == 2
 
 
 def test_a_real_providers_datetime_detail_keeps_its_type_pinned_live_and_replayed(

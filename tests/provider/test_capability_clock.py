@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.capabilities import ProcessHistory, ReinjectSystemPrompt
 from pydantic_ai.messages import (
     ModelMessage,
@@ -481,3 +481,34 @@ def test_a_run_refused_by_a_usage_limit_replays_byte_for_byte(
     ledger.commit()
     replayed = refused(Pinning(ReplayPins.from_store(store, types)))
     assert replayed == live
+
+
+def test_a_continued_conversation_refused_by_a_usage_limit_replays_its_refused_request_as_recorded(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    """A second turn under `request_limit=1` (#45): the request the limit refused keeps its recorded times."""
+    from pydantic_ai import capture_run_messages
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.usage import UsageLimits
+
+    if not hasattr(AgentRunResult, "conversation"):
+        pytest.skip("pydantic-ai before `conversation=` (2.78) has no usage carried from turn to turn")
+
+    def turns(pinning: Pinning) -> tuple[bytes, bytes]:
+        first = agent(pinning).run_sync(PROMPT)
+        # The conversation carries its usage: the first turn's requests already spend the limit of the second.
+        with capture_run_messages() as messages, pytest.raises(UsageLimitExceeded):
+            agent(pinning).run_sync(
+                "And the Basque fleet?",
+                conversation=first.conversation,  # pyright: ignore[reportCallIssue]
+                usage_limits=UsageLimits(request_limit=1),
+            )
+        return first.all_messages_json(), ModelMessagesTypeAdapter.dump_json(messages)
+
+    ledger = PinLedger(store, types, unit_id="u")
+    live = turns(Pinning(ledger))
+    ledger.commit()
+    replayed = turns(Pinning(ReplayPins.from_store(store, types)))
+    assert replayed[0] == live[0]
+    assert replayed[1] == live[1]

@@ -26,6 +26,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from anagrapheus import Pinning
 from anagrapheus.errors import PinMiss, PinnedFailure, PinResultError
 from anagrapheus.provider.capability import ATTEMPT_TIMES
+from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.provider.model import response_raw
 from anagrapheus.provider.retries import RUN_RETRY
 from anagrapheus.provider.run_clock import RUN_POSITIONS
@@ -311,3 +312,60 @@ def test_a_damaged_attempt_times_pin_is_refused_saying_what_it_holds(
     with pytest.raises(PinResultError) as refused:
         agent.run_sync(PROMPT)
     assert str(refused.value).startswith(says)
+
+
+@dataclass
+class Refusing:
+    """A model whose stream fails before its first event with `status` (a fallback moves on), or answers in words."""
+
+    name: str
+    status: int | None = None
+    calls: int = 0
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(stream_function=self._stream, model_name=self.name)
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        self.calls += 1
+        if self.status is not None:
+            raise ModelHTTPError(self.status, self.name, {"error": {"code": self.status}})
+        for word in ("Hold ", "the ", "line."):
+            yield word
+
+
+@pytest.mark.anyio
+async def test_a_fallback_under_run_stream_replays_its_failed_attempts_once_as_live(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    """Two members fail (500, 429), the third streams: a streamed replay lists each failure once (#45)."""
+
+    def members() -> tuple[Refusing, Refusing, Refusing]:
+        return Refusing("gemini", 500), Refusing("groq", 429), Refusing("mistral")
+
+    async def streamed(models: tuple[Refusing, ...], *capabilities: Pinning) -> tuple[list[str], list[ModelMessage]]:
+        agent = Agent(FallbackModel(*(m.model for m in models)), capabilities=list(capabilities))
+        async with agent.run_stream(PROMPT) as run:
+            deltas = [delta async for delta in run.stream_text(delta=True, debounce_by=None)]
+        return deltas, run.all_messages()
+
+    def attempts(messages: list[ModelMessage]) -> list[tuple[str, str | None]]:
+        answered = messages[-1]
+        assert isinstance(answered, ModelResponse)
+        return [(a.model_name, a.error) for a in answered.failed_attempts or []]
+
+    unpinned = await streamed(members())
+    ledger = PinLedger(store, types)
+    live_models = members()
+    live = await streamed(live_models, Pinning(ledger))
+    ledger.commit()
+    assert [m.calls for m in live_models] == [1, 1, 1]
+    replay_models = members()
+    with refuse_model_requests():
+        replayed = await streamed(replay_models, Pinning(ReplayPins.from_store(store, types)))
+    assert [m.calls for m in replay_models] == [0, 0, 0]
+
+    assert unpinned[0] == live[0] == replayed[0] == ["Hold ", "the ", "line."]
+    assert [name for name, _ in attempts(unpinned[1])] == [name for name, _ in attempts(live[1])] == ["gemini", "groq"]
+    assert attempts(replayed[1]) == attempts(live[1])
+    assert messages_json(replayed[1]) == messages_json(live[1])

@@ -11,19 +11,24 @@ from decimal import Decimal
 from typing import Any, cast
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
+from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 
 LANDED = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
@@ -194,3 +199,74 @@ def test_provider_details_keep_their_types_pinned_live_and_replayed(
     assert ModelMessagesTypeAdapter.dump_json(again.all_messages()) == ModelMessagesTypeAdapter.dump_json(
         pinned.all_messages()
     )
+
+
+# Any JSON, with text NFC would change (U+F900, a combining accent, a KELVIN SIGN) in keys and values alike.
+_texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6) | st.sampled_from(
+    ["\uf900", "cafe\u0301", "\u212a", "\u00c5\u212b"]
+)
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(details=st.dictionaries(_texts, _json, max_size=3), result=_json, text=_texts)
+def test_any_json_in_provider_details_tool_results_and_messages_comes_back_exactly(
+    tmp_path_factory: pytest.TempPathFactory, details: dict[str, Any], result: Any, text: str
+) -> None:
+    """Stored answers are never normalised (#45): only keys are computed from NFC text."""
+    from anagrapheus.provider.inputs import recorded_runs
+    from anagrapheus.testing.rerun import read_events
+    from anagrapheus.timeline import RecordingHeader, write_recording
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 3:
+            return ModelResponse(parts=[ToolCallPart("look", {"q": text})], provider_details=dict(details))
+        return ModelResponse(parts=[TextPart(text), TextPart("said")], provider_details={"again": details})
+
+    def agent() -> Agent[None, str]:
+        made = Agent(FunctionModel(answer, model_name="scripted-any-json"))
+
+        @made.tool_plain
+        def look(q: str) -> Any:  # pyright: ignore[reportUnusedFunction]
+            return result
+
+        return made
+
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(text)]),
+        ModelResponse(parts=[TextPart(text)], provider_details=dict(details)),
+    ]
+    plain = agent().run_sync(text, message_history=history)
+    folder = tmp_path_factory.mktemp("any-json")
+    with SQLiteEventStore(folder / "run.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry())
+        live = agent().run_sync(text, message_history=history, capabilities=[Pinning(ledger)])
+        ledger.commit()
+        path = write_recording(
+            folder / "run.jsonl",
+            store.read(namespace="anagrapheus"),
+            header=RecordingHeader(description="Any JSON.", recorded_with="A scripted model.", rerecord="pytest"),
+        )
+    with refuse_model_requests():
+        again = agent().run_sync(text, message_history=history, capabilities=[Pinning(ReplayPins.from_recording(path))])
+
+    def contents(result: AgentRunResult[str]) -> list[object]:
+        """What each message holds, less its wall-clock stamps and run ids (drawn anew by every unpinned run)."""
+        dumped = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
+        stamps = {"timestamp", "run_id", "conversation_id", "tool_call_id"}
+        return [[{k: v for k, v in part.items() if k not in stamps} for part in m["parts"]] for m in dumped]
+
+    assert contents(live) == contents(plain)
+    assert ModelMessagesTypeAdapter.dump_json(again.all_messages()) == ModelMessagesTypeAdapter.dump_json(
+        live.all_messages()
+    )
+    (run,) = recorded_runs(read_events(path))
+    assert run.prompt == text

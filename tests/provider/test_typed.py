@@ -30,7 +30,7 @@ from anagrapheus.errors import CorruptEvent, PinResultError, UndeclaredType
 from anagrapheus.provider.tools import tool_result_raw
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, typed_tree, untyped_tree
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, RecordingHeader, ReplayPins, SQLiteEventStore
-from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.recording import write_recording
 from tests.timeline.sample_recording import unsealed
 
@@ -66,7 +66,7 @@ def shape(value: object) -> Any:
 
 @given(_trees)
 def test_a_tree_comes_back_from_its_pinned_json_with_every_class_it_held(value: object) -> None:
-    stored = json.loads(canonical_json(typed_tree(value, what="a detail held", declared=VALUES)))
+    stored = json.loads(stored_json(typed_tree(value, what="a detail held", declared=VALUES)))
     assert shape(untyped_tree(stored, VALUES)) == shape(value)
 
 

@@ -366,3 +366,101 @@ def test_pin_key_walks_with_the_walk_given_and_a_normalised_one_with_none() -> N
     assert pin_key("k", {"a": [1.0, "e\u0301"]}) == pin_key(
         "k", canonical_value({"a": [1.0, "e\u0301"]}), normalised=True
     )
+
+
+# The stored form (#45): what the log writes of an answer. Canonical in every way but NFC, which belongs to keys.
+
+
+@given(file_values)
+def test_the_stored_form_is_canonical_json_less_nfc_and_keeps_every_code_point(value: Any) -> None:
+    from anagrapheus.timeline.canonical import canonical_number, stored_json, stored_json_of_parsed, stored_value
+
+    try:
+        text = json.dumps(value)
+    except ValueError:
+        return
+    parsed = json.loads(text, parse_float=canonical_number)
+    try:
+        stored = stored_json(json.loads(text))
+    except CanonicalError as refused:
+        for writer in (stored_json_of_parsed, stored_value):
+            with pytest.raises(CanonicalError) as caught:
+                writer(parsed)
+            assert (caught.value.reason, caught.value.path) == (refused.reason, refused.path)
+        return
+    assert (
+        stored_json_of_parsed(parsed)
+        == stored
+        == json.dumps(stored_value(json.loads(text)), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    )
+    back = json.loads(stored)
+    assert json.dumps(back, sort_keys=True) == json.dumps(
+        json.loads(text, parse_float=canonical_number), sort_keys=True
+    )
+    try:
+        keyed = canonical_json(back)
+    except CanonicalError:
+        return  # keys equal once NFC: refused as key material, stored as they are
+    assert keyed == canonical_json(json.loads(text))
+    assert (stored == keyed) == unicodedata.is_normalized("NFC", stored)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"\uf900": None},
+        {"caf\u00e9": 1, "cafe\u0301": 2},
+        ["\u212a", "A\u030a", Mode.FAST, Masked("swordfish")],
+        {"n": [1.0, -0.0, 2.5], "s": "\ufb01"},
+    ],
+    ids=["compatibility ideograph", "NFC twins", "look-alikes and str kinds", "numbers"],
+)
+def test_a_stored_value_keeps_its_text_where_its_key_is_nfc(value: Any) -> None:
+    from anagrapheus.timeline.canonical import stored_json, stored_json_of_parsed, stored_value
+
+    text = stored_json(value)
+    assert stored_json_of_parsed(json.loads(text)) == text
+    assert stored_value(value) == json.loads(text)
+    texts = [leaf for leaf in json.loads(text) if isinstance(leaf, str)] if isinstance(value, list) else []
+    if isinstance(value, dict):
+        assert list(json.loads(text)) == sorted(str.__str__(k) for k in value)  # keys as they were, sorted
+    else:
+        assert texts == ["\u212a", "A\u030a", "fast", "swordfish"]
+    if "n" in value:
+        assert text == '{"n":[1,0,2.5],"s":"\ufb01"}'  # one spelling per number, as canonical JSON
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "path", "parsed"),
+    [
+        ({"t": [math.nan]}, "nan is not a JSON number", "$.t[0]", True),
+        ({3: "x"}, "object key 3 is not a string", "$", False),
+        ({"a": "\ud800"}, "string holds a lone surrogate, which UTF-8 cannot encode", "$.a", True),
+        ({"\ud800": 1}, "string holds a lone surrogate, which UTF-8 cannot encode", "$.\ud800", True),
+        ([b"x"], "bytes is not a JSON type (convert it deliberately before pinning)", "$[0]", False),
+        ([10**5000], "an integer of 16610 bits is too long to write as JSON", "$[0]", True),
+    ],
+    ids=["nan", "int key", "surrogate", "surrogate key", "bytes", "long int"],
+)
+def test_the_stored_form_refuses_what_canonical_json_refuses_saying_where(
+    value: Any, reason: str, path: str, parsed: bool
+) -> None:
+    from anagrapheus.timeline.canonical import stored_json, stored_json_of_parsed
+
+    # What JSON text can hold reaches the fast writer too; a number key or bytes only the walk.
+    for writer in (stored_json, stored_json_of_parsed) if parsed else (stored_json,):
+        with pytest.raises(CanonicalError) as caught:
+            writer(value)
+        assert (caught.value.reason, caught.value.path) == (reason, path)
+
+
+def test_the_stored_form_refuses_a_value_nested_too_deeply() -> None:
+    from anagrapheus.timeline.canonical import stored_json, stored_json_of_parsed
+
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    for writer in (stored_json, stored_json_of_parsed):
+        with pytest.raises(CanonicalError, match="nested too deeply") as caught:
+            writer(deep)
+        assert caught.value.path == "$"

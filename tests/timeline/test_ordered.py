@@ -17,13 +17,13 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from anagrapheus.errors import PinnedFailure, PinResultError
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.provider.model import response_answer, response_from_raw, response_raw
-from anagrapheus.timeline.canonical import JSONValue, canonical_json
+from anagrapheus.timeline.canonical import JSONValue, stored_json
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered, ordered_json, read_ordered
 
 
 def through_the_log(raw: object) -> JSONValue:
-    """`raw` as a pin gives it back: written as canonical JSON, read with `json.loads`."""
-    return json.loads(canonical_json(raw))
+    """`raw` as a pin gives it back: written as the log stores it, read with `json.loads`."""
+    return json.loads(stored_json(raw))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_a_response_keeps_the_providers_key_order_where_its_sorted_form_lost_it(
     [
         {"message": "The server is overloaded or not ready yet.", "type": "server_error", "param": None, "code": None},
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}, "request_id": "req_1"},
-        {"message": "Le serveur est surcharge\u0301"},  # not NFC: the pinned message is normalised, the body is not
+        {"message": "Le serveur est surcharge\u0301"},  # not NFC: message and body come back as they were (#45)
     ],
 )
 def test_a_provider_error_comes_back_as_the_same_model_http_error(body: dict[str, Any]) -> None:
@@ -105,3 +105,16 @@ def test_an_error_pinned_before_ordered_recipes_rebuilds_as_it_did() -> None:
     }
     old = {"type": "pydantic_ai.exceptions:ModelHTTPError", "message": str(error), "rebuild": sorted_recipe}
     assert isinstance(FAILURES.rebuild(through_the_log(old)), PinnedFailure)
+
+
+def test_an_error_pinned_with_its_message_normalised_before_45_still_rebuilds_as_itself() -> None:
+    import unicodedata
+
+    error = ModelHTTPError(503, "gpt-4o", {"message": "Le serveur est surcharge\u0301"})
+    record = FAILURES.describe(error)
+    assert isinstance(record, dict) and isinstance(record["message"], str)
+    assert through_the_log(record) == record  # stored as it was drawn, accent and all
+    old = {**record, "message": unicodedata.normalize("NFC", record["message"])}  # as the log held it before
+    assert old != record
+    rebuilt = FAILURES.rebuild(through_the_log(old))
+    assert type(rebuilt) is ModelHTTPError and str(rebuilt) == str(error)
