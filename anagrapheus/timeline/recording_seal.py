@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -95,6 +96,11 @@ class _Chain:
         self.numbers.append(line)
 
 
+def _unit_named(unit: str | None) -> str | None:
+    """A unit's id as the seal names it: NFC, so a line kept as drawn and a header searched as NFC agree."""
+    return None if unit is None else unicodedata.normalize("NFC", unit)
+
+
 class Sealer:
     """Seals lines as they come: feed each event line's unit and text, then read the `seal`."""
 
@@ -103,6 +109,7 @@ class Sealer:
 
     def add(self, unit: str | None, text: str, *, line: int = 0) -> None:
         """Chain the line `text` (without its newline) into `unit`'s seal; `line` numbers it for `seal_changes`."""
+        unit = _unit_named(unit)
         chain = self._chains.get(unit)
         if chain is None:
             chain = self._chains[unit] = _Chain.of(unit)
@@ -115,7 +122,7 @@ class Sealer:
 
     def line_numbers(self, unit: str | None) -> list[int]:
         """The line numbers given for `unit`'s lines, in order."""
-        chain = self._chains.get(unit)
+        chain = self._chains.get(_unit_named(unit))
         return [] if chain is None else chain.numbers
 
 
@@ -156,7 +163,7 @@ def _unit_seal(entry: object) -> UnitSeal | None:
     shorts = cast(list[object], lines)
     if not all(isinstance(short, str) for short in shorts):
         return None
-    return UnitSeal(unit, chain, tuple(cast(list[str], shorts)))
+    return UnitSeal(_unit_named(unit), chain, tuple(cast(list[str], shorts)))
 
 
 class _Verifier:
@@ -175,6 +182,7 @@ class _Verifier:
 
     def see(self, number: int, text: str, unit: str | None) -> None:
         """Check line `number` (text `text`, of `unit`) against the seal."""
+        unit = _unit_named(unit)
         self._read = number
         sealed = self._sealed.get(unit)
         if sealed is None:

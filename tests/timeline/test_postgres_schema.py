@@ -211,7 +211,7 @@ def test_a_session_terminated_once_is_retried_on_a_fresh_connection(
     store = open_pg()
     tries = on_insert("pin_scratch", f"IF try = 1 THEN {KILL_SESSION}; END IF")
     pin = store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None)
-    assert (pin.raw, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
+    assert (pin.raw_text, pin.attempts, pin.draw_no) == ('"a"', 1, 1)
     assert tries() == 2
 
 
@@ -232,7 +232,7 @@ def test_a_session_terminated_at_every_try_is_store_unavailable_after_the_retry(
     assert tries() == 2
     # Once the server lets the session live, the store serves again, on fresh connections.
     sql(postgres_dsn, f"DROP TRIGGER on_pin_scratch ON {pg_schema}.pin_scratch")
-    assert store.scratch_put("u1", "k1", kind="model_call", raw='"b"', fingerprint=None).raw == '"b"'
+    assert store.scratch_put("u1", "k1", kind="model_call", raw='"b"', fingerprint=None).raw_text == '"b"'
 
 
 @pytest.mark.postgres
