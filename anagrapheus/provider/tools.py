@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
@@ -533,20 +534,44 @@ def pinned_tool(
                 if is_async:
                     result: object = await cast(Callable[..., Awaitable[R]], func)(*call_args, **call_kwargs)
                 else:
-                    result = await anyio.to_thread.run_sync(
+                    result = await _ran_to_its_end(
                         functools.partial(cast(Callable[..., Any], func), *call_args, **call_kwargs)
                     )
             return watch.raw(tool, result, declared)
 
-        return await answer_tool_call(
+        answer = await answer_tool_call(
             draws, resolver, call, context, draw, per_run=not dedupe_repeats, declared=declared
         )
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # Cancelled while its body ran (`_ran_to_its_end`): pinned now, the cancellation is the caller's.
+            raise asyncio.CancelledError
+        return answer
 
     # One name for the pin and for the tool pydantic-ai registers (it names a tool after `__name__`).
     pinned.__name__ = tool
     # Lets the `Pinning` capability pass the call through rather than pin it twice under one key.
     setattr(pinned, _PINNED_MARK, True)
     return pinned
+
+
+async def _ran_to_its_end(body: Callable[[], R]) -> R:
+    """Run a sync tool's body in a worker thread; cancelled meanwhile, still return what it returned.
+
+    A thread cannot be stopped: the body runs to its end whatever happens to the task awaiting it, so the
+    world was reached and its answer is what a retry must be given (the retry rule). Returned, it is pinned;
+    the task is still cancelling, and `pinned_tool` raises the cancellation once the pin is written.
+    """
+    job = asyncio.ensure_future(anyio.to_thread.run_sync(body))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        while not job.done():
+            with suppress(asyncio.CancelledError):
+                await asyncio.wait({job})
+        if job.cancelled() or job.exception() is not None:
+            raise
+        return job.result()
 
 
 class CallWatch:

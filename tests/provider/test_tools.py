@@ -270,3 +270,35 @@ def test_a_callable_without_a_name_needs_one(ledger: PinLedger) -> None:
 def test_a_pinned_tool_is_known_as_one_and_its_function_is_not(ledger: PinLedger) -> None:
     assert is_pinned_tool(pinned_tool(ledger, harbour_count))
     assert not is_pinned_tool(harbour_count)
+
+
+def test_a_sync_tool_cancelled_while_its_body_runs_is_pinned_as_it_ran(ledger: PinLedger) -> None:
+    # pydantic-ai cancels the tool calls beside one that raised; a sync body already running in its worker thread
+    # runs to its end all the same (a thread cannot be stopped), so the world was reached: its result is pinned,
+    # the cancellation still reaches the caller, and a retry answers it from the pin (#40's kill-free twin).
+    started, release = threading.Event(), threading.Event()
+    reached: list[str] = []
+
+    def tide(port: str) -> str:
+        """Read the tide table."""
+        started.set()
+        release.wait(10)
+        reached.append(port)
+        return f"{port}: high water at 14:02"
+
+    pinned = pinned_tool(ledger, tide)
+
+    async def cancelled_then_retried() -> str:
+        import asyncio
+
+        call = asyncio.ensure_future(pinned("Brest"))
+        await asyncio.to_thread(started.wait, 10)
+        call.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return await pinned("Brest")
+
+    assert anyio.run(cancelled_then_retried) == "Brest: high water at 14:02"
+    assert reached == ["Brest"]
+    assert [pin.key for pin in ledger.pins()] == [tool_pin("tide", {"port": "Brest"}).key]
