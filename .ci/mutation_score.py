@@ -174,15 +174,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'text = raw[:-1].decode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_2": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_4": (
         "given = cast(None, max_line_bytes)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_6": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_8": (
         'given = cast("XXobjectXX", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_7": (
+    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_9": (
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
@@ -543,23 +543,23 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "self.releases = 1",
         "the same: only a change of the count is read, never its value",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_10": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_20": (
         'serializer = getattr(cast(None, type(value)), "__pydantic_serializer__", None)',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_23": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_33": (
         'return {"$bytes_sha256": hashlib.sha256(cast(None, value)).hexdigest()}',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_29": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_39": (
         "items = [self._value(item) for item in cast(None, value)]",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_38": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_48": (
         "return dict(cast(None, value))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_43": (
+    "anagrapheus.provider.keying.material.x\u01c1MaterialWalk\u01c1_other__mutmut_53": (
         "return list(cast(None, value))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
@@ -740,22 +740,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend__mutmut_18": (
-        'sql.SQL("update {h} set last_seq = last_seq + %s returning last_seq").format(h=self._head),',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_insert__mutmut_8": (
-        'insert = sql.SQL("insert into {e} ({c}) values (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁappend_stored__mutmut_17": (
-        'sql.SQL("update {h} set last_seq = %s where last_seq = %s returning last_seq").format(h=self._head),',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁlast_seq__mutmut_12": (
-        'row = conn.execute(sql.SQL("select last_seq from {h}").format(h=self._head)).fetchone()',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
     "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁread__mutmut_35": (
         'query = sql.SQL("select {c} from {e} where {w} order by seq limit %s").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
@@ -767,50 +751,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_1": (
         "self._leases.held.discard(None)",
         "a settled unit left among the held leases: its lock is gone and the unit closed, so a draw is refused anyway",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_get__mutmut_19": (
-        'sql.SQL("select {c} from {p} where unit_id = %s and key = %s").format(',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_lock_unit__mutmut_10": (
-        'conn.execute("select pg_advisory_xact_lock(hashtextextended(%s, 1))", (self._lease_name(unit_id),))',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_outcome__mutmut_15": (
-        'sql.SQL("select outcome from {u} where unit_id = %s").format(u=self._closed), (unit_id,)',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_29": (
-        '"insert into {p} as s ({c}) select %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s"',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_32": (
-        '" from {p} where unit_id = %s"',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁscratch_put__mutmut_35": (
-        '" on conflict (unit_id, key) do update set attempts = s.attempts + 1 returning {c}"',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_scratch_list__mutmut_19": (
-        'sql.SQL("select {c} from {p} where unit_id = %s order by draw_no" + lock).format(',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁopen_units__mutmut_12": (
-        'sql.SQL("select unit_id, count(*) from {p} group by unit_id order by min(put_order)").format(',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_26": (
-        'stored = self.append(events(self._scratch_list(conn, unit_id, lock=" for update")))',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_40": (
-        'conn.execute(sql.SQL("delete from {p} where unit_id = %s").format(p=self._scratch), (unit_id,))',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁsettle_unit__mutmut_49": (
-        'sql.SQL("insert into {u} (unit_id, outcome) values (%s, %s)").format(u=self._closed),',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
     "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_17": (
         'conn.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))',  # noqa: E501
