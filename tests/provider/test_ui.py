@@ -217,3 +217,25 @@ async def test_a_damaged_draw_is_refused_saying_what_it_holds(
     damaged = Damaged(ledger, first, raw)
     with pytest.raises(PinResultError, match=re.escape(f"a {UI_DRAW} pin ") + ".*" + re.escape(says)):
         await post(adapter, body, agent(Pinning(damaged)), damaged)
+
+
+@pytest.mark.parametrize(("adapter", "body"), ADAPTERS)
+async def test_a_request_the_adapter_refuses_is_answered_as_unpinned(
+    adapter: type[Any], body: dict[str, Any], ledger: PinLedger
+) -> None:
+    made = agent(Pinning(ledger))
+
+    async def answer(pinned: bool) -> httpx.Response:
+        async def endpoint(request: Request) -> Response:
+            if pinned:
+                return await dispatch_pinned(adapter, request, resolver=ledger, agent=made)
+            return await adapter.dispatch_request(request, agent=made)
+
+        app = Starlette(routes=[Route("/chat", endpoint, methods=["POST"])])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
+            return await client.post("/chat", content=b'{"messages": 7}', headers={"content-type": "application/json"})
+
+    unpinned, pinned = await answer(False), await answer(True)
+    assert pinned.status_code == unpinned.status_code == 422
+    assert pinned.content == unpinned.content
+    assert UI_DRAW not in [pin.kind for pin in ledger.pins()]
