@@ -15,12 +15,13 @@ anywhere else: nothing changes outside `dispatch_pinned`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import importlib
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -211,14 +212,15 @@ async def dispatch_pinned(adapter: type[Any], request: Request, *, resolver: obj
     return response
 
 
-async def _drawn_within(draws: _Draws, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+async def _drawn_within(draws: _Draws, stream: AsyncGenerator[T]) -> AsyncIterator[T]:
     """`stream`, each step taken with the request's draws active."""
-    while True:
-        token = _ACTIVE.set(draws)
-        try:
-            chunk = await anext(stream)
-        except StopAsyncIteration:
-            return
-        finally:
-            _ACTIVE.reset(token)
-        yield chunk
+    async with contextlib.aclosing(stream):  # closing this closes the adapter's stream (and its run) with it
+        while True:
+            token = _ACTIVE.set(draws)
+            try:
+                chunk = await anext(stream)
+            except StopAsyncIteration:
+                return
+            finally:
+                _ACTIVE.reset(token)
+            yield chunk
