@@ -30,6 +30,7 @@ from pydantic_ai.messages import ModelMessage
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, pin_key
+from anagrapheus.timeline.events import new_uuid7
 from anagrapheus.timeline.resolver import Attachment, Resolver, as_resolver
 
 if TYPE_CHECKING:
@@ -202,6 +203,10 @@ async def dispatch_pinned(adapter: type[Any], request: Request, *, resolver: obj
     draws = _Draws(resolved, f"{adapter.__module__}.{adapter.__qualname__}:{digest}", occurrence)
     token = _ACTIVE.set(draws)
     try:
+        if options.get("run_id") is None:
+            # The run named by the request, not by when it starts: runs from a browser's history have no prompt and no
+            # earlier run ids to be placed by, so two chats served at once would take each other's place on replay.
+            options["run_id"] = draws.draw("run_id", lambda: new_uuid7(), lambda raw: str(_as_uuid(raw)))
         response: Response = await _pinned_class(adapter).dispatch_request(request, **options)
     finally:
         _ACTIVE.reset(token)

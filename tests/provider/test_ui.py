@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx2 as httpx
 import pytest
 from pydantic_ai import Agent, AgentRunResult
@@ -81,7 +82,7 @@ ADAPTERS = [
 
 
 async def post(
-    adapter: type[Any], body: dict[str, Any], made: Agent[None, str], resolver: Resolver | None
+    adapter: type[Any], body: dict[str, Any], made: Agent[None, str], resolver: Resolver | None, **options: Any
 ) -> tuple[str, bytes]:
     """POST `body` to a Starlette app serving `adapter` through an ASGI client: the SSE body, the run's messages."""
     ran: list[bytes] = []
@@ -91,8 +92,10 @@ async def post(
 
     async def endpoint(request: Request) -> Response:
         if resolver is None:
-            return await adapter.dispatch_request(request, agent=made, on_complete=on_complete)
-        return await dispatch_pinned(adapter, request, resolver=resolver, agent=made, on_complete=on_complete)
+            return await adapter.dispatch_request(request, agent=made, on_complete=on_complete, **options)
+        return await dispatch_pinned(
+            adapter, request, resolver=resolver, agent=made, on_complete=on_complete, **options
+        )
 
     app = Starlette(routes=[Route("/chat", endpoint, methods=["POST"])])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ui.test") as client:
@@ -203,12 +206,13 @@ class Damaged(Resolver):
 @pytest.mark.parametrize(
     ("adapter", "body", "first", "raw", "says"),
     [
-        (AGUIAdapter, AG_UI_BODY, 0, "noon", "not a list of 3 times"),
-        (AGUIAdapter, AG_UI_BODY, 0, ["noon", "noon", "noon"], "not an ISO 8601 time"),
-        (AGUIAdapter, AG_UI_BODY, 0, [7, 7, 7], "holds 7, not an ISO 8601 time"),
-        (AGUIAdapter, AG_UI_BODY, 1, "m-1", "not a UUID"),
-        (VercelAIAdapter, VERCEL_BODY, 1, "m-1", "holds 'm-1', not a UUID"),
-        (VercelAIAdapter, VERCEL_BODY, 1, 7, "holds 7, not a UUID string"),
+        (AGUIAdapter, AG_UI_BODY, 0, "run-7", "holds 'run-7', not a UUID"),  # the run's id
+        (AGUIAdapter, AG_UI_BODY, 1, "noon", "not a list of 3 times"),  # the converted history's times
+        (AGUIAdapter, AG_UI_BODY, 1, ["noon", "noon", "noon"], "not an ISO 8601 time"),
+        (AGUIAdapter, AG_UI_BODY, 1, [7, 7, 7], "holds 7, not an ISO 8601 time"),
+        (AGUIAdapter, AG_UI_BODY, 2, "m-1", "not a UUID"),  # the stream's first id
+        (VercelAIAdapter, VERCEL_BODY, 2, "m-1", "holds 'm-1', not a UUID"),
+        (VercelAIAdapter, VERCEL_BODY, 2, 7, "holds 7, not a UUID string"),
     ],
 )
 async def test_a_damaged_draw_is_refused_saying_what_it_holds(
@@ -238,4 +242,48 @@ async def test_a_request_the_adapter_refuses_is_answered_as_unpinned(
     unpinned, pinned = await answer(False), await answer(True)
     assert pinned.status_code == unpinned.status_code == 422
     assert pinned.content == unpinned.content
-    assert UI_DRAW not in [pin.kind for pin in ledger.pins()]
+    assert [pin.kind for pin in ledger.pins()] == [UI_DRAW]  # the run's id only, drawn before the body was read
+
+
+async def test_two_chats_served_at_once_replay_each_its_own_stream(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    bodies = [
+        {**AG_UI_BODY, "threadId": f"thread-{port}", "messages": [{"id": "m1", "role": "user", "content": port}]}
+        for port in ("Dover", "Calais")
+    ]
+
+    async def both(resolver: Resolver, order: list[int]) -> dict[int, tuple[str, bytes]]:
+        made = agent(Pinning(resolver))
+        served: dict[int, tuple[str, bytes]] = {}
+
+        async def serve(index: int) -> None:
+            served[index] = await post(AGUIAdapter, bodies[index], made, resolver)
+
+        async with anyio.create_task_group() as group:
+            for index in order:
+                group.start_soon(serve, index)
+        return served
+
+    ledger = PinLedger(store, types)
+    live = await both(ledger, [0, 1])
+    ledger.commit()
+    with refuse_model_requests():
+        replay = ReplayPins.from_store(store, types)
+        replayed = await both(replay, [1, 0])
+    for index in (0, 1):
+        assert replayed[index][0] == live[index][0], index
+        assert replayed[index][1] == live[index][1], index
+
+
+@pytest.mark.parametrize(("adapter", "body"), ADAPTERS)
+async def test_a_run_id_the_app_names_is_kept_and_replays(
+    adapter: type[Any], body: dict[str, Any], store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    live = await post(adapter, body, agent(Pinning(ledger)), ledger, run_id="chat-7")
+    ledger.commit()
+    assert json.loads(live[1])[-1]["run_id"] == "chat-7"  # the run's own messages; the history's have none
+    with refuse_model_requests():
+        replay = ReplayPins.from_store(store, types)
+        assert await post(adapter, body, agent(Pinning(replay)), replay, run_id="chat-7") == live
