@@ -6,7 +6,8 @@ Vercel AI message id, a `uuid7` for an AG-UI thread or run the client named none
 on every AG-UI event, and the wall-clock timestamps of the history it converts from the browser's JSON, stamped
 before the run starts. `dispatch_pinned` draws each of them through the run's resolver, keyed on its position
 among the request's draws and on a digest of the request's body (and how many requests with that body came
-before), so a replay of the same request answers each draw from its pin.
+before), so a replay of the same request answers each draw from its pin. The run's id is drawn the same way (unless
+the app names one), so runs served at once replay each as itself whatever order they start in.
 
 The adapter modules call `uuid4`, `uuid7` and `now_utc` by their module names, so those names are replaced,
 once, by functions that draw through the request being dispatched (a context variable) and call the original
