@@ -131,7 +131,7 @@ class UnitPerRun(DelegatingResolver):
     @property
     @override
     def serves_each_run(self) -> RunServer:
-        """Itself: it picks a unit for each run, so `Pinning` serves each run through it (see `run_server`)."""
+        """Itself: it picks a unit for each run, so `Pinning` serves each run through it."""
         return self
 
     def ledger_for(self, ctx: RunContext[Any]) -> PinLedger | ReplayPins:
