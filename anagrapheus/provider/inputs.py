@@ -257,8 +257,7 @@ _LATEST: Attachment[_LatestRuns] = Attachment("the latest runs noted with their 
 
 def _latest_runs(ledger: Resolver) -> _LatestRuns | None:
     """The runs `ledger` noted lately (None for a ledger that keeps no attachments: nothing is referred to)."""
-    held = ledger.attachments
-    return None if held is None else held.get(_LATEST, _LatestRuns)
+    return ledger.attached(_LATEST, _LatestRuns)
 
 
 def _recording_unit(resolver: Resolver) -> tuple[Resolver, str] | None:

@@ -94,10 +94,9 @@ def _run_own(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
         resolver = server.ledger_for(run)
-    held = resolver.attachments
-    if held is None:
+    askers = resolver.attached(_ASKERS, _Askers)
+    if askers is None:
         return key, None
-    askers = held.get(_ASKERS, _Askers)
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
     ordinal = run_position(resolver, run_id)
@@ -181,9 +180,8 @@ _RUNS_LOOKED_AT = 64
 def _took(resolver: Resolver, key: str) -> None:
     """Count one asking answered under `key`, where the resolver replays a recording (it says what was asked)."""
     if resolver.asked(key):
-        held = resolver.attachments
-        if held is not None:
-            askers = held.get(_ASKERS, _Askers)
+        askers = resolver.attached(_ASKERS, _Askers)
+        if askers is not None:
             with _lock:
                 askers.taken[key] = askers.taken.get(key, 0) + 1
 

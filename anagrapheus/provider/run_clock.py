@@ -118,8 +118,7 @@ class RunClocks:
         The numbering belongs to the resolver, not to a capability: every `Pinning` over one ledger (one per
         agent, say), and `PinnedModel` and `pinned_tool` with no capability, read the one sequence of its runs.
         """
-        held = resolver.attachments
-        return None if held is None else held.get(_CLOCKS, lambda: cls(resolver.unit))
+        return resolver.attached(_CLOCKS, lambda: cls(resolver.unit))
 
     @classmethod
     def unpinned(cls) -> RunClocks:
