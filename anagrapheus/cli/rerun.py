@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic_ai import Agent
 
@@ -14,6 +15,8 @@ from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing.rerun import rerun_events
 from anagrapheus.testing.trials import trial_events
 from anagrapheus.timeline.provenance import check_provenance
+
+T = TypeVar("T")
 
 __all__ = ["COMMAND", "run"]
 
@@ -64,11 +67,10 @@ def run(args: argparse.Namespace) -> Outcome:
     source = open_source(args.source, units=[args.unit] if args.unit else ())
     if args.trials is not None:
         return _trials(args, source, agent, deps)
-    try:
-        if source.header is not None:
-            # As `check` and replay refuse them: pins keyed under another scheme or call policy answer nothing here.
-            check_provenance(source.header.provenance, path=args.source, rerecord=source.header.rerecord)
-        outcomes = rerun_events(
+    outcomes = _asked(
+        args,
+        source,
+        lambda: rerun_events(
             source.events,
             agent,  # pyright: ignore[reportUnknownArgumentType]
             unit=args.unit,
@@ -76,11 +78,8 @@ def run(args: argparse.Namespace) -> Outcome:
             deps=deps,  # pyright: ignore[reportArgumentType]
             drift=args.drift,
             provider_ids=args.all,
-        )
-    except UsageError as e:
-        raise BadInput(str(e), path=args.source) from e
-    except AnagrapheusError as e:
-        raise bad_input(e, path=args.source) from e
+        ),
+    )
     statuses = {outcome.status for outcome in outcomes}
     failed = bool(statuses & {"failed", "drifted"})
     code = Exit.FAILED if failed else Exit.DIVERGED if "diverged" in statuses else Exit.OK
@@ -111,24 +110,34 @@ def run(args: argparse.Namespace) -> Outcome:
     return Outcome(code, "\n".join(lines), {"source": args.source, "agent": args.agent, "runs": runs})
 
 
+def _asked(args: argparse.Namespace, source: Source, ask: Callable[[], T]) -> T:
+    """Check the recording's provenance, then `ask` it again; what either refuses is bad input (exit 2)."""
+    try:
+        if source.header is not None:
+            # As `check` and replay refuse them: pins keyed under another scheme or call policy answer nothing here.
+            check_provenance(source.header.provenance, path=args.source, rerecord=source.header.rerecord)
+        return ask()
+    except UsageError as e:
+        raise BadInput(str(e), path=args.source) from e
+    except AnagrapheusError as e:
+        raise bad_input(e, path=args.source) from e
+
+
 def _trials(args: argparse.Namespace, source: Source, agent: object, deps: object) -> Outcome:
     """`--trials N`: each recorded run asked N times live, the share that held, gated by `--min-share`."""
     if args.min_share is not None and not 0 <= args.min_share <= 1:
         raise BadInput(f"--min-share is a share from 0 to 1, not {args.min_share}", path=args.source)
-    try:
-        if source.header is not None:
-            check_provenance(source.header.provenance, path=args.source, rerecord=source.header.rerecord)
-        outcomes = trial_events(
+    outcomes = _asked(
+        args,
+        source,
+        lambda: trial_events(
             source.events,
             agent,  # pyright: ignore[reportArgumentType]
             times=args.trials,
             unit=args.unit,
             deps=deps,  # pyright: ignore[reportArgumentType]
-        )
-    except UsageError as e:
-        raise BadInput(str(e), path=args.source) from e
-    except AnagrapheusError as e:
-        raise bad_input(e, path=args.source) from e
+        ),
+    )
     lines = [
         f"trials of {args.source} against {args.agent}: {len(outcomes)} run(s), {args.trials} trial(s) each,"
         " the model live, the world from pins"
