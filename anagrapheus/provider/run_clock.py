@@ -370,19 +370,7 @@ def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Se
     if not (isinstance(last, ModelResponse) and last.tool_calls):
         return None  # the run answered every tool call in its own history: nothing was appended outside it
     at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelRequest)), 0)
-    anchor = messages[at]
-    for holder in gc.get_referrers(anchor):
-        found = cast("list[ModelMessage]", holder)
-        if (
-            type(holder) is list
-            and found is not messages
-            and len(found) == len(messages) + 1
-            and found[at] is anchor
-            and isinstance(appended := found[-1], ModelRequest)
-            and appended.run_id == run_id
-        ):
-            return found
-    return None
+    return _one_request_more(run_id, messages, at)
 
 
 def _extended_by_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:
@@ -393,18 +381,21 @@ def _extended_by_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Seque
     `capture_run_messages` hands out), never to the history the hooks saw. `gc` finds it, as it finds the request
     `run_stream` appends (`_appended_after_the_run`), so its times are pinned like every other.
     """
-    if not messages:
-        return None
-    anchor = messages[-1]
+    return _one_request_more(run_id, messages, len(messages) - 1) if messages else None
+
+
+def _one_request_more(run_id: str, messages: Sequence[ModelMessage], at: int) -> Sequence[ModelMessage] | None:
+    """The other list holding `messages[at]` at `at` and one request of the run more than `messages`; else None."""
+    anchor = messages[at]
     for holder in gc.get_referrers(anchor):
         found = cast("list[ModelMessage]", holder)
         if (
             type(holder) is list
             and found is not messages
             and len(found) == len(messages) + 1
-            and found[-2] is anchor
-            and isinstance(refused := found[-1], ModelRequest)
-            and refused.run_id == run_id
+            and found[at] is anchor
+            and isinstance(more := found[-1], ModelRequest)
+            and more.run_id == run_id
         ):
             return found
     return None
