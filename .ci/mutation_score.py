@@ -531,15 +531,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "asyncio.shield retrieves its inner task's exception once its outer future is cancelled, as it is here; and a"
         " cancelled write task's exception() raises CancelledError, which the next line raises anyway",
     ),
-    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_13": (
-        "self._gate.releases -= 1",
+    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1release__mutmut_13": (
+        "self.releases -= 1",
         "the count is only compared with an earlier reading of itself: each release changes it, down as well as up",
     ),
-    "anagrapheus.timeline.pins.x\u01c1PinLedger\u01c1_release__mutmut_14": (
-        "self._gate.releases += 2",
+    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1release__mutmut_14": (
+        "self.releases += 2",
         "the same: each release still changes the count",
     ),
-    "anagrapheus.timeline.pins.x\u01c1_UnitGate\u01c1__init____mutmut_4": (
+    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1__init____mutmut_6": (
         "self.releases = 1",
         "the same: only a change of the count is read, never its value",
     ),

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
-from contextvars import ContextVar
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Literal, TypeVar, cast
 
 from typing_extensions import override
 
-from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitClosed, UsageError
+from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UsageError
 from anagrapheus.timeline.canonical import JSONValue, stored_json
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
@@ -30,8 +25,8 @@ from anagrapheus.timeline.events import (
     new_uuid7,
 )
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
+from anagrapheus.timeline.gate import Draw, Held, gate_for, noting_keys
 from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
-from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
@@ -54,141 +49,6 @@ def raw_text_of(result: object, *, key: str, kind: str) -> str:
             f"the {kind} effect for {key} returned a result that is not JSON-shaped ({e});"
             " return JSON types, or convert the value deliberately before pinning"
         ) from e
-
-
-class _Draw:
-    """A draw in flight: later requests for its key wait on it, from threads or from event loops."""
-
-    def __init__(self) -> None:
-        self._done = False
-        # Released once, when the draw finishes: a lock's release is one step no Ctrl-C can cut in half,
-        # where an Event's set runs Python code that one can.
-        self._open = threading.Lock()
-        self._open.acquire()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._guard = threading.Lock()
-
-    def finish(self) -> None:
-        """Wake every waiter; safe to call again after an interrupt cut a first call short."""
-        with self._guard:
-            self._done = True
-            waiters, self._waiters = self._waiters, []
-            if self._open.locked():
-                self._open.release()
-        for loop, future in waiters:
-            # A waiter's loop may have closed since it queued (it timed out, its `asyncio.run` ended): nobody
-            # waits there any more, and the waiters behind it must still wake.
-            try:
-                loop.call_soon_threadsafe(_wake, future)
-            except RuntimeError:
-                continue
-
-    def wait(self) -> None:
-        with self._open:
-            pass
-
-    async def wait_async(self) -> None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._guard:
-            if self._done:
-                return
-            self._waiters.append((loop, future))
-        try:
-            await future
-        finally:
-            with self._guard:
-                if (loop, future) in self._waiters:
-                    self._waiters.remove((loop, future))
-
-
-@dataclass(slots=True)
-class _Held:
-    """A drawn result the store has not confirmed yet, kept in memory until it is written."""
-
-    kind: str
-    """The scratch kind (a failed draw's ends in `!failed`)."""
-    raw_text: str
-    """The result as canonical JSON text."""
-    fingerprint: str | None
-    """The fingerprint as canonical JSON text, if any."""
-    attempts: int = 1
-    """How many times the unit asked for the key, counting the asks answered from memory."""
-    writing: bool = False
-    """Set while one caller writes it, so that two never write it at once."""
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _UnitGate:
-    """The in-process state of one unit of work, shared by every ledger this process opens on it through one store.
-
-    Two ledgers on one unit id (in two threads, say) then see each other's draws in flight: a second draw of a
-    key waits for the first, a close waits for every draw, and a draw after a close is refused before its
-    effect runs. Ledgers in other processes, or through another store object, are kept apart by the store.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.inflight: dict[str, _Draw] = {}
-        self.releases = 0
-        # Drawn results whose write the store has not confirmed (it failed, or an interrupt cut it short), in
-        # draw order: the key is answered from here, and they are written on the next chance (see `_flush`).
-        self.held: dict[str, _Held] = {}
-        # A unit is closed once, for good; `closing` is set while a commit or abandon is at the store.
-        self.closing: str | None = None
-        self.closed: UnitOutcome | None = None
-        # Each key's place in the order it was first asked for: the order a commit promotes the pins in. Draws
-        # that run at once (tool calls gathered in one task group) land in scratch as they finish, in an order
-        # the scheduler picks; the order they were asked in is the program's own, the same on every run.
-        self.asked: dict[str, int] = {}
-
-
-# Process-wide because a unit is: two ledgers over one unit through one store (a retried run, a resumed workflow,
-# a resolver per agent) must share one gate, or both would draw one key and each write it. Nothing to tear down:
-# held weakly, a gate goes with the last ledger holding it.
-_GATES: weakref.WeakValueDictionary[tuple[int, str], _UnitGate] = weakref.WeakValueDictionary()
-_GATES_LOCK = threading.Lock()
-
-
-def _gate_for(store: TimelineStore, unit_id: str) -> _UnitGate:
-    """The gate of `unit_id` through `store`, made on first use; it lives while a ledger holds it."""
-    # The store's id is safe as a key: every ledger holding the gate holds the store, so the id is not reused.
-    with _GATES_LOCK:
-        gate = _GATES.get((id(store), unit_id))
-        if gate is None:
-            gate = _GATES[(id(store), unit_id)] = _UnitGate()
-        return gate
-
-
-# The (ledger, key) pairs whose effect the running context is inside: asking for one of them again would
-# wait for itself. Tasks and worker threads started by the effect inherit it, and would wait just the same.
-_DRAWING: ContextVar[frozenset[tuple[int, str]]] = ContextVar("anagrapheus_drawing", default=frozenset())
-
-
-# The keys asked of any ledger while a `noting_keys()` block is open in this context (and the tasks it starts).
-_NOTED: ContextVar[list[str] | None] = ContextVar("anagrapheus_noted_keys", default=None)
-
-
-@contextmanager
-def noting_keys() -> Generator[list[str]]:
-    """Collect, in order, every key a ledger is asked for inside the block, by this context and the tasks it starts.
-
-    What a draw itself asked for (an agent it ran, say) can then be pinned with it, so that a replay that
-    answers the draw from its pin can count those keys as used.
-    """
-    noted: list[str] = []
-    with scoped(_NOTED, noted):
-        yield noted
-
-
-def _note(key: str) -> None:
-    noted = _NOTED.get()
-    if noted is not None and key not in noted:
-        noted.append(key)
 
 
 def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
@@ -232,7 +92,7 @@ class PinLedger(Resolver):
         # A unit is closed once, for good: on a closed unit's id, the first draw, commit or abandon is refused
         # with `UnitClosed` (a second, different result under one unit could not be told apart in replay).
         # The constructor itself touches no store, so it never waits on one.
-        self._gate = _gate_for(store, self.unit_id)
+        self._gate = gate_for(store, self.unit_id)
         self._lock = self._gate.lock
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
@@ -270,58 +130,16 @@ class PinLedger(Resolver):
         """Return the unit's pins drawn so far, in draw order; a failed draw's kind ends in `!failed`."""
         return self._store.scratch_list(self.unit_id)
 
-    def _refuse_unless_open(self) -> None:
-        """Refuse work on a unit this ledger closed or is closing; the caller holds `_lock`."""
-        if self._gate.closing is not None:
-            raise UnitClosed(self.unit_id, state=self._gate.closing)
-        if self._gate.closed is not None:
-            # The store is the truth: the commit may have been undone by an outer transaction's rollback.
-            self._gate.closed = self._store.unit_outcome(self.unit_id)
-            if self._gate.closed is not None:
-                raise UnitClosed(self.unit_id, state=self._gate.closed)
-
-    def _note_asked(self, key: str) -> None:
-        """Give `key` its place in the unit's asking order, if this is the first time it is asked for."""
-        with self._lock:
-            self._gate.asked.setdefault(key, len(self._gate.asked))
-
-    def _claim(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | _Draw | None:
-        """Return the pin (attempt counted), the draw in flight to wait for, or None once this caller owns the draw.
-
-        The draw taken is put in `mine` first, so a caller interrupted right after can still release it.
-        """
-        while True:
-            with self._lock:
-                self._refuse_unless_open()
-                draw = self._gate.inflight.get(key)
-                if draw is not None:
-                    if (id(self._gate), key) in _DRAWING.get():
-                        raise UsageError(
-                            f"{key} was asked for inside its own effect; it would wait for itself forever."
-                            " An effect must not resolve its own key"
-                        )
-                    return draw
-                releases = self._gate.releases
-            if (held := self._flush_for(key)) is not None:
-                return held
-            if (held := self._held_answer(key)) is not None:
-                # Held, and being written by another caller right now (the flush passed it over): scratch has no
-                # pin yet, and drawing now would run the effect a second time (issue #35). Answered from memory.
-                return held
-            # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
-            # The store is not touched under `_lock`, so a ledger waiting on a busy store blocks no one else.
-            pin = self._store.scratch_reuse(self.unit_id, key)
-            if pin is not None:
-                return pin
-            with self._lock:
-                self._refuse_unless_open()
-                if key in self._gate.inflight or self._gate.releases != releases:
-                    continue  # a draw started or landed meanwhile: look again
-                draw = _Draw()
-                if mine is not None:
-                    mine.append(draw)
-                self._gate.inflight[key] = draw
-                return None
+    def _look(self, key: str) -> ScratchPin | None:
+        """The pin of `key` found without drawing (held results written first), its attempt counted; None if none."""
+        if (held := self._flush_for(key)) is not None:
+            return held
+        if (held := self._held_answer(key)) is not None:
+            # Held, and being written by another caller right now (the flush passed it over): scratch has no
+            # pin yet, and drawing now would run the effect a second time (issue #35). Answered from memory.
+            return held
+        # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
+        return self._store.scratch_reuse(self.unit_id, key)
 
     def _flush_for(self, key: str) -> ScratchPin | None:
         """Write the held results before a claim; if the store still fails, answer a held `key` from memory."""
@@ -359,62 +177,9 @@ class PinLedger(Resolver):
                 for _, held in pending:
                     held.writing = False
 
-    def _turn(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | None:
-        """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
-        _note(key)
-        while isinstance(claimed := self._claim(key, mine), _Draw):
-            claimed.wait()
-        return claimed
-
-    async def _aturn(self, key: str) -> ScratchPin | None:
-        """Like `_turn`, waiting without blocking the event loop."""
-        _note(key)
-        while True:
-            claim = asyncio.ensure_future(asyncio.to_thread(self._claim, key))
-            try:
-                claimed = await asyncio.shield(claim)
-            except asyncio.CancelledError:
-                # The claim goes on in its worker thread. If it took the draw, nobody would ever release it,
-                # and every later draw of the key, and the unit's close, would wait for it for ever.
-                claim.add_done_callback(partial(self._drop_claim, key))
-                raise
-            if not isinstance(claimed, _Draw):
-                return claimed
-            await claimed.wait_async()
-
-    def _drop_claim(self, key: str, claim: asyncio.Future[ScratchPin | _Draw | None]) -> None:
-        """Release a draw that a cancelled caller's claim took after the caller had gone."""
-        if not claim.cancelled() and claim.exception() is None and claim.result() is None:
-            self._release(key)
-
-    def _release(self, key: str, mine: list[_Draw] | None = None) -> None:
-        """Let the draw of `key` go (only `mine`, if given: an interrupted claim may not have registered it)."""
-        with self._lock:
-            draw = self._gate.inflight.get(key)
-            if draw is None or (mine is not None and draw not in mine):
-                draw = mine[0] if mine else None
-            else:
-                del self._gate.inflight[key]
-                self._gate.releases += 1
-        if draw is not None:
-            draw.finish()
-
-    @contextmanager
-    def _drawing(self, key: str) -> Generator[None]:
-        drawing = (id(self._gate), key)
-        token = _DRAWING.set(_DRAWING.get() | {drawing})
-        try:
-            yield
-        finally:
-            try:
-                _DRAWING.reset(token)
-            except ValueError:
-                # A stream's context manager may be closed from another context than it was opened in.
-                _DRAWING.set(_DRAWING.get() - {drawing})
-
-    def _keep(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> _Held:
+    def _keep(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> Held:
         """Hold a drawn result in memory, before it is written: from here on, no failure or interrupt loses it."""
-        held = _Held(scratch_kind(kind, failed=failed), raw_text_of(result, key=key, kind=kind), digests)
+        held = Held(scratch_kind(kind, failed=failed), raw_text_of(result, key=key, kind=kind), digests)
         with self._lock:
             self._gate.held[key] = held
         return held
@@ -423,7 +188,7 @@ class PinLedger(Resolver):
         """Pin a draw; the pin returned is the key's pin in the unit, which another store may have written first."""
         return self._write(key, self._keep(key, kind, result, digests, failed=failed))
 
-    def _write(self, key: str, held: _Held) -> ScratchPin:
+    def _write(self, key: str, held: Held) -> ScratchPin:
         """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
         with self._lock:
             held.writing = True
@@ -440,7 +205,7 @@ class PinLedger(Resolver):
             with self._lock:
                 held.writing = False
 
-    def _write_held(self, key: str, held: _Held, *, checked: bool) -> ScratchPin:
+    def _write_held(self, key: str, held: Held, *, checked: bool) -> ScratchPin:
         """Write one held result (a second, fresh attempt if the first fails) and let it go once the store has it.
 
         `checked` first looks for the pin in scratch: a write cut short may have landed all the same, and
@@ -454,7 +219,7 @@ class PinLedger(Resolver):
         self._let_go(key, held)
         return pin
 
-    def _write_once(self, key: str, held: _Held, *, checked: bool) -> ScratchPin:
+    def _write_once(self, key: str, held: Held, *, checked: bool) -> ScratchPin:
         """One try at writing a held result, with the attempts it was asked for from memory."""
         # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
         # did, which is then the key's answer, as `scratch_put` would make it).
@@ -468,7 +233,7 @@ class PinLedger(Resolver):
             pin = self._store.scratch_reuse(self.unit_id, key) or pin
         return pin
 
-    def _let_go(self, key: str, held: _Held) -> None:
+    def _let_go(self, key: str, held: Held) -> None:
         """Forget a held result once written (or refused for good)."""
         with self._lock:
             if self._gate.held.get(key) is held:
@@ -486,11 +251,11 @@ class PinLedger(Resolver):
         effect: Callable[[], object],
         digests: str | None,
         failure: FailureCodec | None,
-    ) -> _Held:
+    ) -> Held:
         """Run a synchronous effect and hold its result; an interrupt after the effect returned keeps it too."""
         drawn: list[object] = []
         try:
-            with self._drawing(key):
+            with self._gate.drawing(key):
                 drawn.append(effect())
             return self._keep(key, kind, drawn[0], digests)
         except Exception as e:
@@ -534,10 +299,10 @@ class PinLedger(Resolver):
         fingerprint: Mapping[str, str] | None,
         failure: FailureCodec | None,
     ) -> T:
-        self._note_asked(key)
-        mine: list[_Draw] = []
+        self._gate.note_asked(key)
+        mine: list[Draw] = []
         try:
-            pin = self._turn(key, mine)
+            pin = self._gate.turn(key, self._look, mine)
             if pin is None:
                 digests = _digests_text(fingerprint)
                 # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
@@ -547,11 +312,11 @@ class PinLedger(Resolver):
                 span.set("reused", attempts=pin.attempts)
         finally:
             try:
-                self._release(key, mine)
+                self._gate.release(key, mine)
             except BaseException:
                 # A Ctrl-C cut the release short (it can fall as the call begins): release again, or every
                 # later draw of the key, and the unit's close, would wait for it for ever.
-                self._release(key, mine)
+                self._gate.release(key, mine)
                 raise
         return _answered(pin, interpret, failure)
 
@@ -568,16 +333,16 @@ class PinLedger(Resolver):
     ) -> T:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         # Noted before the first await: tasks started in one order reach this line in that order.
-        self._note_asked(key)
+        self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            pin = await self._aturn(key)
+            pin = await self._gate.aturn(key, self._look)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 return _answered(pin, interpret, failure)
             try:
                 digests = _digests_text(fingerprint)
                 try:
-                    with self._drawing(key):
+                    with self._gate.drawing(key):
                         result = await effect()
                 except Exception as e:
                     if (failed := _failed_draw(e, failure)) is not None:
@@ -586,7 +351,7 @@ class PinLedger(Resolver):
                 pin = await _written(self._put, key, kind, result, digests)
                 span.set("drawn", attempts=pin.attempts)
             finally:
-                self._release(key)
+                self._gate.release(key)
             return _answered(pin, interpret, failure)
 
     @override
@@ -604,8 +369,8 @@ class PinLedger(Resolver):
     ) -> AsyncGenerator[StreamDraw[S, T]]:
         """Resolve `key` with a streaming effect; a live stream is pinned as `capture(stream)` on exit, even failed."""
         with pin_span(kind, key, self.unit_id, current=False) as span:
-            self._note_asked(key)
-            pin = await self._aturn(key)
+            self._gate.note_asked(key)
+            pin = await self._gate.aturn(key, self._look)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 failed = stored_kind(pin.kind)[1]
@@ -616,7 +381,7 @@ class PinLedger(Resolver):
                 digests = _digests_text(fingerprint)
                 opened = False
                 try:
-                    with self._drawing(key):
+                    with self._gate.drawing(key):
                         async with effect() as live:
                             opened = True
                             span.set("drawn")
@@ -649,26 +414,26 @@ class PinLedger(Resolver):
                         await _written(self._put_failure, key, kind, failed, digests)
                     raise
             finally:
-                self._release(key)
+                self._gate.release(key)
 
     # Used by ReplayPins in record mode.
 
     def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None, failed: bool = False) -> None:
         """Take a replayed pin into this unit's scratch (or count one more attempt at it)."""
-        self._note_asked(key)
-        if self._turn(key) is not None:
+        self._gate.note_asked(key)
+        if self._gate.turn(key, self._look) is not None:
             return
         try:
             self._store.scratch_put(
                 self.unit_id, key, kind=scratch_kind(kind, failed=failed), raw=raw, fingerprint=fingerprint
             )
         finally:
-            self._release(key)
+            self._gate.release(key)
 
     def note_divergence(self, divergence: Divergence) -> None:
         """Record where a record-mode replay left its recording; written as `ReplayDiverged` on commit."""
         with self._lock:
-            self._refuse_unless_open()
+            self._gate.refuse_unless_open()
             if self._divergence is None:
                 self._divergence = divergence
 
@@ -679,7 +444,7 @@ class PinLedger(Resolver):
         Kept in memory only: a unit resumed after a crash commits its pins without the events noted before it.
         """
         with self._lock:
-            self._refuse_unless_open()
+            self._gate.refuse_unless_open()
             self._noted.append(event)
 
     @property
@@ -703,7 +468,7 @@ class PinLedger(Resolver):
     ) -> list[StoredEvent]:
         """Settle the unit in the store: its pins promoted (or its scratch dropped) with `events`, atomically."""
         with self._lock:
-            self._refuse_unless_open()
+            self._gate.refuse_unless_open()
             if self._gate.inflight:
                 raise UsageError(
                     f"cannot {action} unit {self.unit_id} while {len(self._gate.inflight)} draw(s) are in flight"
