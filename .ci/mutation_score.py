@@ -128,7 +128,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'return line.encode("latin-1", "backslashreplace").decode("UNICODE_ESCAPE")',
         "Python's codec names ignore case",
     ),
-    "anagrapheus.timeline.secrets.xǁSecretPolicyǁmay_hold__mutmut_3": (
+    "anagrapheus.timeline.secrets.xǁSecretScannerǁmay_hold__mutmut_3": (
         'plain = _plain(line) if ("\\\\" in line) or True else line',
         "unescaping a line without a backslash gives the line back: the test only spares the work",
     ),

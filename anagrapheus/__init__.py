@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.importing import lazy_names
 from anagrapheus.provider.provenance import DEFAULT_CALL_POLICY, VERIFIED_PYDANTIC_AI, provenance_of_pins
 from anagrapheus.timeline.provenance import use_stamp
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from anagrapheus.timeline.pins import PinLedger
     from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
     from anagrapheus.timeline.replay import ReplayPins
-    from anagrapheus.timeline.secrets import SecretPolicy, SecretRule
+    from anagrapheus.timeline.secrets import SecretRule, SecretScanner
     from anagrapheus.timeline.sqlite import SQLiteEventStore
 
 # The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses, and
@@ -36,8 +37,8 @@ __all__ = [
     "Pinning",
     "ReplayPins",
     "SQLiteEventStore",
-    "SecretPolicy",
     "SecretRule",
+    "SecretScanner",
     "SemanticCallPolicy",
     "aresume",
     "mint_entity_id",
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 # Each name is imported from its module when first read, so importing a layer imports no other.
-__getattr__, __dir__ = lazy_names(
+_lazy, __dir__ = lazy_names(
     __name__,
     {
         "AnagrapheusError": "anagrapheus.errors",
@@ -63,7 +64,7 @@ __getattr__, __dir__ = lazy_names(
         "Pinning": "anagrapheus.provider.capability",
         "ReplayPins": "anagrapheus.timeline.replay",
         "SQLiteEventStore": "anagrapheus.timeline.sqlite",
-        "SecretPolicy": "anagrapheus.timeline.secrets",
+        "SecretScanner": "anagrapheus.timeline.secrets",
         "SecretRule": "anagrapheus.timeline.secrets",
         "SemanticCallPolicy": "anagrapheus.provider.policy",
         "aresume": "anagrapheus.durable",
@@ -77,3 +78,15 @@ __getattr__, __dir__ = lazy_names(
         "register_builtin_events": "anagrapheus.timeline.events",
     },
 )
+
+# Renamed in 0.2.0 ("policy" is the call policy's word alone): the old name kept one release, warning.
+_RENAMED = {"SecretPolicy": "SecretScanner"}
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported when first read; a renamed one warns and gives what replaced it."""
+    renamed = _RENAMED.get(name)
+    if renamed is None:
+        return _lazy(name)
+    deprecated(f"{__name__}.{name}", f"use {__name__}.{renamed}")
+    return _lazy(renamed)

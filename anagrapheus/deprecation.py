@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 
-__all__ = ["deprecated", "moved_names"]
+__all__ = ["deprecated", "deprecated_option", "moved_names"]
 
 
 def deprecated(old: str, instead: str, *, stacklevel: int = 3) -> None:
     """Warn (`DeprecationWarning`, at the caller's caller) that `old` goes in the next release, and what replaces it."""
     warnings.warn(f"{old} is deprecated and goes in the next release: {instead}", DeprecationWarning, stacklevel)
+
+
+def deprecated_option(old: str, new: str) -> None:
+    """Say that a command-line option was renamed: on stderr, which a command's user reads, and as a warning."""
+    message = f"{old} is deprecated and goes in the next release: use {new}"
+    # A DeprecationWarning raised outside __main__ is not shown by default: the user of a command would never see it.
+    print(f"anagrapheus: {message}", file=sys.stderr)
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
 
 
 def moved_names(

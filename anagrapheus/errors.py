@@ -443,7 +443,7 @@ class SecretInRecording(AnagrapheusError):
         where = "the header" if seq is None else f"the event at seq {seq}"
         super().__init__(
             f"refusing to write {path}: {where} holds a value matching secret rule {rule!r} at {json_path}."
-            " Keep the credential out of what the run pins, or pass redact=SecretPolicy(...) to write placeholders"
+            " Keep the credential out of what the run pins, or pass redact=SecretScanner(...) to write placeholders"
             " instead (a replay then sees the placeholders); see the how-to 'Commit recordings safely'"
         )
         self.path = path

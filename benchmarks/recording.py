@@ -4,7 +4,7 @@
   the file written, fsynced and renamed; no scan.
 - scan: the default write, every line searched for every default rule and the environment's
   secret-looking values (none match: the common case).
-- redact: the same with `redact=SecretPolicy()` as well (a second search of every line).
+- redact: the same with `redact=SecretScanner()` as well (a second search of every line).
 
 The pins are model-call-shaped: a response of about 1.5 kB with multi-line text (JSON escapes),
 non-ASCII text, a tool call and a 20-field fingerprint.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _measure import Variant, compare, machine_line, options, print_rates, print_table, repeated, use_options
 
-from anagrapheus.timeline import PinPromoted, SecretPolicy, StoredEvent
+from anagrapheus.timeline import PinPromoted, SecretScanner, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
 
 HEADER = RecordingHeader(description="benchmark", recorded_with="synthetic pins", rerecord="benchmarks/recording.py")
@@ -83,14 +83,14 @@ def main() -> None:
     print(f"{count:,} pins per write, {sum(len(e.payload) for e in events) / count:,.0f} bytes of payload each")
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "run.jsonl"
-        policy = SecretPolicy()
+        policy = SecretScanner()
 
         def sample(**options: object) -> Callable[[int], float]:
             return repeated(lambda: write_recording(target, events, header=HEADER, **options))  # pyright: ignore[reportArgumentType]
 
         baseline = Variant("write, no scan (dangerously_keep_secrets)", sample(dangerously_keep_secrets=True))
         scanned = Variant("write with the default scan", sample())
-        redacted = Variant("write with redact=SecretPolicy() and the scan", sample(redact=policy))
+        redacted = Variant("write with redact=SecretScanner() and the scan", sample(redact=policy))
         rows = compare(baseline, [scanned, redacted], n=1, rounds=rounds)
     print_table(f"writing a recording of {count:,} pins", baseline.name, rows)
     print()

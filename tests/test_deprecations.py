@@ -126,3 +126,89 @@ def test_the_default_call_policy_constant_and_the_timeline_current_provenance_ar
     assert not hasattr(provenance, "DEFAULT_CALL_POLICY") and not hasattr(provenance, "current_provenance")
     with pytest.raises(AttributeError, match="has no attribute 'NOTHING_HERE'"):
         _ = provenance.NOTHING_HERE  # type: ignore[attr-defined]
+
+
+# "policy" is the call policy's word alone since 0.2.0: the secret scanner and regress's miss rule were renamed.
+
+
+@pytest.mark.parametrize("module", ["anagrapheus", "anagrapheus.timeline", "anagrapheus.timeline.secrets"])
+def test_secret_policy_is_the_secret_scanner_under_its_old_name_and_warns(module: str) -> None:
+    from anagrapheus.timeline.secrets import SecretScanner
+
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.SecretPolicy is deprecated.*SecretScanner") as caught:
+        old = importlib.import_module(module).SecretPolicy
+    assert old is SecretScanner
+    assert caught[0].filename == __file__
+    assert "SecretPolicy" not in importlib.import_module(module).__all__
+
+
+def test_find_secrets_takes_its_scanner_by_the_old_keyword_too_with_a_warning(tmp_path: Path) -> None:
+    from anagrapheus.errors import UsageError
+    from anagrapheus.timeline.recording import read_recording
+    from anagrapheus.timeline.secrets import SecretScanner
+    from examples.negotiation.runs import RECORDING
+
+    recording = read_recording(RECORDING)
+    scanner = SecretScanner(environ={})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = recording.find_secrets(scanner)
+    with pytest.warns(DeprecationWarning, match=r"find_secrets\(policy=\.\.\.\) is deprecated.*scanner="):
+        assert recording.find_secrets(policy=scanner) == found
+    with pytest.raises(UsageError, match="policy= is its old name"):
+        recording.find_secrets(scanner, policy=scanner)
+
+
+def test_regress_policy_is_on_miss_under_its_old_spelling_and_warns() -> None:
+    from anagrapheus.errors import UsageError
+    from anagrapheus.testing import regress
+    from examples.negotiation.candidates import INVARIANTS, TURNS, _builder
+    from examples.negotiation.runs import RECORDING
+    from examples.negotiation.talks import EU, UK
+
+    builder = _builder({EU.code: EU, UK.code: UK})
+    with pytest.warns(
+        DeprecationWarning, match=r"regress\(policy='pinned'\) is deprecated.*on_miss='strict'"
+    ) as caught:
+        verdict = regress(RECORDING, builder, TURNS, INVARIANTS, policy="pinned")
+    assert caught[0].filename == __file__
+    assert (verdict.on_miss, verdict.passed) == ("strict", True)
+    with pytest.warns(DeprecationWarning, match=r"Verdict\.policy is deprecated"):
+        assert verdict.policy == "pinned"
+    assert verdict.to_json()["policy"] == "pinned"  # the old key of the JSON, kept one release beside on_miss
+    with pytest.raises(UsageError, match="policy must be 'pinned' or 'live'"):
+        regress(RECORDING, builder, TURNS, INVARIANTS, policy="strict")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="on_miss must be 'strict' or 'record'"):
+        regress(RECORDING, builder, TURNS, INVARIANTS, on_miss="pinned")  # type: ignore[arg-type]
+
+
+def test_the_commands_old_options_work_and_say_they_are_deprecated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anagrapheus.cli import main
+    from examples.negotiation.runs import RECORDING
+
+    candidate = "examples.negotiation.candidates:control"
+    with pytest.warns(DeprecationWarning, match="--policy pinned is deprecated"):
+        assert main(["regress", candidate, "--recording", str(RECORDING), "--policy", "pinned", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "use --on-miss strict" in err and '"on_miss": "strict"' in out
+    assert main(["regress", candidate, "--recording", str(RECORDING), "--policy", "live", "--on-miss", "record"]) == 2
+    assert "give --on-miss alone" in capsys.readouterr().err
+
+    # A candidate of 0.1, taking `policy=`, is still called, with its old value.
+    (tmp_path / "old_candidate.py").write_text(
+        "from examples.negotiation.candidates import control\n\n"
+        "def candidate(recording, *, policy='pinned'):\n"
+        "    assert policy == 'pinned'\n"
+        "    return control(recording)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(DeprecationWarning, match=r"a candidate taking policy= \(old_candidate:candidate\)"):
+        assert main(["regress", "old_candidate:candidate", "--recording", str(RECORDING)]) == 0
+    assert "take on_miss='strict' or 'record'" in capsys.readouterr().err
+
+    with pytest.warns(DeprecationWarning, match="--redact-policy is deprecated"):
+        code = main(["export", str(tmp_path / "none.db"), "--unit", "u", "--redact-policy", "x:y"])
+    assert code == 2 and "use --redact-scanner" in capsys.readouterr().err

@@ -39,9 +39,9 @@ def test_the_everyday_names_come_from_the_top_level_and_from_their_old_paths() -
     assert (anagrapheus.write_recording, anagrapheus.read_recording) == (write_recording, read_recording)
     assert anagrapheus.PinMiss is PinMiss is timeline_miss
     assert anagrapheus.SemanticCallPolicy is SemanticCallPolicy
-    from anagrapheus.timeline import SecretPolicy, SecretRule
+    from anagrapheus.timeline import SecretRule, SecretScanner
 
-    assert (anagrapheus.SecretPolicy, anagrapheus.SecretRule) == (SecretPolicy, SecretRule)
+    assert (anagrapheus.SecretScanner, anagrapheus.SecretRule) == (SecretScanner, SecretRule)
 
 
 def test_the_exports_are_the_names_users_write_against() -> None:
@@ -59,7 +59,7 @@ def test_the_exports_are_the_names_users_write_against() -> None:
             "Pinning",
             "ReplayPins",
             "SQLiteEventStore",
-            "SecretPolicy",
+            "SecretScanner",
             "SecretRule",
             "SemanticCallPolicy",
             "aresume",

@@ -19,7 +19,7 @@ from anagrapheus.timeline import (
     PinPromoted,
     ProvenanceWarning,
     SecretFinding,
-    SecretPolicy,
+    SecretScanner,
     UpcastRegistry,
 )
 from anagrapheus.timeline.ages import expired, unit_ages
@@ -131,16 +131,16 @@ def sealed(source: Source, context: CheckContext) -> Iterable[Problem]:
 
 def no_secrets(source: Source, context: CheckContext) -> Iterable[Problem]:
     """No credential-shaped string (what `write_recording` refuses) in the header or any event."""
-    policy = SecretPolicy()
+    scanner = SecretScanner()
     findings: list[tuple[int | None, SecretFinding]] = []
     if source.header is not None:
-        findings.extend((None, finding) for finding in policy.scan(source.header.model_dump(mode="json")))
+        findings.extend((None, finding) for finding in scanner.scan(source.header.model_dump(mode="json")))
     for index, stored in enumerate(source.events):
         try:
             line = stored.to_json()
         except CorruptEvent:
             continue  # a payload that does not parse is reported by events_decode, naming its seq and type
-        findings.extend((index, finding) for finding in policy.scan(line, seq=stored.seq))
+        findings.extend((index, finding) for finding in scanner.scan(line, seq=stored.seq))
     for index, finding in findings:
         where = {"line": 1, "seq": None} if index is None else _at(source, index)
         yield Problem(Exit.FAILED, f"{finding.describe()}; redact or re-record it before committing", **where)

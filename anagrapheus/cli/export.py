@@ -19,6 +19,7 @@ from pydantic_ai import Agent
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import load_object, load_typed, open_source, unit_of
+from anagrapheus.deprecation import deprecated_option
 from anagrapheus.errors import AnagrapheusError, SecretInRecording
 from anagrapheus.provider.inputs import recorded_runs
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
@@ -26,8 +27,8 @@ from anagrapheus.timeline import (
     DEFAULT_RULES,
     PinPromoted,
     RecordingHeader,
-    SecretPolicy,
     SecretRule,
+    SecretScanner,
     StoredEvent,
     write_recording,
 )
@@ -69,11 +70,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         " a customer number; a group named `secret` narrows what is replaced",
     )
     parser.add_argument(
-        "--redact-policy",
+        "--redact-scanner",
         metavar="MODULE:NAME",
-        help="with --redact (implied): redact by this SecretPolicy (or a function making one) instead of the"
+        help="with --redact (implied): redact by this SecretScanner (or a function making one) instead of the"
         " default rules",
     )
+    # The old spelling of --redact-scanner, kept for one release with a warning ("policy" is the call policy's).
+    parser.add_argument("--redact-policy", metavar="MODULE:NAME", help=argparse.SUPPRESS)
     parser.add_argument(
         "--model", action="append", default=[], metavar="ROLE=ID", help="the model id behind a role (header)"
     )
@@ -82,14 +85,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _redaction(args: argparse.Namespace) -> SecretPolicy | None:
-    """The policy `--redact`, `--redact-rule` and `--redact-policy` ask for; None to refuse a secret."""
+def _redaction(args: argparse.Namespace) -> SecretScanner | None:
+    """The scanner `--redact`, `--redact-rule` and `--redact-scanner` ask for; None to refuse a secret."""
+    named = args.redact_scanner
     if args.redact_policy is not None:
+        if named is not None:
+            raise BadInput("give --redact-scanner alone: --redact-policy is its old name", path=args.redact_policy)
+        deprecated_option("--redact-policy", "--redact-scanner")
+        named = args.redact_policy
+    if named is not None:
         if args.redact_rule:
-            raise BadInput(
-                "give --redact-rule or --redact-policy, not both: add the rules to the policy", path=args.redact_policy
-            )
-        return load_typed(args.redact_policy, SecretPolicy, what="a SecretPolicy")
+            raise BadInput("give --redact-rule or --redact-scanner, not both: add the rules to the scanner", path=named)
+        return load_typed(named, SecretScanner, what="a SecretScanner")
     rules: list[SecretRule] = []
     for given in args.redact_rule:
         name, equals, pattern = given.partition("=")
@@ -100,8 +107,8 @@ def _redaction(args: argparse.Namespace) -> SecretPolicy | None:
         except re.error as e:
             raise BadInput(f"not a regular expression ({e})", path=given) from e
     if rules:
-        return SecretPolicy((*DEFAULT_RULES, *rules))
-    return SecretPolicy() if args.redact else None
+        return SecretScanner((*DEFAULT_RULES, *rules))
+    return SecretScanner() if args.redact else None
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -236,7 +243,7 @@ def as_test(args: argparse.Namespace, log_name: str, kept: list[StoredEvent], mo
         command += f" --deps {args.deps}"
     description = args.description or f"Unit(s) {', '.join(args.unit)} of the log {log_name}, as a regression test."
     # Under --redact the generated module and its file names are redacted as the recordings are (issue #35).
-    redactor = None if args.redaction is None else cast("SecretPolicy", args.redaction).redactor()
+    redactor = None if args.redaction is None else cast("SecretScanner", args.redaction).redactor()
 
     def shown(text: str) -> str:
         return text if redactor is None else redactor.redact_text(text)
@@ -372,7 +379,7 @@ def _position_key(payload: dict[str, Any], unit: str, alias: str, *, runs: int, 
 
 
 def _write(
-    path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: SecretPolicy | None, source: str
+    path: Path, events: list[StoredEvent], header: RecordingHeader, *, redact: SecretScanner | None, source: str
 ) -> None:
     """Write one recording, refusing a secret unless asked to redact it."""
     try:

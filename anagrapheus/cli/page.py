@@ -11,7 +11,7 @@ from html import escape
 from importlib import resources
 from typing import Any, cast
 
-from anagrapheus.timeline import Divergence, JSONValue, SecretPolicy, canonical_json
+from anagrapheus.timeline import Divergence, JSONValue, SecretScanner, canonical_json
 from anagrapheus.timeline.divergence import VALUE_PREFIX
 from anagrapheus.timeline.fingerprint import digest_text
 
@@ -75,7 +75,7 @@ def _slug(text: str) -> str:
 
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
-_IDS = SecretPolicy().redactor()
+_IDS = SecretScanner().redactor()
 
 
 def unit_slug(unit_id: str) -> str:
@@ -122,7 +122,7 @@ class _Writer:
 
     def __init__(self) -> None:
         self.parts: list[str] = []
-        self._redactor = SecretPolicy().redactor()
+        self._redactor = SecretScanner().redactor()
 
     def text(self, value: str) -> str:
         return escape(self._redactor.redact_text(value))

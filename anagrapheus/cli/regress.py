@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from collections.abc import Callable
 
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import load_function
+from anagrapheus.deprecation import deprecated_option
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing import Verdict
+from anagrapheus.testing.regress import OnMiss
 
 __all__ = ["COMMAND", "run"]
 
@@ -19,22 +22,21 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("candidate", metavar="MODULE:FUNCTION", help="returns the candidate's Verdict")
     parser.add_argument("--recording", required=True, metavar="FILE", help="the recording to replay")
     parser.add_argument(
-        "--policy",
-        choices=("pinned", "live"),
-        default="pinned",
-        help="pinned: a miss is a divergence (default); live: misses are drawn from the real model",
+        "--on-miss",
+        choices=("strict", "record"),
+        default=None,
+        help="strict: a miss is a divergence (default); record: misses are drawn from the real model",
     )
+    # The old spelling of --on-miss (pinned is strict, live is record), kept for one release with a warning.
+    parser.add_argument("--policy", choices=("pinned", "live"), default=None, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> Outcome:
     """Run the candidate's regression and report its verdict."""
     candidate = load_function(args.candidate, what="a function")
+    on_miss = _on_miss(args)
     try:
-        inspect.signature(candidate).bind(args.recording, policy=args.policy)
-    except TypeError as e:
-        raise BadInput(f"must take (recording, *, policy): {e}", path=args.candidate) from None
-    try:
-        verdict = candidate(args.recording, policy=args.policy)
+        verdict = candidate(args.recording, **_asked(candidate, args.candidate, on_miss))
     except UsageError as e:
         raise BadInput(str(e), path=args.candidate) from e
     except AnagrapheusError as e:
@@ -47,12 +49,39 @@ def run(args: argparse.Namespace) -> Outcome:
     return Outcome(Exit(verdict.exit_code), text, data)
 
 
+def _on_miss(args: argparse.Namespace) -> OnMiss:
+    """`--on-miss`, or what the old `--policy` spelt (with a warning); strict when neither is given."""
+    if args.policy is None:
+        return args.on_miss or "strict"
+    if args.on_miss is not None:
+        raise BadInput("give --on-miss alone: --policy is its old spelling", path=args.policy)
+    new: OnMiss = "strict" if args.policy == "pinned" else "record"
+    deprecated_option(f"--policy {args.policy}", f"--on-miss {new}")
+    return new
+
+
+def _asked(candidate: Callable[..., object], name: str, on_miss: OnMiss) -> dict[str, str]:
+    """The keyword the candidate takes the miss rule by: `on_miss`, or (until the next release) the old `policy`."""
+    signature = inspect.signature(candidate)
+    try:
+        signature.bind("recording", on_miss=on_miss)
+    except TypeError as e:
+        try:
+            old = "pinned" if on_miss == "strict" else "live"
+            signature.bind("recording", policy=old)
+        except TypeError:
+            raise BadInput(f"must take (recording, *, on_miss): {e}", path=name) from None
+        deprecated_option(f"a candidate taking policy= ({name})", "take on_miss='strict' or 'record'")
+        return {"policy": old}
+    return {"on_miss": on_miss}
+
+
 COMMAND = Command(
     "regress",
     help="replay a recording against a candidate and judge it: passed, failed or diverged",
-    description="Call MODULE:FUNCTION(recording, policy=...), a function of the project that runs"
+    description="Call MODULE:FUNCTION(recording, on_miss=...), a function of the project that runs"
     " anagrapheus.testing.regress for a candidate and returns its Verdict, and print the verdict. Exit 0 when"
-    " every invariant held, 1 when one was violated, 3 when the candidate left the recording (under pinned).",
+    " every invariant held, 1 when one was violated, 3 when the candidate left the recording (under strict).",
     arguments=_arguments,
     run=run,
 )

@@ -33,7 +33,7 @@ from anagrapheus.importing import load_object, load_typed
 from anagrapheus.provider import CallPolicy
 from anagrapheus.provider.usage import PinnedUsage
 from anagrapheus.testing.session import MODES, Mode, RecordingSession
-from anagrapheus.timeline import DEFAULT_RULES, SecretPolicy, SecretRule
+from anagrapheus.timeline import DEFAULT_RULES, SecretRule, SecretScanner
 
 __all__ = ["DEFAULT_PATH", "MARKER", "recording_name"]
 
@@ -181,20 +181,20 @@ def _policy(value: object, *, where: str) -> CallPolicy | None:
         raise pytest.UsageError(f"{where}: policy {e}") from None
 
 
-def _redaction(value: object, *, where: str) -> SecretPolicy | None:
-    """The marker's `redact=`: a `SecretPolicy`, `SecretRule`s beside the default rules, or `MODULE:NAME` of either."""
+def _redaction(value: object, *, where: str) -> SecretScanner | None:
+    """The marker's `redact=`: a `SecretScanner`, `SecretRule`s beside the default rules, or `MODULE:NAME` of either."""
     if value is None or value is False:
         return None
     if value is True:
-        return SecretPolicy()
+        return SecretScanner()
     if isinstance(value, str):
         try:
             value = load_object(value)
         except UnresolvedName as e:
             raise pytest.UsageError(f"{where}: redact {e}") from None
-        if callable(value) and not isinstance(value, SecretPolicy | SecretRule):
-            value = value()  # a function making the policy or the rules, as `policy=` may name one
-    if isinstance(value, SecretPolicy):
+        if callable(value) and not isinstance(value, SecretScanner | SecretRule):
+            value = value()  # a function making the scanner or the rules, as `policy=` may name one
+    if isinstance(value, SecretScanner):
         return value
     if isinstance(value, SecretRule):
         value = [value]
@@ -202,9 +202,9 @@ def _redaction(value: object, *, where: str) -> SecretPolicy | None:
     rules: list[object] = list(cast("Iterable[object]", value)) if many else []
     if not rules or not all(isinstance(rule, SecretRule) for rule in rules):
         raise pytest.UsageError(
-            f"{where}: redact takes a SecretPolicy, SecretRules or 'module:NAME' naming either, not {value!r}"
+            f"{where}: redact takes a SecretScanner, SecretRules or 'module:NAME' naming either, not {value!r}"
         )
-    return SecretPolicy((*DEFAULT_RULES, *cast("list[SecretRule]", rules)))
+    return SecretScanner((*DEFAULT_RULES, *cast("list[SecretRule]", rules)))
 
 
 def _max_age(value: object, *, where: str) -> timedelta | None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import UsageError
 from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.testing.verdict import Conversation, Exchange, Invariant, InvariantResult, Verdict
@@ -30,7 +31,7 @@ from anagrapheus.timeline import (
     read_recording,
 )
 
-__all__ = ["AgentBuilder", "Turn", "aregress", "regress"]
+__all__ = ["AgentBuilder", "OnMiss", "Turn", "aregress", "miss_rule", "regress"]
 
 AgentBuilder = Callable[[Resolver], "Agent[Any, Any] | Mapping[str, Agent[Any, Any]]"]
 """Builds the candidate: given the resolver to pin through, one agent, or several by name."""
@@ -78,36 +79,57 @@ def _outcome(
     return tuple(results)
 
 
+OnMiss = Literal["strict", "record"]
+"""What a regression run does on a miss, as `ReplayPins(on_miss=...)` spells it: end the run, or draw it live."""
+
+_OLD_POLICIES: dict[str, OnMiss] = {"pinned": "strict", "live": "record"}
+"""`policy=`'s values (the name until 0.2.0), and the `on_miss` each one was."""
+
+
+def miss_rule(on_miss: str, policy: str | None, *, stacklevel: int = 4) -> OnMiss:
+    """The `on_miss` asked for, checked; from the old `policy=` (with a warning) if that was given instead."""
+    if policy is not None:
+        if policy not in _OLD_POLICIES:
+            raise UsageError(f"policy must be 'pinned' or 'live' (now on_miss='strict' or 'record'), not {policy!r}")
+        if on_miss != "strict":
+            raise UsageError("give on_miss= alone: policy= is its old spelling")
+        new = _OLD_POLICIES[policy]
+        deprecated(f"regress(policy={policy!r})", f"pass on_miss={new!r}", stacklevel=stacklevel)
+        return new
+    if on_miss not in ("strict", "record"):
+        raise UsageError(f"on_miss must be 'strict' or 'record', not {on_miss!r}")
+    return on_miss
+
+
 async def aregress(
     recording: str | os.PathLike[str] | Recording,
     build_agent: AgentBuilder,
     turns: Sequence[Turn | str],
     invariants: Sequence[Invariant],
     *,
-    policy: Literal["pinned", "live"] = "pinned",
+    on_miss: OnMiss = "strict",
     unit: str | None = None,
     types: EventTypeRegistry | None = None,
     upcasts: UpcastRegistry | None = None,
     store: TimelineStore | None = None,
+    policy: Literal["pinned", "live"] | None = None,
 ) -> Verdict:
     """Play `turns` against the candidate `build_agent` builds, answering from `recording`, and judge it.
 
     After each turn every invariant is asked about the conversation so far; the first turn at
-    which one returns a message fails the run there. Under `policy="pinned"` the first call the
+    which one returns a message fails the run there. Under `on_miss="strict"` the first call the
     recording has no pin for ends the run as `diverged`, and the invariants are not evaluated past
-    it. Under `policy="live"` that call and every later miss are drawn from the real model into a
+    it. Under `on_miss="record"` that call and every later miss are drawn from the real model into a
     new unit of work in `store` (a temporary database by default), committed when the run ends.
+    `policy="pinned"` and `policy="live"` are the old spellings of the two, kept for one release with a warning.
     """
-    if policy not in ("pinned", "live"):
-        raise UsageError(f"policy must be 'pinned' or 'live', not {policy!r}")
+    on_miss = miss_rule(on_miss, policy)
     if types is None:
         types = EventTypeRegistry()
     if not isinstance(recording, Recording):
         recording = read_recording(recording, registry=types, upcasts=upcasts)
     plays = [turn if isinstance(turn, Turn) else Turn(turn) for turn in turns]
     names = [_name_of(invariant) for invariant in invariants]
-    # The policy is this API's word for the replay's miss rule (see docs/explanation/names.md).
-    on_miss: Literal["strict", "record"] = "strict" if policy == "pinned" else "record"
     with ExitStack() as stack:
         ledger: PinLedger | None = None
         if on_miss == "record":
@@ -119,7 +141,7 @@ async def aregress(
             recording.events, types, unit_id=unit, upcasts=upcasts, on_miss=on_miss, into=ledger
         )
         try:
-            verdict = await _play(replay, build_agent, plays, invariants, names, policy=policy)
+            verdict = await _play(replay, build_agent, plays, invariants, names, on_miss=on_miss)
         except BaseException:
             if ledger is not None and ledger.state == "open":
                 ledger.abandon(reason="the regression run raised before it finished")
@@ -139,7 +161,7 @@ async def _play(
     invariants: Sequence[Invariant],
     names: Sequence[str],
     *,
-    policy: Literal["pinned", "live"],
+    on_miss: OnMiss,
 ) -> Verdict:
     agents = build_agent(replay)
     conversation = Conversation()
@@ -150,7 +172,7 @@ async def _play(
     def verdict(status: Literal["passed", "failed", "diverged"], results: tuple[InvariantResult, ...]) -> Verdict:
         return Verdict(
             status=status,
-            policy=policy,
+            on_miss=on_miss,
             turns=len(plays),
             conversation=conversation,
             invariants=results,
@@ -166,7 +188,7 @@ async def _play(
             result = await agent.run(prompt, message_history=history, deps=turn.deps)
         except Exception:
             # Whatever shape the miss surfaced in, the replay knows whether the run left the recording.
-            if policy == "pinned" and replay.divergence is not None:
+            if on_miss == "strict" and replay.divergence is not None:
                 diverged_at = number
                 return verdict("diverged", _outcome(names, {}, checked_through=checked, complete=False, at=number))
             raise
@@ -193,20 +215,22 @@ def regress(
     turns: Sequence[Turn | str],
     invariants: Sequence[Invariant],
     *,
-    policy: Literal["pinned", "live"] = "pinned",
+    on_miss: OnMiss = "strict",
     unit: str | None = None,
     types: EventTypeRegistry | None = None,
     upcasts: UpcastRegistry | None = None,
     store: TimelineStore | None = None,
+    policy: Literal["pinned", "live"] | None = None,
 ) -> Verdict:
     """Run `aregress` to completion in a new event loop (from synchronous code and tests)."""
+    on_miss = miss_rule(on_miss, policy)
     return asyncio.run(
         aregress(
             recording,
             build_agent,
             turns,
             invariants,
-            policy=policy,
+            on_miss=on_miss,
             unit=unit,
             types=types,
             upcasts=upcasts,

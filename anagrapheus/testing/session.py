@@ -39,7 +39,7 @@ from anagrapheus.timeline import (
     RecordingHeader,
     ReplayPins,
     Resolver,
-    SecretPolicy,
+    SecretScanner,
     SeededRun,
     SQLiteEventStore,
     write_recording,
@@ -81,7 +81,7 @@ class RecordingSession:
         mode: Mode = "replay",
         policy: CallPolicy | None = None,
         allow_unused: bool = False,
-        redact: SecretPolicy | None = None,
+        redact: SecretScanner | None = None,
         max_age: timedelta | None = None,
     ) -> None:
         if mode not in MODES:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.timeline import Divergence
 
 __all__ = ["Conversation", "Exchange", "Invariant", "InvariantResult", "Verdict", "VerdictStatus"]
@@ -87,8 +88,8 @@ class Verdict:
 
     status: VerdictStatus
     """`passed`: every invariant held; `failed`: one was violated; `diverged`: the candidate left the recording."""
-    policy: Literal["pinned", "live"]
-    """`pinned`: a miss ends the run; `live`: misses were drawn from the real model."""
+    on_miss: Literal["strict", "record"]
+    """`strict`: a miss ends the run; `record`: misses were drawn from the real model."""
     turns: int
     """How many turns were to be played."""
     conversation: Conversation
@@ -98,9 +99,15 @@ class Verdict:
     diverged_at: int | None = None
     """The turn at which the candidate first asked for something the recording has no pin for."""
     divergence: Divergence | None = None
-    """The first pin the candidate missed and what moved; under `live` the miss was drawn instead."""
+    """The first pin the candidate missed and what moved; under `record` the miss was drawn instead."""
     drawn: int = field(default=0)
-    """Under `live`: how many calls were drawn from the real model."""
+    """Under `record`: how many calls were drawn from the real model."""
+
+    @property
+    def policy(self) -> Literal["pinned", "live"]:
+        """`on_miss` as it was spelt until 0.2.0 (`pinned` for `strict`, `live` for `record`); kept one release."""
+        deprecated("Verdict.policy", 'read Verdict.on_miss ("strict" was "pinned", "record" was "live")')
+        return "pinned" if self.on_miss == "strict" else "live"
 
     @property
     def passed(self) -> bool:
@@ -114,7 +121,7 @@ class Verdict:
 
     @property
     def diverged(self) -> bool:
-        """The candidate left the recording (under `pinned`)."""
+        """The candidate left the recording (under `strict`)."""
         return self.status == "diverged"
 
     @property
@@ -131,9 +138,9 @@ class Verdict:
         """Say in a few lines what happened, invariant by invariant."""
         played = f"{len(self.conversation)} of {self.turns} turn(s) played"
         if self.status == "diverged":
-            lines = [f"DIVERGED at turn {self.diverged_at} ({played}, policy {self.policy})"]
+            lines = [f"DIVERGED at turn {self.diverged_at} ({played}, on_miss {self.on_miss})"]
         else:
-            lines = [f"{self.status.upper()} ({played}, policy {self.policy})"]
+            lines = [f"{self.status.upper()} ({played}, on_miss {self.on_miss})"]
         divergence = self.divergence
         if divergence is not None:
             if self.status != "diverged":
@@ -163,7 +170,9 @@ class Verdict:
         divergence = self.divergence
         return {
             "status": self.status,
-            "policy": self.policy,
+            "on_miss": self.on_miss,
+            # The key's old name and values, for readers of 0.1's output: goes in the next release.
+            "policy": "pinned" if self.on_miss == "strict" else "live",
             "turns": self.turns,
             "played": len(self.conversation),
             "diverged_at": self.diverged_at,

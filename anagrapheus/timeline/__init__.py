@@ -1,5 +1,6 @@
 """The event log and pins; knows nothing of pydantic-ai."""
 
+from anagrapheus.deprecation import moved_names
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.copying import copy_log, open_store
@@ -25,8 +26,8 @@ from anagrapheus.timeline.secrets import (
     DEFAULT_RULES,
     EMAIL_RULE,
     SecretFinding,
-    SecretPolicy,
     SecretRule,
+    SecretScanner,
 )
 from anagrapheus.timeline.seeded import SeededRun
 from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
@@ -59,8 +60,8 @@ __all__ = [
     "Resolver",
     "SQLiteEventStore",
     "SecretFinding",
-    "SecretPolicy",
     "SecretRule",
+    "SecretScanner",
     "SeededRun",
     "StoredEvent",
     "TimelineStore",
@@ -76,3 +77,6 @@ __all__ = [
     "register_builtin_events",
     "write_recording",
 ]
+
+# Renamed in 0.2.0 ("policy" is the call policy's word alone): the old name kept one release, warning.
+__getattr__ = moved_names(__name__, {"SecretPolicy": "anagrapheus.timeline.secrets:SecretScanner"})

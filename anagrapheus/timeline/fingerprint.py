@@ -9,7 +9,7 @@ from typing_extensions import override
 
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, encode_normalised
 from anagrapheus.timeline.divergence import ELLIPSIS, VALUE_PREFIX, moved_fields
-from anagrapheus.timeline.secrets import SecretPolicy
+from anagrapheus.timeline.secrets import SecretScanner
 
 __all__ = [
     "DIGEST_CHARS",
@@ -112,13 +112,13 @@ class DeferredFingerprint(Mapping[str, str]):
         return repr(self._digested())
 
 
-def value_entries(fields: Iterable[tuple[str, str]], *, policy: SecretPolicy | None = None) -> dict[str, str]:
-    """`=<field>` entries: the first `VALUE_CHARS` characters of each field's text, after redaction under `policy`.
+def value_entries(fields: Iterable[tuple[str, str]], *, scanner: SecretScanner | None = None) -> dict[str, str]:
+    """`=<field>` entries: the first `VALUE_CHARS` characters of each field's text, after redaction by `scanner`.
 
-    Redacted with the default secret rules (when `policy` is None) before it is cut, so a
+    Redacted with the default secret rules (when `scanner` is None) before it is cut, so a
     credential in a prompt never reaches a pin, and the placeholder stands where it was.
     """
-    redactor = (SecretPolicy() if policy is None else policy).redactor()
+    redactor = (SecretScanner() if scanner is None else scanner).redactor()
     entries: dict[str, str] = {}
     for name, text in fields:
         head = redactor.redact_text(text[: VALUE_CHARS + _REDACTION_MARGIN])

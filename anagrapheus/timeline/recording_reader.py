@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpired, UsageError
 from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
@@ -16,7 +17,7 @@ from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
-from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
+from anagrapheus.timeline.secrets import SecretFinding, SecretScanner
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["Recording", "open_recording", "read_recording", "stream_recording"]
@@ -56,9 +57,19 @@ class Recording:
                 raise RecordingError(message, path=str(self.path), line=line) from e
         return decoded
 
-    def find_secrets(self, policy: SecretPolicy | None = None) -> list[SecretFinding]:
-        """Every credential-shaped string in the header or the events, under `policy` (the default rules if None)."""
-        rules = SecretPolicy() if policy is None else policy
+    def find_secrets(
+        self, scanner: SecretScanner | None = None, *, policy: SecretScanner | None = None
+    ) -> list[SecretFinding]:
+        """Every credential-shaped string in the header or the events, found by `scanner` (the default rules if None).
+
+        `policy=` is the name `scanner` had until 0.2.0: kept for one release, with a warning.
+        """
+        if policy is not None:
+            if scanner is not None:
+                raise UsageError("give scanner= alone: policy= is its old name")
+            deprecated("Recording.find_secrets(policy=...)", "pass the scanner as `scanner=` (or first)")
+            scanner = policy
+        rules = SecretScanner() if scanner is None else scanner
         found = list(rules.scan(header_line(self.header)))
         for event in self.events:
             found.extend(rules.scan(event.to_json(), seq=event.seq))

@@ -16,7 +16,7 @@ from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInput
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Sealer, read_seal
-from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
+from anagrapheus.timeline.secrets import Redactor, SecretScanner, split_private_keys
 
 __all__ = ["pin_events", "write_recording"]
 
@@ -33,12 +33,12 @@ def pin_events(events: Iterable[StoredEvent], *, with_inputs: bool = False) -> I
 class _LineWriter:
     """Writes one recording's lines: canonical text, redacted where asked, refused where a secret remains."""
 
-    def __init__(self, target: Path, *, redact: SecretPolicy | None, refuse: SecretPolicy | None) -> None:
+    def __init__(self, target: Path, *, redact: SecretScanner | None, refuse: SecretScanner | None) -> None:
         self._target = target
         self._redact = redact
         self._redactor: Redactor | None = None if redact is None else redact.redactor()
         self._refuse = refuse
-        # Redacting under the very rules the refusal uses (`redact=SecretPolicy()`): a line the redaction's search
+        # Redacting under the very rules the refusal uses (`redact=SecretScanner()`): a line the redaction's search
         # passes over holds nothing to refuse either, so it is searched once, not twice.
         self._refusal_repeats_redaction = refuse is not None and redact is not None and redact.same_search(refuse)
 
@@ -51,11 +51,11 @@ class _LineWriter:
             # NFC form is what is redacted or refused, so no look-alike slips through.
             searched = cast(dict[str, JSONValue], canonical_value(line))
             searched_text = encode_normalised(searched)
-            policies = (self._redact, self._refuse)
-            if not any(policy is not None and policy.may_hold(searched_text) for policy in policies):
+            scanners = (self._redact, self._refuse)
+            if not any(scanner is not None and scanner.may_hold(searched_text) for scanner in scanners):
                 return text
             line, text = searched, searched_text
-        # Each policy first searches the whole line once; only a line that may hold a match is walked.
+        # Each scanner first searches the whole line once; only a line that may hold a match is walked.
         if self._redact is not None and self._redactor is not None:
             if not self._redact.may_hold(text):
                 return text if self._refusal_repeats_redaction else self._refused(line, text, seq)
@@ -72,7 +72,7 @@ class _LineWriter:
         return self._refused(line, text, seq)
 
     def _refused(self, line: dict[str, JSONValue], text: str, seq: int | None) -> str:
-        """Return `text`, the line as written, once the refusal policy finds nothing in it."""
+        """Return `text`, the line as written, once the refusal scanner finds nothing in it."""
         if self._refuse is not None:
             for finding in self._refuse.scan(line, text=text):
                 raise SecretInRecording(path=str(self._target), seq=seq, json_path=finding.path, rule=finding.rule)
@@ -120,7 +120,7 @@ def write_recording(
     events: Iterable[StoredEvent],
     *,
     header: RecordingHeader | Mapping[str, Any],
-    redact: SecretPolicy | None = None,
+    redact: SecretScanner | None = None,
     call_policy: object | None = None,
     mode: int = 0o600,
     dangerously_keep_secrets: bool = False,
@@ -153,7 +153,7 @@ def write_recording(
                 " write_recording writes; name the detail otherwise"
             ) from None
     sealer = Sealer()
-    writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretPolicy())
+    writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretScanner())
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
     results: list[JSONValue] | None = [] if chosen.provenance is None else None

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from anagrapheus.deprecation import moved_names
 from anagrapheus.timeline.canonical import JSONValue, canonical_json
 
 __all__ = [
@@ -20,8 +21,8 @@ __all__ = [
     "SECRET_FIELD_RULE",
     "Redactor",
     "SecretFinding",
-    "SecretPolicy",
     "SecretRule",
+    "SecretScanner",
     "environment_rules",
     "masked_dsn",
     "masked_message",
@@ -360,7 +361,7 @@ def environment_rules(environ: Mapping[str, str] | None = None) -> tuple[SecretR
     """One rule per secret-looking variable (`*_KEY*`, `*_TOKEN`, `*_PASS`, `*SECRET*`, ...): its value as written.
 
     The value is stripped of surrounding whitespace, and found as it is, percent-encoded or JSON-escaped (a
-    policy that decodes base64 finds it base64-encoded too).
+    scanner that decodes base64 finds it base64-encoded too).
     """
     source = os.environ if environ is None else environ
     rules: list[SecretRule] = []
@@ -388,7 +389,7 @@ def split_private_keys(value: JSONValue, *, seq: int | None = None) -> Iterator[
     A key split over several strings (`key.splitlines()`), or cut short, cannot be redacted whole, since its
     body lines have no shape of their own; a recording writer refuses it even under redaction.
     """
-    walker = SecretPolicy([SecretRule("pem-private-key", _PEM_BEGIN, hint="-----BEGIN ")], environ={}, encoded=False)
+    walker = SecretScanner([SecretRule("pem-private-key", _PEM_BEGIN, hint="-----BEGIN ")], environ={}, encoded=False)
     return walker.find(value, seq=seq)
 
 
@@ -442,11 +443,11 @@ def _base64_texts(text: str) -> Iterator[tuple[re.Match[str], str]]:
 _URL_SAFE = str.maketrans("-_", "+/")
 
 
-class SecretPolicy:
+class SecretScanner:
     """A set of secret rules: finds credential-shaped strings in JSON values, or redacts them.
 
     `environ` is where secret-looking variables are read from (the process environment when None,
-    read when the policy is made); pass `{}` to look for no variable's value. With `encoded` (the
+    read when the scanner is made); pass `{}` to look for no variable's value. With `encoded` (the
     default), each run of base64 that decodes to text is searched too, once: a key found inside
     it is named `base64:<rule>`, and the whole run is what a redaction replaces.
     """
@@ -469,8 +470,8 @@ class SecretPolicy:
         """The rules in the order they are tried, the environment's last."""
         return self._rules
 
-    def same_search(self, other: SecretPolicy) -> bool:
-        """Say whether `other` searches exactly as this policy does: the same rules, base64 decoded or not."""
+    def same_search(self, other: SecretScanner) -> bool:
+        """Say whether `other` searches exactly as this scanner does: the same rules, base64 decoded or not."""
         return self._rules == other._rules and self._encoded == other._encoded
 
     def may_hold(self, line: str) -> bool:
@@ -549,16 +550,16 @@ def _member(key: str) -> str:
 
 
 class Redactor:
-    """Replaces every match of a policy's rules with `[redacted:<rule>:<n>]`, one number per distinct value.
+    """Replaces every match of a scanner's rules with `[redacted:<rule>:<n>]`, one number per distinct value.
 
     The numbering lives as long as the redactor, so a value met twice in one recording gets the same
     placeholder both times, and redacting the same run again writes the same placeholders.
     """
 
-    __slots__ = ("_counts", "_numbers", "_policy")
+    __slots__ = ("_counts", "_numbers", "_scanner")
 
-    def __init__(self, policy: SecretPolicy) -> None:
-        self._policy = policy
+    def __init__(self, scanner: SecretScanner) -> None:
+        self._scanner = scanner
         self._numbers: dict[tuple[str, str], int] = {}
         self._counts: dict[str, int] = {}
 
@@ -577,7 +578,7 @@ class Redactor:
         if isinstance(value, dict):
             redacted: dict[str, JSONValue] = {}
             for key, item in value.items():
-                field = self._policy._field_rule(key, item)  # pyright: ignore[reportPrivateUsage]
+                field = self._scanner._field_rule(key, item)  # pyright: ignore[reportPrivateUsage]
                 if field is not None:
                     redacted[self.redact_text(key)] = self.placeholder(field, cast(str, item))
                 else:
@@ -589,7 +590,7 @@ class Redactor:
 
     def redact_text(self, text: str) -> str:
         """Return `text` with every match replaced by its placeholder."""
-        for rule in self._policy.rules:
+        for rule in self._scanner.rules:
             if not rule.search(text):
                 continue
 
@@ -606,7 +607,7 @@ class Redactor:
                 return found[: start - offset] + self.placeholder(rule.name, secret) + found[end - offset :]
 
             text = rule.pattern.sub(replace, text)
-        if self._policy._encoded:  # pyright: ignore[reportPrivateUsage]
+        if self._scanner._encoded:  # pyright: ignore[reportPrivateUsage]
             text = self._redact_encoded(text)
         return text
 
@@ -615,7 +616,7 @@ class Redactor:
         pieces: list[str] = []
         last = 0
         for match, decoded in list(_base64_texts(text)):
-            for rule in self._policy.rules:
+            for rule in self._scanner.rules:
                 if rule.found_in(decoded):
                     pieces += [text[last : match.start()], self.placeholder(f"base64:{rule.name}", match.group())]
                     last = match.end()
@@ -655,3 +656,7 @@ def masked_message(message: str, address: str) -> str:
         if len(piece) >= 3:
             message = message.replace(piece, "***")
     return message
+
+
+# `SecretPolicy` was this scanner's name until 0.2.0 ("policy" is the call policy's word): kept one release, warning.
+__getattr__ = moved_names(__name__, {"SecretPolicy": f"{__name__}:SecretScanner"})

@@ -18,7 +18,7 @@ from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
 from typing_extensions import override
 
 from anagrapheus.timeline.scoped import scoped
-from anagrapheus.timeline.secrets import SecretPolicy
+from anagrapheus.timeline.secrets import SecretScanner
 
 __all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "short_key", "traced_to", "unit_span"]
 
@@ -157,7 +157,7 @@ def unit_span(action: Literal["commit", "abandon"], unit_id: str) -> Generator[S
 
 
 # Spans leave the process for a collector: no credential rides on one, in an attribute or an exception (issue #35).
-_REDACTOR = SecretPolicy().redactor()
+_REDACTOR = SecretScanner().redactor()
 
 
 def _redacted(text: str) -> str:

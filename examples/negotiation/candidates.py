@@ -7,7 +7,7 @@ invariants are checked after every turn:
 - `control` is the recorded pair itself: every call is answered from the recording and every
   invariant holds (passed, exit 0);
 - `reworded` gives the UK negotiator reworded instructions: its first request asks something the
-  recording has no pin for (diverged, exit 3); under `policy="live"` the scripted model answers
+  recording has no pin for (diverged, exit 3); under `on_miss="record"` the scripted model answers
   the miss, and the invariants hold on what it really said;
 - `regressed` keeps every request as recorded but adds a house-style pass that spells
   percentages out in words: every call still hits the recording, and the invariant that each
@@ -36,7 +36,7 @@ from examples.negotiation.seeded import START
 from examples.negotiation.talks import EU, ROUNDS, UK, Party, RoundConcluded, eu_prompt, uk_prompt
 from examples.negotiation.world import World
 
-Policy = Literal["pinned", "live"]
+OnMiss = Literal["strict", "record"]
 
 SHARE = re.compile(r"(\d+)% EU share")
 """An EU share stated as a percentage, as the talks' invariants read it."""
@@ -165,9 +165,9 @@ def _recording(path: str | os.PathLike[str] | None) -> Any:
     return RECORDING if path is None else path
 
 
-def control(recording: str | os.PathLike[str] | None = None, *, policy: Policy = "pinned") -> Verdict:
+def control(recording: str | os.PathLike[str] | None = None, *, on_miss: OnMiss = "strict") -> Verdict:
     """The recorded negotiators themselves: passed."""
-    return regress(_recording(recording), _builder({EU.code: EU, UK.code: UK}), TURNS, INVARIANTS, policy=policy)
+    return regress(_recording(recording), _builder({EU.code: EU, UK.code: UK}), TURNS, INVARIANTS, on_miss=on_miss)
 
 
 REWORDED_UK = Party(
@@ -179,16 +179,16 @@ REWORDED_UK = Party(
 """The UK negotiator with its instructions reworded, meaning the same."""
 
 
-def reworded(recording: str | os.PathLike[str] | None = None, *, policy: Policy = "pinned") -> Verdict:
-    """The UK's instructions reworded: diverged under `pinned`, passed under `live`."""
+def reworded(recording: str | os.PathLike[str] | None = None, *, on_miss: OnMiss = "strict") -> Verdict:
+    """The UK's instructions reworded: diverged under `strict`, passed under `record`."""
     parties = {EU.code: EU, UK.code: REWORDED_UK}
-    return regress(_recording(recording), _builder(parties), TURNS, INVARIANTS, policy=policy)
+    return regress(_recording(recording), _builder(parties), TURNS, INVARIANTS, on_miss=on_miss)
 
 
-def regressed(recording: str | os.PathLike[str] | None = None, *, policy: Policy = "pinned") -> Verdict:
+def regressed(recording: str | os.PathLike[str] | None = None, *, on_miss: OnMiss = "strict") -> Verdict:
     """A house-style pass spelling percentages out: every pin answers, and an invariant fails."""
     builder = _builder({EU.code: EU, UK.code: UK}, house_style=True)
-    return regress(_recording(recording), builder, TURNS, INVARIANTS, policy=policy)
+    return regress(_recording(recording), builder, TURNS, INVARIANTS, on_miss=on_miss)
 
 
 CANDIDATES = {"control": control, "reworded": reworded, "regressed": regressed}

@@ -581,21 +581,21 @@ def test_regress_gives_three_verdicts_on_one_recording(
             {
                 "control": """\
 regress examples.negotiation.candidates:control against recordings/negotiation.jsonl
-PASSED (8 of 8 turn(s) played, policy pinned)
+PASSED (8 of 8 turn(s) played, on_miss strict)
   [PASS] quota_statements_state_a_share
   [PASS] uk_counters_below_the_eu_offer
   [PASS] uk_reads_the_market_before_countering
 """,
                 "regressed": """\
 regress examples.negotiation.candidates:regressed against recordings/negotiation.jsonl
-FAILED (1 of 8 turn(s) played, policy pinned)
+FAILED (1 of 8 turn(s) played, on_miss strict)
   [FAIL] quota_statements_state_a_share: turn 1: round 1: the EU stated no share as a percentage: 'The EU proposes a 54 per cent EU share of the cod quota, given an advised catch of 39,400 t, stock falling.'
   [----] uk_counters_below_the_eu_offer: held through turn 1, not evaluated past it
   [----] uk_reads_the_market_before_countering: held through turn 1, not evaluated past it
 """,
                 "reworded": """\
 regress examples.negotiation.candidates:reworded against recordings/negotiation.jsonl
-DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)
+DIVERGED at turn 2 (1 of 8 turn(s) played, on_miss strict)
   no pin for model_call p1:model_call:12cb3ee2a17edc4b56811552d643f3ebafbe5967a0649434f75fbaba7b471e11 after 3 hit(s)
   what moved against the nearest recorded call: instructions[0], messages[0]
   [----] quota_statements_state_a_share: held through turn 1, not evaluated past it
@@ -607,9 +607,11 @@ DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)
     )
 
 
-def test_regress_under_live_draws_the_reworded_candidates_misses_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_regress_recording_misses_draws_the_reworded_candidates_misses_and_passes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, _ = cli(
-        capsys, "regress", CANDIDATE.format("reworded"), "--recording", NEGOTIATION, "--policy", "live", "--json"
+        capsys, "regress", CANDIDATE.format("reworded"), "--recording", NEGOTIATION, "--on-miss", "record", "--json"
     )
 
     report = json.loads(out)
@@ -641,7 +643,7 @@ def test_regress_on_a_corrupt_recording_is_bad_input_naming_the_line(
     [
         ("examples.negotiation.nowhere:control", "cannot import examples.negotiation.nowhere"),
         ("examples.negotiation.candidates:TURNS", "is not a function"),
-        ("examples.negotiation.candidates:quota_statements_state_a_share", "must take (recording, *, policy)"),
+        ("examples.negotiation.candidates:quota_statements_state_a_share", "must take (recording, *, on_miss)"),
         ("examples.negotiation.candidates", "expected MODULE:ATTR"),
     ],
 )
@@ -661,9 +663,9 @@ def test_regress_names_the_candidate_when_it_misuses_regress(
         "from anagrapheus.testing import Turn, regress\n"
         "from examples.negotiation.candidates import INVARIANTS, _builder\n"
         "from examples.negotiation.talks import EU, UK\n\n"
-        "def candidate(recording, *, policy='pinned'):\n"
+        "def candidate(recording, *, on_miss='strict'):\n"
         "    turns = [Turn('Hello', agent='FR')]\n"
-        "    return regress(recording, _builder({'EU': EU, 'UK': UK}), turns, INVARIANTS, policy=policy)\n",
+        "    return regress(recording, _builder({'EU': EU, 'UK': UK}), turns, INVARIANTS, on_miss=on_miss)\n",
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -793,14 +795,14 @@ def test_export_redacts_personal_data_by_the_users_own_rules(
     assert "ana@example.org" not in text and "88231" not in text
     assert "Refund sent to [redacted:email:1] for order ORD-[redacted:order:1]." in text.replace("\\", "")
 
-    # A policy of the project's own, named as the other commands name objects.
+    # A scanner of the project's own, named as the other commands name objects.
     (tmp_path / "personal.py").write_text(
-        "from anagrapheus import SecretPolicy\n"
+        "from anagrapheus import SecretScanner\n"
         "from anagrapheus.timeline import DEFAULT_RULES, EMAIL_RULE\n"
-        "POLICY = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE))\n"
+        "SCANNER = SecretScanner((*DEFAULT_RULES, EMAIL_RULE))\n"
     )
     monkeypatch.chdir(tmp_path)
-    assert cli(capsys, *export, "--redact-policy", "personal:POLICY")[0] == 0
+    assert cli(capsys, *export, "--redact-scanner", "personal:SCANNER")[0] == 0
     text = target.read_text()
     assert "ana@example.org" not in text and "ORD-88231" in text
 
@@ -808,10 +810,10 @@ def test_export_redacts_personal_data_by_the_users_own_rules(
         (("--redact-rule", "email"), "bad input: email: expected --redact-rule NAME=REGEX"),
         (("--redact-rule", "email=(["), "bad input: email=([: not a regular expression"),
         (
-            ("--redact-rule", "a=b", "--redact-policy", "personal:POLICY"),
-            "bad input: personal:POLICY: give --redact-rule or --redact-policy, not both",
+            ("--redact-rule", "a=b", "--redact-scanner", "personal:SCANNER"),
+            "bad input: personal:SCANNER: give --redact-rule or --redact-scanner, not both",
         ),
-        (("--redact-policy", "personal:NOPE"), "bad input: personal:NOPE: personal has no NOPE"),
+        (("--redact-scanner", "personal:NOPE"), "bad input: personal:NOPE: personal has no NOPE"),
     ):
         code, _, err = cli(capsys, *export, *wrong)
         assert (code, err.startswith(complaint)) == (2, True), err

@@ -305,7 +305,7 @@ def test_the_regress_demo_gives_three_verdicts_on_the_one_recording(capsys: pyte
     ]
     assert verdicts == ["PASSED", "DIVERGED", "FAILED"]
     assert [line for line in out.splitlines() if line.startswith("(exit")] == ["(exit 0)", "(exit 3)", "(exit 1)"]
-    assert "DIVERGED at turn 2 (1 of 8 turn(s) played, policy pinned)" in out
+    assert "DIVERGED at turn 2 (1 of 8 turn(s) played, on_miss strict)" in out
 
 
 def test_the_recording_as_committed_before_the_seal_replays_as_the_sealed_one_does(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from anagrapheus.timeline import (
     PinLedger,
     PinMiss,
     ReplayPins,
-    SecretPolicy,
+    SecretScanner,
     SQLiteEventStore,
     fingerprint_of,
     pin_key,
@@ -131,7 +131,7 @@ def test_secrets_are_refused_or_redacted_before_a_recording_is_written(
     ledger.commit()
     with pytest.raises(SecretInRecording):
         write_recording(tmp_path / "refused.jsonl", store.read(), header=HEADER)
-    redacted = write_recording(tmp_path / "kept.jsonl", store.read(), header=HEADER, redact=SecretPolicy())
+    redacted = write_recording(tmp_path / "kept.jsonl", store.read(), header=HEADER, redact=SecretScanner())
     assert token not in redacted.read_text()
 
 

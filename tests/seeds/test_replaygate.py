@@ -40,7 +40,7 @@ def test_a_candidate_that_keeps_the_keys_but_breaks_an_invariant_fails_with_exit
 def test_under_live_a_miss_is_drawn_and_the_invariants_judge_the_real_trajectory(
     recording: Path, tmp_path: Path
 ) -> None:
-    """§ Divergence is a third verdict (policy live): misses fall back to the model and are recorded."""
+    """§ Divergence is a third verdict (the page's policy live, our on_miss="record"): misses are drawn and recorded."""
     desk = Desk()
     with SQLiteEventStore(tmp_path / "live.db") as store:
         verdict = regress(
@@ -48,7 +48,7 @@ def test_under_live_a_miss_is_drawn_and_the_invariants_judge_the_real_trajectory
             builder(desk, instructions=INSTRUCTIONS + " Be brief."),
             TURNS,
             INVARIANTS,
-            policy="live",
+            on_miss="record",
             store=store,
         )
     assert (verdict.status, verdict.diverged_at, desk.calls) == ("passed", 1, 3)
@@ -64,7 +64,7 @@ def test_a_live_replay_never_changes_the_recording_it_read(recording: Path, tmp_
                 builder(Desk(), instructions=INSTRUCTIONS + " Be brief."),
                 TURNS,
                 INVARIANTS,
-                policy="live",
+                on_miss="record",
                 store=store,
             )
     assert recording.read_bytes() == before

@@ -54,10 +54,10 @@ def test_the_markers_rules_write_personal_data_as_placeholders(project: pytest.P
     project.makepyfile(mailer=MAILER)
     project.makepyfile(
         rules="""
-from anagrapheus import SecretPolicy, SecretRule
+from anagrapheus import SecretScanner, SecretRule
 from anagrapheus.timeline import DEFAULT_RULES, EMAIL_RULE
 
-PERSONAL = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE, SecretRule("ticket", r"TKT-[0-9]{6}", hint="TKT-")))
+PERSONAL = SecretScanner((*DEFAULT_RULES, EMAIL_RULE, SecretRule("ticket", r"TKT-[0-9]{6}", hint="TKT-")))
 
 
 def personal():
@@ -84,8 +84,8 @@ def test_without_redact_personal_data_is_written_and_a_wrong_value_is_refused(pr
 
     for redact, complaint in (
         ("'nowhere:RULES'", ": redact nowhere:RULES: cannot import nowhere (No module named 'nowhere')"),
-        ("['email']", "redact takes a SecretPolicy, SecretRules or 'module:NAME' naming either, not ['email']"),
-        ("[]", "redact takes a SecretPolicy, SecretRules or 'module:NAME' naming either, not []"),
+        ("['email']", "redact takes a SecretScanner, SecretRules or 'module:NAME' naming either, not ['email']"),
+        ("[]", "redact takes a SecretScanner, SecretRules or 'module:NAME' naming either, not []"),
     ):
         project.makepyfile(test_app=TEST_MAILED.format(redact=redact))
         assert complaint in project.runpytest().stdout.str()

@@ -108,7 +108,7 @@ def test_the_recorded_agent_passes_without_reaching_its_model(recording: Path) -
         "Order 7 arrives on Friday.",
     ]
     assert verdict.describe() == snapshot("""\
-PASSED (3 of 3 turn(s) played, policy pinned)
+PASSED (3 of 3 turn(s) played, on_miss strict)
   [PASS] order_id_never_reasked
   [PASS] replies_are_short\
 """)
@@ -125,7 +125,7 @@ def test_a_reworded_prompt_diverges_at_the_first_turn_and_leaves_the_invariants_
     assert verdict.divergence is not None and verdict.divergence.moved == ("instructions[0]", "messages[0]")
     assert [r.status for r in verdict.invariants] == ["not evaluated", "not evaluated"]
     assert verdict.describe() == snapshot("""\
-DIVERGED at turn 1 (0 of 3 turn(s) played, policy pinned)
+DIVERGED at turn 1 (0 of 3 turn(s) played, on_miss strict)
   no pin for model_call p1:model_call:2ca6c1f8fcbf3b309a96080d97c7eae933140dcb85c176f8b71679dec35af1c4 after 0 hit(s)
   what moved against the nearest recorded call: instructions[0], messages[0]
   [----] order_id_never_reasked: not evaluated (no turn finished)
@@ -164,7 +164,7 @@ def test_under_live_a_reworded_candidate_draws_its_misses_and_is_judged_on_its_r
             builder(desk, instructions=INSTRUCTIONS + " Be brief."),
             TURNS,
             INVARIANTS,
-            policy="live",
+            on_miss="record",
             store=store,
         )
         promoted = [e for e in store.read(namespace="anagrapheus", type="pin_promoted")]

@@ -15,7 +15,7 @@ from anagrapheus.timeline.fingerprint import (
     fingerprint_of,
     value_entries,
 )
-from anagrapheus.timeline.secrets import SecretPolicy
+from anagrapheus.timeline.secrets import SecretScanner
 
 TOKEN = "gh" + "p_" + "Zq8" * 12
 
@@ -78,11 +78,11 @@ def test_a_kept_value_is_cut_past_its_limit_only(length: int, cut: bool) -> None
     assert kept == (text[:VALUE_CHARS] + ELLIPSIS if cut else text)
 
 
-def test_a_kept_value_is_redacted_under_the_policy_given() -> None:
+def test_a_kept_value_is_redacted_by_the_scanner_given() -> None:
     text = f'"use {TOKEN}"'
 
     assert TOKEN not in value_entries([("f", text)])["=f"]
-    assert value_entries([("f", text)], policy=SecretPolicy((), environ={}))["=f"] == text
+    assert value_entries([("f", text)], scanner=SecretScanner((), environ={}))["=f"] == text
 
 
 def test_a_deferred_fingerprint_is_the_fingerprint_of_its_material() -> None:

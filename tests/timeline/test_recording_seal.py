@@ -317,7 +317,7 @@ def test_what_a_reseal_accepts_is_said_per_run_of_changed_lines() -> None:
 def test_a_unit_id_the_line_holds_otherwise_is_sealed_as_the_line_holds_it(tmp_path: Path) -> None:
     # A stored id keeps its text as drawn (#45) and a redacted id is a placeholder: the seal names the unit the
     # reader reads, in NFC (a header a rule searched is written as NFC).
-    from anagrapheus.timeline import SecretPolicy
+    from anagrapheus.timeline import SecretScanner
 
     token = "gh" + "p_" + "Zq8" * 12  # built from pieces: no token-shaped literal in the test source
     types = EventTypeRegistry()
@@ -334,7 +334,7 @@ def test_a_unit_id_the_line_holds_otherwise_is_sealed_as_the_line_holds_it(tmp_p
         )
         events = list(store.read())
 
-    path = write_recording(tmp_path / "r.jsonl", events, header=HEADER, redact=SecretPolicy())
+    path = write_recording(tmp_path / "r.jsonl", events, header=HEADER, redact=SecretScanner())
 
     recording = read_recording(path)
     assert recording.seal is not None

@@ -27,8 +27,8 @@ from anagrapheus.timeline import (
     EventTypeRegistry,
     PinLedger,
     ReplayPins,
-    SecretPolicy,
     SecretRule,
+    SecretScanner,
     SQLiteEventStore,
     StoredEvent,
 )
@@ -204,7 +204,7 @@ def test_the_exact_value_of_a_secret_looking_environment_variable_is_refused(
 
 @pytest.mark.parametrize("name", ["GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "STRIPE_SECRET", "X_API_KEY"])
 def test_environment_variable_names_that_look_secret(name: str) -> None:
-    policy = SecretPolicy([], environ={name: "some-long-value", "HOME": "/home/someone-else"})
+    policy = SecretScanner([], environ={name: "some-long-value", "HOME": "/home/someone-else"})
 
     assert [rule.name for rule in policy.rules] == [f"env:{name}"]
 
@@ -224,8 +224,8 @@ def test_redaction_writes_stable_placeholders(tmp_path: Path) -> None:
         pin(2, {"again": first}, key_char="b"),
     ]
 
-    path = write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy())
-    again = write_recording(tmp_path / "again.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy())
+    path = write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretScanner())
+    again = write_recording(tmp_path / "again.jsonl", events, header=SECRETS_HEADER, redact=SecretScanner())
 
     raws = [event.payload_json()["raw"] for event in read_recording(path).events]
     assert raws == [
@@ -242,7 +242,7 @@ def test_email_and_card_numbers_are_redacted_only_when_opted_in(tmp_path: Path) 
     plain = write_recording(tmp_path / "plain.jsonl", [pin(1, raw)], header=SECRETS_HEADER)
     assert read_recording(plain).events[0].payload_json()["raw"] == raw
 
-    policy = SecretPolicy((*DEFAULT_RULES, EMAIL_RULE, CARD_NUMBER_RULE))
+    policy = SecretScanner((*DEFAULT_RULES, EMAIL_RULE, CARD_NUMBER_RULE))
     redacted = write_recording(tmp_path / "redacted.jsonl", [pin(1, raw)], header=SECRETS_HEADER, redact=policy)
     assert read_recording(redacted).events[0].payload_json()["raw"] == {
         "contact": "write to [redacted:email:1]",
@@ -256,11 +256,11 @@ def test_your_own_rule_redacts_and_a_default_shape_left_unredacted_is_still_refu
     events = [pin(1, {"ticket": "TKT-123456", "key": SHAPES["openai-key"]})]
 
     with pytest.raises(SecretInRecording) as caught:
-        write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy([ticket]))
+        write_recording(tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretScanner([ticket]))
     assert caught.value.rule == "openai-key"
 
     path = write_recording(
-        tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretPolicy([*DEFAULT_RULES, ticket])
+        tmp_path / "run.jsonl", events, header=SECRETS_HEADER, redact=SecretScanner([*DEFAULT_RULES, ticket])
     )
     assert read_recording(path).events[0].payload_json()["raw"] == {
         "ticket": "[redacted:ticket:1]",
@@ -296,7 +296,7 @@ def test_a_check_finds_secrets_in_the_header_and_under_the_policy_given(tmp_path
     assert [(f.seq, f.path, f.rule) for f in recording.find_secrets()] == [
         (None, "$.details.endpoint", "url-credentials")
     ]
-    assert [(f.seq, f.path, f.rule) for f in recording.find_secrets(SecretPolicy([ticket]))] == [
+    assert [(f.seq, f.path, f.rule) for f in recording.find_secrets(SecretScanner([ticket]))] == [
         (1, "$.payload.raw.ticket", "ticket")
     ]
 
@@ -307,7 +307,7 @@ def test_a_shape_is_found_whatever_text_surrounds_it_and_redaction_removes_it(
 ) -> None:
     # Separated by a space: a shape glued to a word of its own alphabet is deliberately not taken for a credential.
     text = f"{before} {SHAPES[shape]} {after}"
-    policy = SecretPolicy(environ={})
+    policy = SecretScanner(environ={})
 
     assert [f.rule for f in policy.find({"v": text})][:1] == [RULE_OF.get(shape, shape)]
     redacted = policy.redactor().redact({"v": text})
@@ -368,7 +368,7 @@ def test_a_redacted_recording_replays_the_placeholder_and_misses_where_it_is_rea
             tmp_path / "run.jsonl",
             store.read(namespace="anagrapheus", type="pin_promoted"),
             header=SECRETS_HEADER,
-            redact=SecretPolicy(),
+            redact=SecretScanner(),
         )
 
     replay = ReplayPins.from_events(read_recording(path, registry=types).events, types)
@@ -388,7 +388,7 @@ def test_redacting_a_private_key_removes_its_body_too(tmp_path: Path) -> None:
         tmp_path / "run.jsonl",
         [pin(1, {"key": SHAPES["pem-private-key"]})],
         header=SECRETS_HEADER,
-        redact=SecretPolicy(),
+        redact=SecretScanner(),
     )
 
     assert read_recording(path).events[0].payload_json()["raw"] == {"key": "[redacted:pem-private-key:1]"}

@@ -1,4 +1,4 @@
-"""SecretPolicy: its walk, rules, hints and findings, and the everyday credential shapes it refuses or redacts while
+"""SecretScanner: its walk, rules, hints and findings, and the everyday credential shapes it refuses or redacts while
 prose passes."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from anagrapheus.timeline.secrets import (
     CARD_NUMBER_RULE,
     EMAIL_RULE,
     SecretFinding,
-    SecretPolicy,
     SecretRule,
+    SecretScanner,
     environment_rules,
     split_private_keys,
 )
@@ -34,8 +34,8 @@ from tests.timeline.sample_recording import promoted
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K"
 
 
-def policy() -> SecretPolicy:
-    return SecretPolicy(environ={})
+def policy() -> SecretScanner:
+    return SecretScanner(environ={})
 
 
 def test_a_finding_says_where_it_is_without_the_match() -> None:
@@ -253,7 +253,7 @@ def test_an_everyday_shape_is_refused_and_redacted_away(tmp_path: Path, shape: s
     assert (caught.value.seq, caught.value.json_path, caught.value.rule) == (2, "$.payload.raw.result.note", rule)
     assert fragment not in str(caught.value)
 
-    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretPolicy())
+    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, redact=SecretScanner())
     written = path.read_text(encoding="utf-8")
     assert fragment not in written and f"[redacted:{rule}:1]" in written
     assert read_recording(path).find_secrets() == []
@@ -268,7 +268,7 @@ def test_a_secret_named_field_is_refused_at_its_value_and_redacted_in_place(tmp_
         write_recording(tmp_path / "run.jsonl", [pin(1, {"rows": [row]})], header=HEADER)
     assert (caught.value.json_path, caught.value.rule) == (f"$.payload.raw.rows[0].{name}", rule)
 
-    path = write_recording(tmp_path / "run.jsonl", [pin(1, {"rows": [row]})], header=HEADER, redact=SecretPolicy())
+    path = write_recording(tmp_path / "run.jsonl", [pin(1, {"rows": [row]})], header=HEADER, redact=SecretScanner())
     [kept] = read_recording(path).events[0].payload_json()["raw"]["rows"]
     assert kept == {**row, name: f"[redacted:{rule}:1]"}
     assert value not in path.read_text(encoding="utf-8")
@@ -284,7 +284,7 @@ def test_benign_text_near_the_shapes_is_written_as_it_is(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("name", ["AZURE_OPENAI_KEY", "DB_PASS", "REDIS_PASS", "API_KEY_MISTRAL", "GITLAB_PAT"])
 def test_more_environment_names_look_secret(name: str) -> None:
-    policy = SecretPolicy([], environ={name: "some-long-value"})
+    policy = SecretScanner([], environ={name: "some-long-value"})
 
     assert [rule.name for rule in policy.rules] == [f"env:{name}"]
 
@@ -300,7 +300,7 @@ def test_names_that_only_contain_a_secret_word_do_not(name: str) -> None:
 def test_an_environment_value_is_found_stripped_percent_encoded_and_base64_encoded(tmp_path: Path) -> None:
     value = "p@ss word/" + "0042"
     environ = {"DB_PASS": f"  {value}\n", "SHORT_TOKEN": " 1234567 "}
-    policy = SecretPolicy([], environ=environ)
+    policy = SecretScanner([], environ=environ)
     assert [rule.name for rule in policy.rules] == ["env:DB_PASS"]  # seven characters once stripped: not looked for
 
     for written in (
@@ -377,7 +377,7 @@ PEM = (
     ids=["split-into-lines", "cut-before-its-end", "split-into-chunks"],
 )
 def test_a_private_key_not_whole_in_one_string_is_refused_even_under_redaction(tmp_path: Path, raw: Any) -> None:
-    for redact in (None, SecretPolicy()):
+    for redact in (None, SecretScanner()):
         with pytest.raises(SecretInRecording) as caught:
             write_recording(tmp_path / "run.jsonl", [pin(1, raw)], header=HEADER, redact=redact)
         assert caught.value.rule == "pem-private-key"
@@ -386,7 +386,7 @@ def test_a_private_key_not_whole_in_one_string_is_refused_even_under_redaction(t
 
 
 def test_a_private_key_whole_in_one_string_is_redacted_with_its_body() -> None:
-    redactor = SecretPolicy(environ={}).redactor()
+    redactor = SecretScanner(environ={}).redactor()
 
     assert redactor.redact({"key": f"key: {PEM} (keep)"}) == {"key": "key: [redacted:pem-private-key:1] (keep)"}
     # With no END in the string, the rest of it goes: none of the body is left where the BEGIN was.
@@ -395,7 +395,7 @@ def test_a_private_key_whole_in_one_string_is_redacted_with_its_body() -> None:
 
 
 def test_a_url_password_holding_at_signs_is_redacted_to_the_last_at_before_the_host() -> None:
-    redactor = SecretPolicy(environ={}).redactor()
+    redactor = SecretScanner(environ={}).redactor()
 
     redacted = redactor.redact_text("postgresql://app:pw@rest@db/app?user=a@b")
     assert redacted == "postgresql[redacted:url-credentials:1]db/app?user=a@b"
@@ -405,29 +405,29 @@ def test_base64_is_decoded_only_when_the_policy_asks() -> None:
     blob = base64.b64encode(OPENAI.encode()).decode()
     ordinary = base64.b64encode(b"an ordinary sentence, encoded").decode()
 
-    assert list(SecretPolicy(environ={}, encoded=False).find(blob)) == []
-    assert SecretPolicy(environ={}, encoded=False).redactor().redact_text(blob) == blob
-    redactor = SecretPolicy(environ={}).redactor()
+    assert list(SecretScanner(environ={}, encoded=False).find(blob)) == []
+    assert SecretScanner(environ={}, encoded=False).redactor().redact_text(blob) == blob
+    redactor = SecretScanner(environ={}).redactor()
     assert redactor.redact_text(f"{ordinary} {blob}") == f"{ordinary} [redacted:base64:openai-key:1]"
 
 
 def test_an_environment_value_with_quotes_is_found_json_escaped_too() -> None:
     value = 'say "open sesame" 42'
-    policy = SecretPolicy([], environ={"VAULT_PASSPHRASE": value})
+    policy = SecretScanner([], environ={"VAULT_PASSPHRASE": value})
 
     assert [f.rule for f in policy.find(json.dumps({"v": value}))] == ["env:VAULT_PASSPHRASE"]
 
 
 def test_a_rule_whose_secret_group_may_be_absent_redacts_the_whole_match() -> None:
     rule = SecretRule("pin", r"PIN(?: (?P<secret>[0-9]{4}))?!")
-    redactor = SecretPolicy([rule], environ={}).redactor()
+    redactor = SecretScanner([rule], environ={}).redactor()
 
     assert redactor.redact_text("PIN 1234! and PIN!") == "PIN [redacted:pin:1]! and [redacted:pin:2]"
 
 
 def test_a_key_joined_to_an_id_by_a_dash_or_underscore_is_still_a_key() -> None:
     # A unit id such as `chat-sk-ant-...` (issue #35); a word that only ends in "sk" (`task-...`) is none.
-    redactor = SecretPolicy().redactor()
+    redactor = SecretScanner().redactor()
     anthropic, openai = "sk-ant-api03-" + "b" * 90, "sk-proj-" + "c" * 40
     assert redactor.redact_text(f"chat-{anthropic}") == "chat-[redacted:anthropic-key:1]"
     assert redactor.redact_text(f"x_{openai}") == "x_[redacted:openai-key:1]"
@@ -437,10 +437,10 @@ def test_a_key_joined_to_an_id_by_a_dash_or_underscore_is_still_a_key() -> None:
 def test_an_azure_key_printed_after_a_space_is_found() -> None:
     # `api-key <32 hex>` in a pinned error text was written by `export` (issue #35).
     key = "0123456789abcdef0123456789abcdef"
-    redactor = SecretPolicy().redactor()
+    redactor = SecretScanner().redactor()
     assert (
         redactor.redact_text(f"401: api-key {key} is invalid") == "401: api-key [redacted:azure-api-key:1] is invalid"
     )
     assert key not in redactor.redact_text(f"API key {key}")
     assert redactor.redact_text("the api-key header is required") == "the api-key header is required"
-    assert [finding.rule for finding in SecretPolicy().scan({"error": f"api_key {key}"})] == ["azure-api-key"]
+    assert [finding.rule for finding in SecretScanner().scan({"error": f"api_key {key}"})] == ["azure-api-key"]
