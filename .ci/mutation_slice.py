@@ -3,7 +3,7 @@
 Usage (from the project root, with the `mutation` extra installed):
 
     python .ci/mutation_slice.py                  # the CI slice (SLICE below), fails below FLOOR
-    python .ci/mutation_slice.py MODULE...        # any modules of TESTS_OF, e.g. anagrapheus/timeline/replay.py
+    python .ci/mutation_slice.py MODULE...        # any modules of TESTS_OF, e.g. anagrapheus/timeline/canonical.py
     python .ci/mutation_slice.py --equivalent [MODULE...]   # only check EQUIVALENT's names still hold their lines
 
 mutmut reads `[tool.mutmut]` of pyproject.toml; this script narrows it in the running process (the files
@@ -51,12 +51,12 @@ def tests_of(module: str) -> list[str]:
     """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
 
     A file belongs to one module: the one of its folder whose name is the longest prefix of the file's, so
-    `tests/timeline/test_pins_races.py` is `timeline/pins.py`'s and `tests/timeline/test_recording_header.py` is
-    `timeline/recording_header.py`'s, not `timeline/recording.py`'s (tests/test_layout.py keeps every file so
-    named), and a subpackage's tests have a folder of their own (`tests/provider/keying/test_history.py` is
-    `provider/keying/history.py`'s). A test that starts Python processes importing the package lives in
-    tests/integration/, which mirrors no module: the child would
-    inherit mutmut's environment and fail in its trampoline.
+    `tests/timeline/test_pins_races.py` is `timeline/pins.py`'s,
+    and `tests/timeline/test_recording_header.py` is `timeline/recording_header.py`'s,
+    not `timeline/recording.py`'s (tests/test_layout.py keeps every file so named), and a subpackage's tests
+    have a folder of their own (`tests/provider/keying/test_history.py` is `provider/keying/history.py`'s).
+    A test that starts Python processes importing the package lives in tests/integration/, which mirrors no
+    module: the child would inherit mutmut's environment and fail in its trampoline.
     """
     source = Path(module)
     layer = source.parent.relative_to("anagrapheus")

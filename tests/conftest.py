@@ -98,7 +98,7 @@ GUARDED_MODULES = frozenset(
 """Paths below tests/, '/'-separated."""
 
 UNGUARDED_TESTS = {
-    "timeline/test_sqlite.py::test_a_lease_is_taken_over_only_from_a_holder_that_is_gone": "asks whether a pid lives",
+    "timeline/test_sqlite.py::test_a_lease_is_taken_over_only_from_a_holder_that_is_gone": "asks if a pid lives",
 }
 """Tests of a guarded module that reach what the guard refuses by design, each with why (node ids below tests/)."""
 

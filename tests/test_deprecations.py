@@ -80,8 +80,15 @@ REMOVED_FROM_THE_TIMELINE = [
 def test_a_name_dropped_from_the_timeline_exports_is_gone_and_still_lives_in_its_module(name: str) -> None:
     with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
         getattr(anagrapheus.timeline, name)
-    homes = ("recording", "provenance", "replay", "resolver", "events", "store")
-    assert any(hasattr(importlib.import_module(f"anagrapheus.timeline.{home}"), name) for home in homes)
+    homes = (
+        "anagrapheus.timeline.recording",
+        "anagrapheus.timeline.provenance",
+        "anagrapheus.timeline.replay",
+        "anagrapheus.timeline.resolver",
+        "anagrapheus.timeline.events",
+        "anagrapheus.timeline.store",
+    )
+    assert any(hasattr(importlib.import_module(home), name) for home in homes)
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
@@ -212,3 +219,73 @@ def test_the_commands_old_options_work_and_say_they_are_deprecated(
     with pytest.warns(DeprecationWarning, match="--redact-policy is deprecated"):
         code = main(["export", str(tmp_path / "none.db"), "--unit", "u", "--redact-policy", "x:y"])
     assert code == 2 and "use --redact-scanner" in capsys.readouterr().err
+
+
+# Modules moved into the timeline's rooms (resolving/, recording/, stores/) keep their old paths for one release.
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(__import__("anagrapheus.timeline.moved").timeline.moved.MOVED.items()))
+def test_a_moved_module_imports_by_its_old_path_as_the_new_module_warning_once(old: str, new: str) -> None:
+    import sys
+
+    assert not (ROOT / (old.replace(".", "/") + ".py")).exists()  # no file left behind: git sees a rename
+    fresh = old not in sys.modules
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+        assert importlib.import_module(old) is module
+    assert module is importlib.import_module(new)
+    assert module.__name__ == module.__spec__.name == new
+    if fresh:
+        assert [str(w.message) for w in caught] == [
+            f"the module {old} is deprecated and goes in the next release: import {new}"
+        ]
+
+
+def test_the_moved_modules_finder_serves_only_paths_no_file_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from anagrapheus.deprecation import MovedModules, moved_modules
+
+    package = tmp_path / "moved_rooms"
+    (package / "room").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "room" / "__init__.py").write_text("")
+    (package / "room" / "home.py").write_text("class Thing:\n    pass\n")
+    (package / "still_here.py").write_text("WHERE = 'old file'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    for name in ("moved_rooms", "moved_rooms.home", "moved_rooms.room", "moved_rooms.room.home"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    table = {"moved_rooms.home": "moved_rooms.room.home", "moved_rooms.still_here": "moved_rooms.room.home"}
+    finder = moved_modules(table)
+    assert isinstance(finder, MovedModules) and sys.meta_path[-1] is finder
+    assert moved_modules(dict(table)) is finder and moved_modules({}) is None  # installed once
+
+    with pytest.warns(
+        DeprecationWarning, match=r"^the module moved_rooms\.home is deprecated.*moved_rooms\.room\.home$"
+    ) as caught:
+        from moved_rooms import home  # type: ignore[import-not-found]
+    assert caught[0].filename == __file__  # the importing line, past the import system's frames
+    from moved_rooms.room import home as new  # type: ignore[import-not-found]
+
+    assert home is new and home.Thing.__module__ == home.__spec__.name == "moved_rooms.room.home"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import moved_rooms.home  # type: ignore[import-not-found]  # cached: no second warning
+
+        # A module still at its old path (a tree not moved yet) is that file, without a warning.
+        import moved_rooms.still_here  # type: ignore[import-not-found]
+    assert moved_rooms.still_here.WHERE == "old file"
+    for name in (
+        "moved_rooms",
+        "moved_rooms.home",
+        "moved_rooms.room",
+        "moved_rooms.room.home",
+        "moved_rooms.still_here",
+    ):
+        sys.modules.pop(name, None)

@@ -14,8 +14,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-MIRRORED = ["timeline", "provider", "provider/keying", "testing", "cli"]
+LAYERS = ["timeline", "provider", "provider/keying", "testing", "cli"]
 """Folders below tests/ that mirror the package folder of the same path below anagrapheus/."""
+
+MIRRORED = [
+    *LAYERS,
+    *(
+        f"{layer}/{room.name}"
+        for layer in ("timeline",)
+        for room in sorted((ROOT / "tests" / layer).iterdir())
+        if room.is_dir() and (ROOT / "anagrapheus" / layer / room.name / "__init__.py").is_file()
+    ),
+]
+"""The layers, and each room of the timeline (resolving/, recording/, stores/) with a test folder of its own."""
 
 ROUND_WORDS = frozenset(["rules", "outcomes", "checks", "values", "nearest", "report", "files", "shapes"])
 """Suffixes that name the round of work that wrote a file, not a concern of the module it tests."""
@@ -57,14 +68,14 @@ def test_each_test_file_is_named_for_a_module_of_its_layer(folder: str) -> None:
 
 def test_a_file_named_for_a_round_or_for_no_module_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The check itself, on a copy of the layout: a round's name and a stray name are both reported.
-    for folder, names in {"anagrapheus/timeline": ["pins.py", "__init__.py"], "tests/timeline": []}.items():
+    for folder, names in {"anagrapheus/timeline": ["canonical.py", "__init__.py"], "tests/timeline": []}.items():
         (tmp_path / folder).mkdir(parents=True)
         for name in names:
             (tmp_path / folder / name).write_text("")
-    for name in ["test_pins.py", "test_pins_races.py", "test_pins_outcomes.py", "test_ledger.py"]:
+    for name in ["test_canonical.py", "test_canonical_races.py", "test_canonical_outcomes.py", "test_ledger.py"]:
         (tmp_path / "tests" / "timeline" / name).write_text("")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
-    assert misnamed("timeline") == ["timeline/test_ledger.py", "timeline/test_pins_outcomes.py"]
+    assert misnamed("timeline") == ["timeline/test_canonical_outcomes.py", "timeline/test_ledger.py"]
 
 
 def test_every_allowed_file_gives_its_reason() -> None:

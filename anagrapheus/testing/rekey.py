@@ -93,8 +93,8 @@ class RekeyPins(DelegatingResolver):
         self.rekeyed: list[Rekeyed] = []
         """Each pin answered under a new key, in the order asked."""
 
-    # What the layers above ask of a replay (see `anagrapheus.timeline.resolver`): this one answers as `replay`, whose
-    # fresh draws (a run's inputs, a position the recording lacks) land in `into`.
+    # What the layers above ask of a replay (see `anagrapheus.timeline.resolver`): this one answers as
+    # `replay`, whose fresh draws (a run's inputs, a position the recording lacks) land in `into`.
     @property
     @override
     def draws_live(self) -> bool:

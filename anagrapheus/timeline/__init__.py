@@ -1,6 +1,6 @@
 """The event log and pins; knows nothing of pydantic-ai."""
 
-from anagrapheus.deprecation import moved_names
+from anagrapheus.deprecation import moved_modules, moved_names
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
 from anagrapheus.timeline.copying import copy_log, open_store
@@ -16,6 +16,7 @@ from anagrapheus.timeline.events import (
     register_builtin_events,
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
+from anagrapheus.timeline.moved import MOVED
 from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceWarning
 from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
@@ -34,7 +35,8 @@ from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
 from anagrapheus.timeline.store import EventStore, TimelineStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
-# What users write against, as the guides show it. Store authors import the ports from `anagrapheus.timeline.store`.
+# What users write against, as the guides show it.
+# Store authors import the ports from `anagrapheus.timeline.store`.
 __all__ = [
     "CARD_NUMBER_RULE",
     "DEFAULT_RULES",
@@ -77,6 +79,9 @@ __all__ = [
     "register_builtin_events",
     "write_recording",
 ]
+
+# The modules moved into the timeline's rooms: each old path stays importable for one release, warning once.
+moved_modules(MOVED)
 
 # Renamed in 0.2.0 ("policy" is the call policy's word alone): the old name kept one release, warning.
 __getattr__ = moved_names(__name__, {"SecretPolicy": "anagrapheus.timeline.secrets:SecretScanner"})
