@@ -25,6 +25,7 @@ from anagrapheus.errors import (
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.callers import CALLER_SALT
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.provider.provenance import STAMPING
 from anagrapheus.provider.run_clock import RUN_PLACE
 from anagrapheus.provider.usage import PinnedUsage, usage_by_unit
 from anagrapheus.testing.drift import DriftPins, drifted_calls
@@ -266,7 +267,9 @@ class RecordingSession:
             recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
             rerecord=self.rerecord,
         )
-        return write_recording(self.path, events, header=header, call_policy=self._policy, redact=self.redact)
+        return write_recording(
+            self.path, events, header=header, call_policy=self._policy, redact=self.redact, stamp=STAMPING
+        )
 
     def report(self) -> str | None:
         """A short account of where the run left its recording and how to record it again; None if it did not."""
