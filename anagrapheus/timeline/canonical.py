@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -272,6 +273,9 @@ def digest_key(kind: str, digest: str) -> str:
     return f"{KEY_SCHEME}:{kind}:{digest}"
 
 
+# Typed: a place given as True is keyed `true`, apart from 1. Cached because a replay's look-ups and the asking's own
+# key share their first parts: each is hashed once.
+@functools.lru_cache(maxsize=4096, typed=True)
 def asking_key(kind: str, asked: str, *, twin: int = 0, run: int | str = 0, occurrence: int = 1) -> str:
     """The key of one asking: `asked` (the key of what was asked) as its `twin`, run and `occurrence` ask it.
 

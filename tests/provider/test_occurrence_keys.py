@@ -129,3 +129,9 @@ def test_two_runs_asking_twice_pin_the_recorded_keys(store: SQLiteEventStore, ty
     # A run's id and clock are keyed on the unit, whose id is drawn: only the askings' keys are the same every time.
     keys = sorted(pin["key"] for pin in pins if pin["kind"] in ("model_call", "tool_call"))
     assert keys == RUN_KEYS
+
+
+def test_a_place_of_another_type_is_keyed_apart_even_once_cached() -> None:
+    # A run id "1" and the place 1 are different runs; the cache of keys must not give one the other's key.
+    keys = [asking_key("model_call", ASKED, run=run) for run in (1, "1", 1.0, 1)]
+    assert keys[0] == keys[3] and len(set(keys[:3])) == 3
