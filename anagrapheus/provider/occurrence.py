@@ -104,8 +104,6 @@ def _run_place(key: str, *, kind: str, resolver: Resolver, run: RunContext[objec
         with _lock:
             runs = askers.runs.setdefault(key, {})
             place = runs.setdefault(as_run, len(runs))
-    if resolver.asked(asking_key(kind, key, run=place)):
-        return place, told_apart
     return _recorded_before(key, place, kind=kind, resolver=resolver, askers=askers), told_apart
 
 
@@ -154,15 +152,15 @@ def _failed(askers: _Askers, run_id: str) -> None:
 
 
 def _recorded_before(key: str, place: int | str, *, kind: str, resolver: Resolver, askers: _Askers) -> int | str:
-    """The place a replay answers a run's asking as, when its recording holds no pin under the run's own key.
+    """The place a replay answers a run's asking as: its own, unless its recording holds no pin under the run's key.
 
     A recording made before the rule answered a later run from the first asking's pin; runs started at once
     from threads may start in another order than they were recorded in; a replay of several units at once
     cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
     recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if not resolver.replays:
-        return place  # no recording to look through
+    if resolver.asked(asking_key(kind, key, run=place)) or not resolver.replays:
+        return place  # its own pin, or no recording to look through
     for candidate in range(_RUNS_LOOKED_AT):
         own = asking_key(kind, key, run=candidate)
         if resolver.asked(own) > askers.taken.get(own, 0):
@@ -253,19 +251,11 @@ def ask(
             weakref.finalize(usage, _arrived.pop, id(usage), None)
         occurrence = counts.get((run.run_id, key, place), 0) + 1
     # What was asked, the run's place and the occurrence, keyed in one call: the key this asking is resolved under.
-    own = asking_key(kind, key, run=place, occurrence=_keyed_occurrence(key, kind, place, occurrence, resolver))
+    own = asking_key(kind, key, run=place, occurrence=occurrence)
+    if occurrence != 1 and not resolver.asked(own):
+        # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
+        first = asking_key(kind, key, run=place)
+        own = first if resolver.asked(first) >= occurrence else own
     _took(resolver, own)
     # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.
     return Asking(own, key, place, occurrence, counts, run.run_id, told_apart)
-
-
-def _keyed_occurrence(key: str, kind: str, place: int | str, occurrence: int, resolver: Resolver) -> int:
-    """The occurrence an asking is keyed as: its own, unless a recording made before the rule answers it as the first.
-
-    Such a recording holds no pin of the occurrence's own but says the run's key was asked at least that often.
-    """
-    if occurrence == 1:
-        return occurrence
-    if resolver.asked(asking_key(kind, key, run=place, occurrence=occurrence)):
-        return occurrence
-    return 1 if resolver.asked(asking_key(kind, key, run=place)) >= occurrence else occurrence
