@@ -135,7 +135,7 @@ class RecordingSession:
         if self.mode == "drift":
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             self._replay = (
-                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy)
+                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy, stamping=STAMPING)
                 if self.path.exists()
                 else ReplayPins.from_events((), self._types)
             )
@@ -156,6 +156,7 @@ class RecordingSession:
                 into=self._ledger,
                 call_policy=self._policy,
                 provenance="ignore" if self.mode == "record" else "warn",
+                stamping=STAMPING,
             )
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)

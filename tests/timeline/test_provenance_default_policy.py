@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus import SemanticCallPolicy, read_recording
+from anagrapheus import ReplayPins, SemanticCallPolicy, read_recording
 from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.provider.provenance import STAMPING, provenance_of_pins
 from anagrapheus.timeline.provenance import Stamping, call_policy_identity, check_provenance, own_provenance
@@ -42,3 +42,14 @@ def test_another_default_passed_is_the_one_checked() -> None:
 def test_a_stamping_without_a_default_refuses_no_policy() -> None:
     with pytest.raises(UsageError, match="names no default call policy"):
         call_policy_identity(None, stamping=Stamping())
+
+
+@pytest.mark.parametrize("name", ["negotiation-before-inputs.jsonl"])
+def test_a_replay_reads_its_recording_under_the_stamping_passed(name: str) -> None:
+    terse = Stamping(provenance_of_pins, default_call_policy=("terse", 3))
+    with pytest.raises(ProvenanceMismatch) as caught:
+        ReplayPins.from_recording(DATA / name, stamping=terse)
+    assert caught.value.current == ("terse", 3)
+    with pytest.raises(ProvenanceMismatch):
+        read_recording(DATA / name, stamping=terse)
+    assert len(ReplayPins.from_recording(DATA / name, stamping=STAMPING)) > 0
