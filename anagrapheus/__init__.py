@@ -4,8 +4,6 @@ from typing import TYPE_CHECKING
 
 from anagrapheus.deprecation import deprecated
 from anagrapheus.importing import lazy_names
-from anagrapheus.provider.provenance import DEFAULT_CALL_POLICY, VERIFIED_PYDANTIC_AI, provenance_of_pins
-from anagrapheus.timeline.provenance import use_stamp
 
 if TYPE_CHECKING:
     from anagrapheus.durable import OpenRun, aresume, open_runs, resume
@@ -21,11 +19,6 @@ if TYPE_CHECKING:
     from anagrapheus.timeline.replay import ReplayPins
     from anagrapheus.timeline.secrets import SecretRule, SecretScanner
     from anagrapheus.timeline.sqlite import SQLiteEventStore
-
-# The composition root: recordings are stamped with what the provider layer reads from pydantic-ai's responses, and
-# one made or read without a named call policy is keyed by the provider's default (the timeline, below it, cannot
-# import either). Neither needs pydantic-ai itself, so `import anagrapheus.timeline` does not load it.
-use_stamp(provenance_of_pins, default_call_policy=DEFAULT_CALL_POLICY, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI})
 
 __all__ = [
     "AnagrapheusError",

@@ -34,33 +34,31 @@ from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[
 
 from anagrapheus.provider.retries import take_up
 from anagrapheus.provider.run_clock import run_position
-from anagrapheus.timeline.canonical import pin_key
+from anagrapheus.timeline.canonical import asking_key
 from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = ["Asking", "ask", "run_key", "twin_key"]
 
 _lock = threading.Lock()
-# Per run: the run's usage object (one per run unless a caller passes its own, and gone with the run) holds, per
-# run id and key, the highest occurrence whose answer has arrived. Held by the object's id (a usage is unhashable) and
-# dropped when it is collected, before its id can be reused, so a finished run leaves nothing behind. Process-wide
-# because the askings of one run come through every `Pinning`, `PinnedModel` and `pinned_tool` it reaches, and a
-# run's usage is the one object they all see; nothing to tear down.
-_arrived: dict[int, dict[tuple[str | None, str], int]] = {}
+_Counts = dict[tuple[str | None, str, int | str], int]
+"""Per run id, asked key and the place it is asked as, the highest occurrence whose answer has arrived."""
+
+# Per run: the run's usage object (one per run unless a caller passes its own, and gone with the run) holds its
+# counts. Held by the object's id (a usage is unhashable) and dropped when it is collected, before its id can be
+# reused, so a finished run leaves nothing behind. Process-wide because the askings of one run come through every
+# `Pinning`, `PinnedModel` and `pinned_tool` it reaches, and a run's usage is the one object they all see; nothing
+# to tear down.
+_arrived: dict[int, _Counts] = {}
 
 
 def occurrence_key(key: str, *, kind: str, occurrence: int) -> str:
-    """The key of the `occurrence`th asking of `key` in one run: `key` itself for the first."""
-    if occurrence == 1:
-        return key
-    return pin_key(kind, {"occurrence_of": key, "occurrence": occurrence})
+    """The key of the `occurrence`th asking of `key` in one run: `key` itself for the first (`asking_key`)."""
+    return asking_key(kind, key, occurrence=occurrence)
 
 
 def run_key(key: str, *, kind: str, ordinal: int | str) -> str:
     """The key `key` is asked under by the run at `ordinal` in its unit (its place, or its id): `key` for the first."""
-    if ordinal == 0:
-        return key
-    # Already canonical (a key and a count or run id, ASCII): written without the material walk, the same key.
-    return pin_key(kind, {"run_of": key, "run": ordinal}, normalised=True)
+    return asking_key(kind, key, run=ordinal)
 
 
 @dataclass(slots=True)
@@ -81,35 +79,32 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_own(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]) -> tuple[str, _Askers | None]:
-    """`key` as the run `run` asks it: the first run keeps it, each later run has its own (the run rule).
+def _run_place(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]) -> tuple[int | str, _Askers | None]:
+    """The place among its unit's runs that `run` asks `key` as: the first run's (0) keeps the key (the run rule).
 
     Also the askers that tell the run apart, in the order runs first ask, when no `Pinning` numbered it: its
     failed askings are then what says it failed (the retry rule).
     """
     run_id = run.run_id
     if run_id is None:
-        return key, None
+        return 0, None
     server = resolver.serves_each_run
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
         resolver = server.ledger_for(run)
     askers = resolver.attached(_ASKERS, _Askers)
     if askers is None:
-        return key, None
+        return 0, None
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
-    ordinal = run_position(resolver, run_id)
-    told_apart = askers if ordinal is None else None
-    if ordinal is None:
+    place = run_position(resolver, run_id)
+    told_apart = askers if place is None else None
+    if place is None:
         as_run = _as_run(key, resolver=resolver, askers=askers, run_id=run_id)
         with _lock:
             runs = askers.runs.setdefault(key, {})
-            ordinal = runs.setdefault(as_run, len(runs))
-    own = run_key(key, kind=kind, ordinal=ordinal)
-    if resolver.asked(own):
-        return own, told_apart
-    return _recorded_before(key, own, kind=kind, resolver=resolver, askers=askers), told_apart
+            place = runs.setdefault(as_run, len(runs))
+    return _recorded_before(key, place, kind=kind, resolver=resolver, askers=askers), told_apart
 
 
 def _as_run(key: str, *, resolver: Resolver, askers: _Askers, run_id: str) -> str:
@@ -156,21 +151,21 @@ def _failed(askers: _Askers, run_id: str) -> None:
             askers.failing.setdefault(first, {})[run] = None
 
 
-def _recorded_before(key: str, own: str, *, kind: str, resolver: Resolver, askers: _Askers) -> str:
-    """The key a replay answers a run's asking from, when its recording holds no pin under the run's own key.
+def _recorded_before(key: str, place: int | str, *, kind: str, resolver: Resolver, askers: _Askers) -> int | str:
+    """The place a replay answers a run's asking as: its own, unless its recording holds no pin under the run's key.
 
     A recording made before the rule answered a later run from the first asking's pin; runs started at once
     from threads may start in another order than they were recorded in; a replay of several units at once
     cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
     recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if not resolver.replays:
-        return own  # no recording to look through
-    for ordinal in range(_RUNS_LOOKED_AT):
-        candidate = run_key(key, kind=kind, ordinal=ordinal)
-        if resolver.asked(candidate) > askers.taken.get(candidate, 0):
+    if resolver.asked(asking_key(kind, key, run=place)) or not resolver.replays:
+        return place  # its own pin, or no recording to look through
+    for candidate in range(_RUNS_LOOKED_AT):
+        own = asking_key(kind, key, run=candidate)
+        if resolver.asked(own) > askers.taken.get(own, 0):
             return candidate
-    return own
+    return place
 
 
 _RUNS_LOOKED_AT = 64
@@ -194,7 +189,7 @@ def twin_key(key: str, *, kind: str, twin: int, resolver: Resolver) -> str:
     """
     if twin == 0:
         return key
-    own = pin_key(kind, {"twin_of": key, "twin": twin})
+    own = asking_key(kind, key, twin=twin)
     if not resolver.asked(own) and resolver.asked(key) > twin:
         return key
     return own
@@ -207,8 +202,9 @@ class Asking:
     key: str
     """The key to resolve: the asked key for a first asking (or outside a run), else the occurrence's own."""
     _asked: str
+    _place: int | str
     _occurrence: int
-    _counts: dict[tuple[str | None, str], int] | None
+    _counts: _Counts | None
     _run_id: str | None
     _askers: _Askers | None = None
     """What tells the run apart without `Pinning`, in the order runs first ask: a failed asking is noted there."""
@@ -218,7 +214,7 @@ class Asking:
         if self._counts is None:
             return
         with _lock:
-            slot = (self._run_id, self._asked)
+            slot = (self._run_id, self._asked, self._place)
             self._counts[slot] = max(self._counts.get(slot, 0), self._occurrence)
 
     def failed(self) -> None:
@@ -246,17 +242,20 @@ def ask(
     # A context made by hand (a test calling a tool directly, say) may carry no run's usage: no run to count in.
     usage: object = getattr(run, "usage", None)
     if not per_run or run is None or usage is None:
-        return Asking(key, key, 1, None, None)
-    key, told_apart = _run_own(key, kind=kind, resolver=resolver, run=run)
+        return Asking(key, key, 0, 1, None, None)
+    place, told_apart = _run_place(key, kind=kind, resolver=resolver, run=run)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:
             counts = _arrived[id(usage)] = {}
             weakref.finalize(usage, _arrived.pop, id(usage), None)
-        occurrence = counts.get((run.run_id, key), 0) + 1
-    own = occurrence_key(key, kind=kind, occurrence=occurrence)
-    if own != key and not resolver.asked(own) and resolver.asked(key) >= occurrence:
-        own = key
+        occurrence = counts.get((run.run_id, key, place), 0) + 1
+    # What was asked, the run's place and the occurrence, keyed in one call: the key this asking is resolved under.
+    own = asking_key(kind, key, run=place, occurrence=occurrence)
+    if occurrence != 1 and not resolver.asked(own):
+        # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
+        first = asking_key(kind, key, run=place)
+        own = first if resolver.asked(first) >= occurrence else own
     _took(resolver, own)
     # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.
-    return Asking(own, key, occurrence, counts, run.run_id, told_apart)
+    return Asking(own, key, place, occurrence, counts, run.run_id, told_apart)

@@ -10,11 +10,12 @@ from collections.abc import Iterable, Mapping
 
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.ordered import read_ordered
-from anagrapheus.timeline.provenance import Provenance, installed_version, own_provenance
+from anagrapheus.timeline.provenance import Provenance, Stamping, installed_version, own_provenance
 
 __all__ = [
     "DEFAULT_CALL_POLICY",
     "PYDANTIC_AI_DISTRIBUTION",
+    "STAMPING",
     "VERIFIED_PYDANTIC_AI",
     "current_provenance",
     "pinned_responses",
@@ -24,7 +25,7 @@ __all__ = [
 DEFAULT_CALL_POLICY: tuple[str, int] = ("semantic", 1)
 """The name and version of the default call policy, `SemanticCallPolicy`, which declares itself with them.
 
-Stated here, where no pydantic-ai is imported, so the package root hands it to the timeline without loading it.
+Stated here, where no pydantic-ai is imported, so the timeline reads it (in `STAMPING`) without loading it.
 """
 
 PYDANTIC_AI_DISTRIBUTION = "pydantic-ai-slim"
@@ -68,5 +69,14 @@ def current_provenance(
 
 
 def provenance_of_pins(results: Iterable[JSONValue], /, *, call_policy: object | None) -> Provenance:
-    """The stamp the package root hands the timeline: this process, with what the pinned results' responses report."""
+    """The provider's stamp of a recording: this process, with what the pinned results' responses report."""
     return current_provenance(pinned_responses(results), call_policy=call_policy)
+
+
+STAMPING = Stamping(
+    provenance_of_pins, default_call_policy=DEFAULT_CALL_POLICY, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI}
+)
+"""How recordings are stamped and checked under pydantic-ai: the stamp, the default policy, the verified releases.
+
+The recording functions of the timeline use it when given no stamping (`anagrapheus.timeline.provenance
+.default_stamping`); the layers above pass it where they write and read recordings."""

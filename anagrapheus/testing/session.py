@@ -25,6 +25,7 @@ from anagrapheus.errors import (
 from anagrapheus.provider import CallPolicy, Pinning
 from anagrapheus.provider.callers import CALLER_SALT
 from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
+from anagrapheus.provider.provenance import STAMPING
 from anagrapheus.provider.run_clock import RUN_PLACE
 from anagrapheus.provider.usage import PinnedUsage, usage_by_unit
 from anagrapheus.testing.drift import DriftPins, drifted_calls
@@ -134,7 +135,7 @@ class RecordingSession:
         if self.mode == "drift":
             self._ledger = PinLedger(self._store, self._types, unit_id=unit_id)
             self._replay = (
-                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy)
+                ReplayPins.from_recording(self.path, self._types, call_policy=self._policy, stamping=STAMPING)
                 if self.path.exists()
                 else ReplayPins.from_events((), self._types)
             )
@@ -155,6 +156,7 @@ class RecordingSession:
                 into=self._ledger,
                 call_policy=self._policy,
                 provenance="ignore" if self.mode == "record" else "warn",
+                stamping=STAMPING,
             )
         else:
             self._replay = ReplayPins.from_events((), self._types, on_miss=on_miss, into=self._ledger)
@@ -266,7 +268,9 @@ class RecordingSession:
             recorded_with="the anagrapheus pytest plugin, against the models the test reaches",
             rerecord=self.rerecord,
         )
-        return write_recording(self.path, events, header=header, call_policy=self._policy, redact=self.redact)
+        return write_recording(
+            self.path, events, header=header, call_policy=self._policy, redact=self.redact, stamp=STAMPING
+        )
 
     def report(self) -> str | None:
         """A short account of where the run left its recording and how to record it again; None if it did not."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -16,6 +17,7 @@ from anagrapheus.timeline.json_value import JSONValue
 __all__ = [
     "KEY_SCHEME",
     "JSONValue",
+    "asking_key",
     "canonical_float",
     "canonical_integer",
     "canonical_json",
@@ -269,3 +271,27 @@ def digest_key(kind: str, digest: str) -> str:
     if not _KIND.match(kind):
         raise UsageError(f"pin kind {kind!r} must be lowercase letters, digits, '_', '.' or '-'")
     return f"{KEY_SCHEME}:{kind}:{digest}"
+
+
+# Typed: a place given as True is keyed `true`, apart from 1. Cached because a replay's look-ups and the asking's own
+# key share their first parts: each is hashed once.
+@functools.lru_cache(maxsize=4096, typed=True)
+def asking_key(kind: str, asked: str, *, twin: int = 0, run: int | str = 0, occurrence: int = 1) -> str:
+    """The key of one asking: `asked` (the key of what was asked) as its `twin`, run and `occurrence` ask it.
+
+    What was asked is keyed once (`pin_key`; a tool call's caller is part of its material). A first asking, a
+    single call and a unit's first run keep that key, so recordings made before each rule keep theirs. Otherwise
+    each part re-keys the key before it, in this order, as recordings hold them: the `twin`th call identical to
+    an earlier one in one model response, `{"twin_of": key, "twin": twin}`; the run at place `run` in its unit
+    (a position, or a run id as given), `{"run_of": key, "run": run}`; the `occurrence`th asking in that run,
+    `{"occurrence_of": key, "occurrence": occurrence}`. Each is written as it is (a key is ASCII, a place an
+    integer or a run's id), never walked.
+    """
+    key = asked
+    if twin != 0:
+        key = pin_key(kind, {"twin_of": key, "twin": twin}, normalised=True)
+    if run != 0:
+        key = pin_key(kind, {"run_of": key, "run": run}, normalised=True)
+    if occurrence != 1:
+        key = pin_key(kind, {"occurrence_of": key, "occurrence": occurrence}, normalised=True)
+    return key

@@ -1,13 +1,19 @@
 """Provenance: what made a recording (versions, key scheme, call policy, models), stamped on write, checked on load.
 
 The timeline stamps what it knows itself (its version, Python's, the key scheme, the call policy); what the pins'
-results report and the agent framework's version come from a `ProvenanceStamp` of the provider layer, which the
-package root hands over (`use_stamp`) with the default call policy: the timeline knows nothing of the framework's
-shapes, nor which policy keys a model call when none is named.
+results report, the agent framework's version, the call policy assumed when none is named and the framework releases
+known to replay each other's recordings come from a `Stamping` of the provider layer, passed to the functions here
+and to the recording functions (`stamping=`, `write_recording(stamp=)`): the timeline knows nothing of the
+framework's shapes, nor which policy keys a model call when none is named. A call that passes none is stamped and
+checked with the provider layer's, found by its address when first needed (`default_stamping`): no module slot is
+filled at import.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 import platform
 import warnings
 from collections.abc import Iterable, Mapping
@@ -16,6 +22,7 @@ from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ProvenanceMismatch, UsageError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue
 
@@ -25,8 +32,10 @@ __all__ = [
     "ProvenanceCheck",
     "ProvenanceStamp",
     "ProvenanceWarning",
+    "Stamping",
     "call_policy_identity",
     "check_provenance",
+    "default_stamping",
     "installed_version",
     "own_provenance",
     "stamp_provenance",
@@ -75,16 +84,18 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
-def call_policy_identity(policy: object | None) -> tuple[str, int]:
+def call_policy_identity(policy: object | None, *, stamping: Stamping | None = None) -> tuple[str, int]:
     """Return a call policy's (name, version): its class's own `name` and `version`, else its qualified class name.
 
     Only the policy's exact class is asked, so a subclass that changes what is keyed is never taken
-    for its parent unless it says so. None means the default policy, the one the package root handed over.
+    for its parent unless it says so. None means the default policy, the one `stamping` names (the provider's
+    `SemanticCallPolicy` when no stamping is given).
     """
     if policy is None:
-        if not _default_call_policy:
-            raise UsageError("no default call policy was handed to the timeline: import anagrapheus, whose root does")
-        return _default_call_policy[0]
+        default = stamping_or_default(stamping).default_call_policy
+        if default is None:
+            raise UsageError("the stamping names no default call policy: pass call_policy= the policy that keys")
+        return default
     return _identity(type(policy))
 
 
@@ -107,9 +118,9 @@ class ProvenanceStamp(Protocol):
         ...
 
 
-def own_provenance(*, call_policy: object | None = None) -> Provenance:
+def own_provenance(*, call_policy: object | None = None, stamping: Stamping | None = None) -> Provenance:
     """What the timeline knows of this process: its version, Python's, the key scheme and the call policy."""
-    name, version = call_policy_identity(call_policy)
+    name, version = call_policy_identity(call_policy, stamping=stamping)
     return Provenance(
         anagrapheus=installed_version("anagrapheus"),
         pydantic_ai=None,
@@ -124,13 +135,48 @@ def _own_stamp(results: Iterable[JSONValue], /, *, call_policy: object | None) -
     return own_provenance(call_policy=call_policy)
 
 
-# The one stamp of this process, and the class of the call policy that keys a model call when none is named. The
-# package root (`anagrapheus/__init__.py`, run before any timeline module is used) hands over the provider layer's
-# once, as it is imported; until then a recording would be stamped with what the timeline knows. Module state only
-# because the timeline cannot import the layer above it.
-_stamp: list[ProvenanceStamp] = [_own_stamp]
-_default_call_policy: list[tuple[str, int]] = []
-_verified: dict[str, tuple[str, str]] = {}
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stamping:
+    """How recordings are stamped and checked: what a layer above the timeline knows of their provenance.
+
+    The provider layer's (`anagrapheus.provider.provenance.STAMPING`) is the one used when none is passed.
+    """
+
+    stamp: ProvenanceStamp = _own_stamp
+    """Stamps a recording from its pins' results (the timeline's own stamp knows no framework, models or providers)."""
+    default_call_policy: tuple[str, int] | None = None
+    """The (name, version) of the policy assumed when none is named: recordings made or read without one."""
+    verified: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict[str, tuple[str, str]])
+    """Per provenance field, the first and last version across which recordings are known to replay each other."""
+
+
+_PROVIDER_STAMPING = ("anagrapheus.provider.provenance", "STAMPING")
+"""Where the stamping used when none is passed is: the provider layer's module that imports no pydantic-ai.
+
+Named, not imported: the timeline imports nothing above it. It is read when a recording is first stamped or checked
+without a stamping, so a call written before stamps were passed keeps its bytes and its checks."""
+
+
+@functools.cache
+def default_stamping() -> Stamping:
+    """The stamping a recording function uses when given none: the provider layer's, read from its module once."""
+    module, name = _PROVIDER_STAMPING
+    found = getattr(importlib.import_module(module), name)
+    if not isinstance(found, Stamping):  # pragma: no cover - the provider's own constant
+        raise TypeError(f"{module}.{name} is not a Stamping")
+    return found
+
+
+# Only `use_stamp`, deprecated, sets it: the stamping a caller handed over for the whole process, before stamps were
+# passed. Nothing fills it at import.
+_handed: list[Stamping] = []
+
+
+def stamping_or_default(stamping: Stamping | None) -> Stamping:
+    """`stamping`, else the one handed over with `use_stamp` (deprecated), else the provider layer's."""
+    if stamping is not None:
+        return stamping
+    return _handed[0] if _handed else default_stamping()
 
 
 def use_stamp(
@@ -139,19 +185,22 @@ def use_stamp(
     default_call_policy: tuple[str, int] | None = None,
     verified: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    """Stamp recordings with `stamp` from now on: the package root hands over the provider layer's.
+    """Deprecated: stamp recordings with `stamp` from now on; pass `stamping=Stamping(...)` where they are written.
 
-    `default_call_policy`, when given, is the (name, version) of the policy assumed when none is named (the
-    provider's `SemanticCallPolicy`): it stamps and checks recordings made without one. `verified`
-    names, per provenance field, the first and last version across which recordings are known to replay: a
-    recording made under one of them and loaded under another is not warned about.
+    `default_call_policy` and `verified`, when not given, are kept from the stamping in use.
     """
-    _stamp[0] = stamp
-    if default_call_policy is not None:
-        _default_call_policy[:] = [default_call_policy]
-    if verified is not None:
-        _verified.clear()
-        _verified.update(verified)
+    deprecated(
+        "anagrapheus.timeline.provenance.use_stamp()",
+        "pass stamping=Stamping(...) to the recording functions (write_recording takes stamp=)",
+    )
+    now = stamping_or_default(None)
+    _handed[:] = [
+        Stamping(
+            stamp,
+            default_call_policy=now.default_call_policy if default_call_policy is None else default_call_policy,
+            verified=now.verified if verified is None else dict(verified),
+        )
+    ]
 
 
 def _release(version: object) -> tuple[int, ...] | None:
@@ -167,9 +216,9 @@ VERIFIED_ANAGRAPHEUS: tuple[str, str] = ("0.1.0", "0.2.0")
 the pins' forms are the same in both, and CI replays every recording committed under 0.1.0 with 0.2.0."""
 
 
-def within_verified(field: str, *versions: object) -> bool:
+def within_verified(field: str, *versions: object, stamping: Stamping | None = None) -> bool:
     """Whether every one of `versions` of `field` lies within the range known to replay each other's recordings."""
-    span = VERIFIED_ANAGRAPHEUS if field == "anagrapheus" else _verified.get(field)
+    span = VERIFIED_ANAGRAPHEUS if field == "anagrapheus" else stamping_or_default(stamping).verified.get(field)
     if span is None:
         return False
     first, last = _release(span[0]), _release(span[1])
@@ -177,9 +226,11 @@ def within_verified(field: str, *versions: object) -> bool:
     return first is not None and last is not None and all(r is not None and first <= r <= last for r in releases)
 
 
-def stamp_provenance(results: Iterable[JSONValue], *, call_policy: object | None = None) -> Provenance:
+def stamp_provenance(
+    results: Iterable[JSONValue], *, call_policy: object | None = None, stamping: Stamping | None = None
+) -> Provenance:
     """Stamp what this process is, with the models and providers that the pinned `results` report."""
-    return _stamp[0](results, call_policy=call_policy)
+    return stamping_or_default(stamping).stamp(results, call_policy=call_policy)
 
 
 def check_provenance(
@@ -189,6 +240,7 @@ def check_provenance(
     rerecord: str,
     call_policy: object | None = None,
     check: ProvenanceCheck = "warn",
+    stamping: Stamping | None = None,
 ) -> None:
     """Refuse a recording whose pins this process cannot answer from; warn (or, strictly, refuse) on other versions.
 
@@ -210,7 +262,8 @@ def check_provenance(
             recorded=recorded.key_scheme,
             current=KEY_SCHEME,
         )
-    name, version = call_policy_identity(call_policy)
+    stamping = stamping_or_default(stamping)
+    name, version = call_policy_identity(call_policy, stamping=stamping)
     if (recorded.call_policy, recorded.call_policy_version) != (name, version):
         raise ProvenanceMismatch(
             f"recorded under call policy {recorded.call_policy!r} v{recorded.call_policy_version}, but loaded for"
@@ -221,11 +274,11 @@ def check_provenance(
             recorded=(recorded.call_policy, recorded.call_policy_version),
             current=(name, version),
         )
-    current = stamp_provenance((), call_policy=call_policy)
+    current = stamping.stamp((), call_policy=call_policy)
     for field in ("anagrapheus", "pydantic_ai"):
         # The field's name is the library's, as a reader spells it.
         was, now, label = getattr(recorded, field), getattr(current, field), field.replace("_", "-")
-        if was == now or (check == "warn" and within_verified(field, was, now)):
+        if was == now or (check == "warn" and within_verified(field, was, now, stamping=stamping)):
             # Within the verified range keys and pins agree across releases: nothing to warn of (strict refuses).
             continue
         message = (
@@ -237,11 +290,11 @@ def check_provenance(
         warnings.warn(f"{path}: {message}", ProvenanceWarning, stacklevel=3)
 
 
-def versions_note(recorded: Provenance | None) -> str | None:
+def versions_note(recorded: Provenance | None, *, stamping: Stamping | None = None) -> str | None:
     """Name the versions a recording was made with and is replayed under, where they differ; None where they agree."""
     if recorded is None:
         return None
-    current = stamp_provenance(())
+    current = stamp_provenance((), stamping=stamping)
     differ = [
         f"{field.replace('_', '-')} {getattr(recorded, field)}, replayed under {getattr(current, field)}"
         for field in ("pydantic_ai", "anagrapheus")

@@ -16,7 +16,7 @@ from anagrapheus.timeline.events import (
     given_or_builtins,
     is_current_pin,
 )
-from anagrapheus.timeline.provenance import ProvenanceCheck
+from anagrapheus.timeline.provenance import ProvenanceCheck, Stamping
 from anagrapheus.timeline.recording_header import RecordingHeader
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, stored_event
 from anagrapheus.timeline.recording_reader import open_recording
@@ -35,6 +35,7 @@ def stream_pins(
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
     seal: SealCheck = "verify",
+    stamping: Stamping | None = None,
 ) -> tuple[RecordingHeader, Iterator[PinText]]:
     """Read a recording's header now and its pins, as texts, as they are iterated (what `ReplayPins` keeps).
 
@@ -44,7 +45,9 @@ def stream_pins(
     `stream_recording` checks them.
     """
     where = str(path)
-    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
+    header, _, entries = open_recording(
+        Path(path), where, max_line_bytes, call_policy, provenance, seal=seal, stamping=stamping
+    )
     return header, _pins(entries, where, given_or_builtins(registry), upcasts)
 
 

@@ -13,7 +13,7 @@ from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpired, UsageError
 from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
-from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
+from anagrapheus.timeline.provenance import ProvenanceCheck, Stamping, check_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
@@ -87,6 +87,7 @@ def read_recording(
     data: bytes | None = None,
     seal: SealCheck = "verify",
     max_age: timedelta | None = None,
+    stamping: Stamping | None = None,
 ) -> Recording:
     """Read a recording, refusing anything malformed with a `RecordingError` that names the file and line.
 
@@ -99,7 +100,8 @@ def read_recording(
     policy than `call_policy` (the default policy if None), raises `ProvenanceMismatch`; another
     anagrapheus or pydantic-ai version warns (`ProvenanceWarning`), or raises with
     `provenance="strict"`. `provenance="ignore"` checks nothing. Version 1 files have no provenance
-    and are read as they are.
+    and are read as they are. `stamping` says what this process is and which policy is the default
+    (the provider layer's if None).
 
     A sealed recording (see `write_recording`) whose lines no longer match its seal is refused with
     `SealBroken`, naming the first line that does not; `seal="ignore"` reads it as it is. An unsealed
@@ -112,7 +114,7 @@ def read_recording(
     source = Path(path)
     where = str(path)
     header, sealed, entries = open_recording(
-        source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal
+        source, where, max_line_bytes, call_policy, provenance, data=data, seal=seal, stamping=stamping
     )
     events = (stored_event(fields, where=where, line=number) for number, fields in entries)
     recording = Recording(path=source, header=header, events=tuple(events), seal=sealed)
@@ -132,6 +134,7 @@ def stream_recording(
     call_policy: object | None = None,
     provenance: ProvenanceCheck = "warn",
     seal: SealCheck = "verify",
+    stamping: Stamping | None = None,
 ) -> tuple[RecordingHeader, Iterator[StoredEvent]]:
     """Read a recording's header now and its events as they are iterated, one line at a time.
 
@@ -142,7 +145,9 @@ def stream_recording(
     `read_recording` checks them (a unit's lines missing at its end are found once the last line is read).
     """
     where = str(path)
-    header, _, entries = open_recording(Path(path), where, max_line_bytes, call_policy, provenance, seal=seal)
+    header, _, entries = open_recording(
+        Path(path), where, max_line_bytes, call_policy, provenance, seal=seal, stamping=stamping
+    )
     return header, (stored_event(fields, where=where, line=number) for number, fields in entries)
 
 
@@ -155,6 +160,7 @@ def open_recording(
     *,
     data: bytes | None = None,
     seal: SealCheck = "verify",
+    stamping: Stamping | None = None,
 ) -> tuple[RecordingHeader, Seal | None, Iterator[tuple[int, dict[str, Any]]]]:
     """Read and check the header now; return it, its seal, and each event line's checked fields, read as iterated.
 
@@ -169,7 +175,14 @@ def open_recording(
     if first is None:
         raise RecordingError("empty file: missing header", path=where, line=1)
     header = read_header(first[1], where=where)
-    check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
+    check_provenance(
+        header.provenance,
+        path=where,
+        rerecord=header.rerecord,
+        call_policy=call_policy,
+        check=provenance,
+        stamping=stamping,
+    )
     try:
         sealed = read_seal(header.details, where=where)
     except RecordingError:

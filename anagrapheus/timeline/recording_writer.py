@@ -13,7 +13,7 @@ from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised, stored_value
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
-from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
+from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretScanner, split_private_keys
@@ -124,7 +124,7 @@ def write_recording(
     call_policy: object | None = None,
     mode: int = 0o600,
     dangerously_keep_secrets: bool = False,
-    stamp: ProvenanceStamp | None = None,
+    stamp: ProvenanceStamp | Stamping | None = None,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -132,10 +132,10 @@ def write_recording(
     log holds them, so recording an unchanged run against the same ids and clock gives the
     same bytes. Events must come in strictly increasing seq order, as a log yields them.
 
-    A header without provenance gets it stamped by `stamp` (the provider layer's by default: versions,
-    key scheme, `call_policy`'s name and version, the models seen in the pins). A credential-shaped
-    string anywhere is refused with `SecretInRecording`, unless `redact=` replaces it with a placeholder
-    first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
+    A header without provenance gets it stamped by `stamp`, a `Stamping` or its stamp alone (the provider
+    layer's by default: versions, key scheme, `call_policy`'s name and version, the models seen in the pins).
+    A credential-shaped string anywhere is refused with `SecretInRecording`, unless `redact=` replaces it with
+    a placeholder first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
     (owner-only by default). A file that already holds the same lines, but for the software versions its
     provenance names, is left as it is: a newer pydantic-ai that records the same run changes nothing.
 
@@ -179,8 +179,11 @@ def write_recording(
         sealer.add(unit, text)
         lines.append(text)
     if results is not None:
-        stamped = stamp_provenance if stamp is None else stamp
-        chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
+        if stamp is None or isinstance(stamp, Stamping):
+            stamped = stamp_provenance(results, call_policy=call_policy, stamping=stamp)
+        else:
+            stamped = stamp(results, call_policy=call_policy)
+        chosen = chosen.model_copy(update={"provenance": stamped})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
     if _same_but_versions(target, lines):

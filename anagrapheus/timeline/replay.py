@@ -25,7 +25,7 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.failures import answered, answered_stream
 from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, versions_note
+from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, Stamping, versions_note
 from anagrapheus.timeline.recording_pins import stream_pins
 from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.store import EventStore
@@ -74,6 +74,8 @@ class ReplayPins(Resolver):
         self._units: tuple[str, ...] | None = None
         self.recorded_with: Provenance | None = None
         """The provenance of the recording the pins came from (`from_recording`): a miss names its versions."""
+        # What says which versions this process is, for a miss to name beside the recording's (`from_recording`).
+        self._stamping: Stamping | None = None
 
     @classmethod
     def from_events(
@@ -172,16 +174,24 @@ class ReplayPins(Resolver):
         into: PinLedger | None = None,
         call_policy: object | None = None,
         provenance: ProvenanceCheck = "warn",
+        stamping: Stamping | None = None,
     ) -> ReplayPins:
         """Collect a recording's pins as `from_events` does, reading the file a line at a time (`stream_pins`).
 
-        The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
+        The header's provenance is checked first, against `call_policy`, as `read_recording` checks it, under
+        `stamping` (the provider layer's if None), which a miss also names the versions with.
         """
         header, pins = stream_pins(
-            path, given_or_builtins(registry), upcasts=upcasts, call_policy=call_policy, provenance=provenance
+            path,
+            given_or_builtins(registry),
+            upcasts=upcasts,
+            call_policy=call_policy,
+            provenance=provenance,
+            stamping=stamping,
         )
         replay = cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
         replay.recorded_with = header.provenance
+        replay._stamping = stamping
         return replay
 
     def __len__(self) -> int:
@@ -348,7 +358,7 @@ class ReplayPins(Resolver):
 
     def _compare(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> Divergence:
         divergence = diverged_at(key, kind, fingerprint, after_hits=self._hits, recorded=self._recorded(kind))
-        note = versions_note(self.recorded_with)
+        note = versions_note(self.recorded_with, stamping=self._stamping)
         return divergence if note is None else divergence.noted(note)
 
     def _recorded(self, kind: str) -> Iterator[tuple[str, str, Mapping[str, str] | None]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterable
 from importlib import metadata
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from anagrapheus.errors import ProvenanceMismatch
-from anagrapheus.provider.provenance import current_provenance, pinned_responses, provenance_of_pins
+from anagrapheus.provider.provenance import STAMPING, current_provenance, pinned_responses, provenance_of_pins
 from anagrapheus.timeline import PinPromoted, StoredEvent
 from anagrapheus.timeline import provenance as provenance_module
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, canonical_json
@@ -20,8 +22,10 @@ from anagrapheus.timeline.ordered import ORDERED_FIELD
 from anagrapheus.timeline.provenance import (
     Provenance,
     ProvenanceWarning,
+    Stamping,
     call_policy_identity,
     check_provenance,
+    default_stamping,
     own_provenance,
     stamp_provenance,
     use_stamp,
@@ -166,7 +170,8 @@ def pin(seq: int, raw: JSONValue) -> StoredEvent:
     return StoredEvent(seq, f"e{seq}", "anagrapheus", "pin_promoted", 2, None, "u", "2026-01-01T00:00:00Z", text)
 
 
-def test_the_package_root_hands_the_timeline_the_provider_stamp() -> None:
+def test_without_a_stamping_the_timeline_stamps_with_the_providers() -> None:
+    assert default_stamping() is STAMPING
     stamped = stamp_provenance([RESPONSE, {"kind": "request", "model_name": "not-a-response"}])
 
     assert (stamped.models, stamped.providers) == (("m-1",), ("p-1",))
@@ -204,17 +209,47 @@ def test_a_header_that_brings_provenance_is_never_stamped(tmp_path: Path) -> Non
     assert read_recording(path, provenance="ignore").header.provenance == own_provenance()
 
 
-def test_without_the_provider_stamp_the_timeline_stamps_only_what_it_knows(tmp_path: Path) -> None:
-    try:
-        use_stamp(provenance_module._own_stamp)  # pyright: ignore[reportPrivateUsage]
-        path = write_recording(tmp_path / "run.jsonl", [pin(1, RESPONSE)], header=HEADER)
-    finally:
-        use_stamp(provenance_of_pins)
+def test_a_timeline_stamping_stamps_only_what_the_timeline_knows(tmp_path: Path) -> None:
+    path = write_recording(tmp_path / "run.jsonl", [pin(1, RESPONSE)], header=HEADER, stamp=Stamping())
 
     provenance = read_recording(path, provenance="ignore").header.provenance
     assert provenance is not None
     assert (provenance.pydantic_ai, provenance.models, provenance.providers) == (None, (), ())
-    assert provenance.anagrapheus == metadata.version("anagrapheus")
+    # Passed, not kept: the next recording written without one is stamped with the provider's again.
+    again = read_recording(write_recording(tmp_path / "again.jsonl", [pin(1, RESPONSE)], header=HEADER)).header
+    assert again.provenance is not None and again.provenance.models == ("m-1",)
+
+
+def test_the_provider_stamping_passed_writes_the_bytes_written_without_one(tmp_path: Path) -> None:
+    given = write_recording(tmp_path / "given.jsonl", [pin(1, RESPONSE)], header=HEADER, stamp=STAMPING)
+    default = write_recording(tmp_path / "default.jsonl", [pin(1, RESPONSE)], header=HEADER)
+
+    assert given.read_bytes() == default.read_bytes()
+
+
+def test_use_stamp_warns_and_still_stamps_until_replaced(tmp_path: Path) -> None:
+    try:
+        with pytest.warns(DeprecationWarning, match="use_stamp"):
+            use_stamp(provenance_module._own_stamp)  # pyright: ignore[reportPrivateUsage]
+        path = write_recording(tmp_path / "run.jsonl", [pin(1, RESPONSE)], header=HEADER)
+        # The default policy and the verified releases are kept from the stamping it replaced.
+        assert call_policy_identity(None) == ("semantic", 1)
+    finally:
+        provenance_module._handed.clear()  # pyright: ignore[reportPrivateUsage]
+
+    provenance = read_recording(path, provenance="ignore").header.provenance
+    assert provenance is not None
+    assert (provenance.pydantic_ai, provenance.models, provenance.providers) == (None, (), ())
+
+
+def test_importing_the_package_fills_no_module_slot() -> None:
+    # A fresh interpreter: the root and every layer imported, nothing of the timeline's provenance was handed over.
+    code = (
+        "import anagrapheus, anagrapheus.provider, anagrapheus.timeline.provenance as p, sys;"
+        "assert p._handed == [] and p.default_stamping.cache_info().currsize == 0, 'filled at import';"
+        "assert 'anagrapheus.provider.provenance' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_pin_codec_finds_a_pin_result_in_a_parsed_payload_only() -> None:
