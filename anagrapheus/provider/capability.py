@@ -31,6 +31,7 @@ from anagrapheus.provider.compat import (
     is_mcp_toolset,
     tool_function,
 )
+from anagrapheus.provider.delegation import drawn_again
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.in_workflow import refuse_workflow_code
@@ -409,11 +410,14 @@ class Pinning(AbstractCapability[Any]):
             delegated = Delegated(ctx.usage - usage_before, runs, within)
             return output_result_raw(name, returns, result, delegated=delegated)
 
+        # A replayed hand-off runs its body again, the agent it hands the question to answered from its pins.
+        key = self._outputs.key(asking.key, kind=OUTPUT_CALL, resolver=self.resolver)
+        again = await drawn_again(self.resolver, key, within=lambda raw: delegated_of(raw).within, draw=draw)
         answer, delegated = await self._outputs.resolve(
             self.resolver,
             asking.key,
             kind=OUTPUT_CALL,
-            effect=draw,
+            effect=draw if again is None else again,
             interpret=lambda raw: (output_result_from_raw(returns, raw), delegated_of(raw)),
             fingerprint=fingerprint,
         )

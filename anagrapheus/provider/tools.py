@@ -34,6 +34,7 @@ from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
+from anagrapheus.provider.delegation import drawn_again
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.caller import HiddenField, identity_material
 from anagrapheus.provider.keying.keys import key_of, walked
@@ -375,6 +376,20 @@ def tool_answer_from_raw(raw: JSONValue, declared: DeclaredTypes | None = None) 
     return ToolAnswer(_untagged(raw["value"], declared), enqueued, usage, runs, cast("list[str]", within))
 
 
+def asked_within(raw: JSONValue) -> list[str]:
+    """The keys a tool pin says its call asked while it ran (its delegate's requests); none where it says none."""
+    if not (isinstance(raw, dict) and raw.get(_TAGGED) in (1, _ORDERED_VERSION)):
+        return []
+    try:
+        envelope = read_ordered(raw)
+    except PinResultError:
+        return []  # a damaged pin is refused where it is read as the call's answer
+    within = envelope.get("within") if isinstance(envelope, dict) else None
+    if not (isinstance(within, list) and all(isinstance(key, str) for key in within)):
+        return []
+    return cast("list[str]", within)
+
+
 def enqueued_raw(tool: str, enqueued: Sequence[tuple[Sequence[object], str]], declared: DeclaredTypes) -> JSONValue:
     """What a tool enqueued into its run (`ctx.enqueue`), each call's content type-tagged with its priority."""
     return [
@@ -652,11 +667,16 @@ async def answer_tool_call(
         return await draw()
 
     try:
+        # A replayed call whose body delegated to an agent runs again, its delegate answered from its pins: the app
+        # sees the delegate's run as live. The call's own pin still answers, so the run is given what it was given.
+        again = await drawn_again(
+            resolver, draws.key(asking.key, kind=TOOL_CALL, resolver=resolver), within=asked_within, draw=effect
+        )
         answer = await draws.resolve(
             resolver,
             asking.key,
             kind=TOOL_CALL,
-            effect=effect,
+            effect=effect if again is None else again,
             interpret=lambda raw: tool_answer_from_raw(raw, declared.for_pin(asking.key)),
             fingerprint=call.fingerprint,
         )

@@ -1,77 +1,296 @@
-"""Delegation under `Pinning` (#45): an output function that hands the question to another agent replays whole."""
+"""Delegation replays whole (#45): pydantic-ai's three multi-agent patterns, each run unpinned, pinned, replayed.
+
+Delegation in a tool, hand-off by an output function, and programmatic hand-off by the app: live, pinning changes
+nothing; replayed strictly with model requests refused, the delegate's run happens again, answered from its pins,
+so the app sees its messages as live, and the run's output, usage and messages are live's, byte for byte.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.usage import RunUsage
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from anagrapheus import Pinning
 from anagrapheus.errors import PinResultError
+from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider.delegation import delegated
 from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.resolver import Resolver
 
 PROMPT = "Which stock is most at risk?"
+ANSWER = "Hake: spawning biomass below the limit."
+PATTERNS = ["tool", "output", "app"]
 
 
-class Calls:
-    """Counts the requests each scripted model was asked."""
+@dataclass
+class World:
+    """What the app's models and tools were asked, and the delegate's messages as the app's code saw them."""
 
-    def __init__(self) -> None:
-        self.router = 0
-        self.scientist = 0
+    router: int = 0
+    scientist: int = 0
+    assessed: int = 0
+    """How many times the delegate's own tool ran: a body that did not delegate is answered from its pin."""
+    delegates: list[bytes] = field(default_factory=list[bytes])
 
 
-def hand_off(calls: Calls, pinning: Pinning | None) -> Agent[None, str]:
-    """pydantic-ai's hand-off by output function: the router's output function asks the scientist, sharing usage."""
+@dataclass(frozen=True)
+class Seen:
+    """What the app got from one run of a pattern."""
 
-    def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.router += 1
-        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"question": "cod or hake?"})])
+    output: object
+    usage: RunUsage
+    messages: bytes
+    delegates: list[bytes]
+
+
+class Refusal(BaseModel):
+    """The router's other output: it will not route the question."""
+
+    reason: str
+
+
+def dumped(messages: list[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(messages)
+
+
+def returned(messages: list[ModelMessage]) -> str | None:
+    """What the last request returns from a tool, if it returns anything."""
+    last = messages[-1]
+    parts = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+    return str(parts[0].content) if parts else None
+
+
+def fishery(world: World, pins: Resolver | None, pattern: str) -> Callable[[], Awaitable[Seen]]:
+    """pydantic-ai's multi-agent patterns over two scripted agents, a router and the scientist it delegates to."""
+    capabilities: list[Any] = [] if pins is None else [Pinning(pins)]
 
     def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.scientist += 1
-        return ModelResponse(parts=[TextPart("Hake: spawning biomass below the limit.")])
+        world.scientist += 1
+        assessment = returned(messages)
+        if assessment is None:
+            return ModelResponse(parts=[ToolCallPart("stock_assessment", {"species": "hake"})])
+        return ModelResponse(
+            parts=[TextPart(f"{ANSWER} ({assessment})")], usage=RequestUsage(input_tokens=300, output_tokens=40)
+        )
 
-    capabilities: list[Any] = [] if pinning is None else [pinning]
     expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
+
+    @expert.tool_plain
+    def stock_assessment(species: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """The latest assessment of a stock."""
+        world.assessed += 1
+        return f"{species}: SSB 41kt"
 
     async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:
         """Hand the question to the fisheries scientist."""
-        return (await expert.run(question, usage=ctx.usage)).output
+        result = await expert.run(question, usage=ctx.usage)
+        world.delegates.append(dumped(result.all_messages()))
+        return result.output
 
-    return Agent(
-        FunctionModel(router, model_name="scripted-router"), output_type=ask_the_scientist, capabilities=capabilities
-    )
+    def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        world.router += 1
+        if pattern == "output":
+            tool = next(t.name for t in info.output_tools if "ask_the_scientist" in t.name)
+            return ModelResponse(parts=[ToolCallPart(tool, {"question": "cod or hake?"})])
+        relayed = returned(messages)
+        if pattern == "tool" and relayed is None:
+            return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"question": "cod or hake?"})])
+        return ModelResponse(parts=[TextPart(f"Relayed: {relayed}" if relayed else "Ask about cod or hake.")])
+
+    model = FunctionModel(router, model_name="scripted-router")
+    if pattern == "output":
+        front: Agent[None, Any] = Agent(model, output_type=[ask_the_scientist, Refusal], capabilities=capabilities)
+    else:
+        front = Agent(model, capabilities=capabilities, tools=[ask_the_scientist] if pattern == "tool" else [])
+
+    async def run() -> Seen:
+        if pattern != "app":
+            result = await front.run(PROMPT)
+            return Seen(result.output, result.usage, dumped(result.all_messages()), world.delegates)
+        # Programmatic hand-off: the app runs the router, then the scientist with the same usage.
+        usage = RunUsage()
+        first = await front.run(PROMPT, usage=usage)
+        second = await expert.run(str(first.output), usage=usage)
+        world.delegates.append(dumped(second.all_messages()))
+        return Seen(second.output, usage, dumped(first.all_messages()), world.delegates)
+
+    return run
+
+
+def shape(messages: bytes) -> object:
+    """Messages without what a live run draws afresh each time (times, ids): what pinning must leave unchanged."""
+    drawn = {"timestamp", "request_timestamp", "duration", "run_id", "conversation_id", "tool_call_id"}
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in drawn}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(value, list):
+            return [strip(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+        return value
+
+    return strip(json.loads(messages))
+
+
+def assert_live_unchanged(unpinned: Seen, live: Seen) -> None:
+    assert live.output == unpinned.output
+    assert live.usage == unpinned.usage
+    assert shape(live.messages) == shape(unpinned.messages)
+    assert [shape(d) for d in live.delegates] == [shape(d) for d in unpinned.delegates]
 
 
 @pytest.mark.anyio
-async def test_a_hand_off_by_output_function_replays_with_the_usage_of_the_delegate(
+@pytest.mark.parametrize("pattern", PATTERNS)
+async def test_each_multi_agent_pattern_replays_the_delegates_run_and_messages_as_live(
+    pattern: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    unpinned = await fishery(World(), None, pattern)()
+    ledger = PinLedger(store, types)
+    live = await fishery(World(), ledger, pattern)()
+    ledger.commit()
+    world = World()
+    replay = ReplayPins.from_store(store, types)
+    with refuse_model_requests():
+        replayed = await fishery(world, replay, pattern)()
+
+    assert_live_unchanged(unpinned, live)
+    assert len(live.delegates) == 1
+    assert live.usage.requests == (4 if pattern == "tool" else 3)  # the router's two (or one), the scientist's two
+    # Replayed: no model and no tool reached, yet the delegate ran, and the app saw what it saw live.
+    assert (world.router, world.scientist, world.assessed) == (0, 0, 0)
+    assert replayed == live
+    assert replay.unused() == {}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("pattern", PATTERNS)
+async def test_a_delegation_recorded_anew_from_a_replay_replays_strictly(
+    pattern: str, store: SQLiteEventStore, types: EventTypeRegistry, tmp_path: Path
+) -> None:
+    ledger = PinLedger(store, types)
+    live = await fishery(World(), ledger, pattern)()
+    ledger.commit()
+    with SQLiteEventStore(tmp_path / "again.db") as again_store:
+        into = PinLedger(again_store, types)
+        recorded = await fishery(World(), ReplayPins.from_store(store, types, on_miss="record", into=into), pattern)()
+        into.commit()
+        world = World()
+        strict = ReplayPins.from_store(again_store, types)
+        with refuse_model_requests():
+            replayed = await fishery(world, strict, pattern)()
+
+    assert (world.router, world.scientist, world.assessed) == (0, 0, 0)
+    assert recorded.output == replayed.output == live.output
+    assert recorded.usage == replayed.usage == live.usage
+    assert replayed == recorded
+    assert len(replayed.delegates) == 1
+    # The new unit's runs draw their own ids and times (its positions are its own): all else is the recording's.
+    assert shape(replayed.messages) == shape(live.messages)
+    assert [shape(d) for d in replayed.delegates] == [shape(d) for d in live.delegates]
+    assert strict.unused() == {}
+
+
+@pytest.mark.anyio
+async def test_delegation_in_a_pinned_tool_under_pinned_models_replays_the_delegates_run(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
-    async def asked(calls: Calls, pinning: Pinning | None) -> tuple[str, RunUsage, bytes]:
-        result = await hand_off(calls, pinning).run(PROMPT)
-        return result.output, result.usage, ModelMessagesTypeAdapter.dump_json(result.all_messages())
+    """The other adapter: `PinnedModel` for each agent's model and `pinned_tool` for each tool, no capability."""
 
-    unpinned_calls = Calls()
-    unpinned = await asked(unpinned_calls, None)
+    def app(world: World, pins: Resolver | None) -> Callable[[], Awaitable[Seen]]:
+        def pinned(model: FunctionModel) -> Any:
+            return model if pins is None else PinnedModel(model, pins)
+
+        def tool(func: Callable[..., Any]) -> Any:
+            return func if pins is None else pinned_tool(pins, func)
+
+        def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.scientist += 1
+            if returned(messages) is None:
+                return ModelResponse(parts=[ToolCallPart("stock_assessment", {"species": "hake"})])
+            return ModelResponse(parts=[TextPart(ANSWER)], usage=RequestUsage(input_tokens=300, output_tokens=40))
+
+        def stock_assessment(species: str) -> str:
+            """The latest assessment of a stock."""
+            world.assessed += 1
+            return f"{species}: SSB 41kt"
+
+        expert = Agent(
+            pinned(FunctionModel(scientist, model_name="scripted-scientist")), tools=[tool(stock_assessment)]
+        )
+
+        async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:
+            """Hand the question to the fisheries scientist."""
+            result = await expert.run(question, usage=ctx.usage)
+            world.delegates.append(dumped(result.all_messages()))
+            return result.output
+
+        def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.router += 1
+            relayed = returned(messages)
+            if relayed is None:
+                return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"question": "cod or hake?"})])
+            return ModelResponse(parts=[TextPart(f"Relayed: {relayed}")])
+
+        front = Agent(pinned(FunctionModel(router, model_name="scripted-router")), tools=[tool(ask_the_scientist)])
+
+        async def run() -> Seen:
+            result = await front.run(PROMPT)
+            return Seen(result.output, result.usage, dumped(result.all_messages()), world.delegates)
+
+        return run
+
+    unpinned = await app(World(), None)()
     ledger = PinLedger(store, types)
-    live = await asked(Calls(), Pinning(ledger))
+    live = await app(World(), ledger)()
     ledger.commit()
-    replay_calls = Calls()
+    world = World()
+    replay = ReplayPins.from_store(store, types)
     with refuse_model_requests():
-        replayed = await asked(replay_calls, Pinning(ReplayPins.from_store(store, types)))
+        replayed = await app(world, replay)()
 
-    assert (replay_calls.router, replay_calls.scientist) == (0, 0)
-    assert unpinned[0] == live[0] == replayed[0] == "Hake: spawning biomass below the limit."
-    assert unpinned[1].requests == live[1].requests == 2
-    assert replayed[1] == live[1]  # the delegate's requests and tokens, as live
-    assert replayed[2] == live[2]
+    assert_live_unchanged(unpinned, live)
+    assert (world.router, world.scientist, world.assessed) == (0, 0, 0)
+    # Without the capability the runs' times and ids are not pinned: all else is live's.
+    assert replayed.output == live.output
+    assert replayed.usage == live.usage
+    assert shape(replayed.messages) == shape(live.messages)
+    assert [shape(d) for d in replayed.delegates] == [shape(d) for d in live.delegates] != []
+    assert replay.unused() == {}
+
+
+def test_only_a_body_that_asked_model_requests_the_replay_holds_runs_again(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    ledger = PinLedger(store, types)
+    asked = "p1:model_call:" + "0" * 64
+    ledger.resolve(asked, kind="model_call", effect=lambda: "pinned", interpret=str)
+    ledger.commit()
+    replay = ReplayPins.from_store(store, types)
+    position = "p1:run_id:" + "1" * 64
+    assert delegated(replay, [position, asked])  # the positions are the unit's, whichever unit: not looked for
+    assert not delegated(replay, [])  # it asked nothing
+    assert not delegated(replay, ["p1:tool_call:" + "2" * 64])  # a pinned call, no model: its effects stay undone
+    assert not delegated(replay, [asked, "p1:model_call:" + "3" * 64])  # its delegate pinned elsewhere
+    assert not delegated(PinLedger(store, types), [asked])  # live: the body runs as it always does
 
 
 def test_what_a_body_did_to_its_run_is_kept_only_when_it_did_something() -> None:
@@ -86,60 +305,3 @@ def test_what_a_body_did_to_its_run_is_kept_only_when_it_did_something() -> None
 def test_a_damaged_record_of_what_a_body_did_is_refused(kept: Any) -> None:
     with pytest.raises(PinResultError, match="as what its body did"):
         delegated_of({DELEGATED: kept})
-
-
-def delegating(calls: Calls, pinning: Pinning | None, *, by: str) -> Any:
-    """pydantic-ai's two other multi-agent patterns: delegation in a tool, and programmatic hand-off by the app."""
-    capabilities: list[Any] = [] if pinning is None else [pinning]
-
-    def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.scientist += 1
-        return ModelResponse(parts=[TextPart("Hake: spawning biomass below the limit.")])
-
-    expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
-
-    def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls.router += 1
-        last = messages[-1].parts[-1]
-        if by == "tool" and len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"question": "cod or hake?"})])
-        return ModelResponse(parts=[TextPart(f"Relayed: {getattr(last, 'content', '')}")])
-
-    front = Agent(FunctionModel(router, model_name="scripted-router"), capabilities=capabilities)
-
-    @front.tool
-    async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:  # pyright: ignore[reportUnusedFunction]
-        """Ask the fisheries scientist."""
-        return (await expert.run(question, usage=ctx.usage)).output
-
-    async def run() -> tuple[str, RunUsage, bytes]:
-        if by == "tool":
-            result = await front.run(PROMPT)
-            return result.output, result.usage, ModelMessagesTypeAdapter.dump_json(result.all_messages())
-        # Programmatic hand-off: the app runs one agent, then the next with the same usage.
-        usage = RunUsage()
-        first = await front.run(PROMPT, usage=usage)
-        second = await expert.run(first.output, usage=usage)
-        messages = first.all_messages() + second.all_messages()
-        return second.output, usage, ModelMessagesTypeAdapter.dump_json(messages)
-
-    return run
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("by", ["tool", "app"])
-async def test_delegation_in_a_tool_and_a_programmatic_hand_off_replay_with_live_usage_and_messages(
-    by: str, store: SQLiteEventStore, types: EventTypeRegistry
-) -> None:
-    unpinned = await delegating(Calls(), None, by=by)()
-    ledger = PinLedger(store, types)
-    live = await delegating(Calls(), Pinning(ledger), by=by)()
-    ledger.commit()
-    replay_calls = Calls()
-    with refuse_model_requests():
-        replayed = await delegating(replay_calls, Pinning(ReplayPins.from_store(store, types)), by=by)()
-
-    assert (replay_calls.router, replay_calls.scientist) == (0, 0)
-    assert unpinned[0] == live[0] == replayed[0]
-    assert unpinned[1] == live[1] == replayed[1]
-    assert replayed[2] == live[2]
