@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from anagrapheus.errors import AnagrapheusError
+from anagrapheus.provider.failures import did_before_failing, failed_having_done
 from anagrapheus.provider.keying.request import MODEL_CALL
+from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.resolver import Resolver
 
-__all__ = ["delegated", "drawn_again"]
+__all__ = ["delegated", "failed_again", "failed_having_delegated", "ran_again"]
 
 Effect = Callable[[], Awaitable[JSONValue]]
 
@@ -36,26 +39,43 @@ def delegated(resolver: Resolver, within: Sequence[str]) -> bool:
     return bool(requests) and all(resolver.asked(key) for key in requests)
 
 
-async def drawn_again(
-    resolver: Resolver, key: str, *, within: Callable[[JSONValue], Sequence[str]], draw: Effect
-) -> Effect | None:
-    """On replay, run `draw` (the call's body) now when the recording under `key` says it delegated (`delegated`).
+async def ran_again(resolver: Resolver, within: Sequence[str], draw: Effect) -> bool:
+    """On replay, run `draw` (the call's body) again if its pin says it asked `within` and that is a delegation.
 
-    Returns the effect to resolve `key` with, which gives what the body returned without running it again
-    (the recording's pin answers the key all the same); None when the body was not run, and `key` is answered
-    from its pin alone. `within` reads the keys a pin's result says its body asked.
+    Called once the call's pin answered: what the body returns now is dropped, the pin's answer is the run's.
+    Whatever the body raises is raised: it returned when it was recorded, so the replay has left the recording.
     """
-    if not resolver.replays:
-        return None
-    recorded = resolver.recorded(key)
-    if recorded is None or not delegated(resolver, within(recorded)):
-        return None
-    raw = await draw()
+    if not delegated(resolver, within):
+        return False
+    await draw()
+    return True
 
-    async def drawn() -> JSONValue:
-        return raw
 
-    return drawn
+def failed_having_delegated(error: BaseException, did: Delegated) -> None:
+    """Note on a drawn call's `error` what its body did to the run before it raised, so its failure's pin keeps it."""
+    kept = delegated_raw(did)
+    if kept is not None:
+        failed_having_done(error, kept)
+
+
+async def failed_again(resolver: Resolver, error: BaseException, draw: Effect) -> Delegated:
+    """A call answered on replay with its pinned failure: what its body did to the run before it raised, live.
+
+    A body that delegated (`delegated`) runs again, its delegate answered from its pins, and whatever it raises
+    gives way to the pinned failure; nothing is then left to do to the run. Otherwise the body does not run, and
+    what the failure's pin says it did (its delegate's usage, its runs) is returned, for the caller to do.
+    """
+    did = did_before_failing(error)
+    done = Delegated() if did is None else delegated_of({DELEGATED: did})
+    if not delegated(resolver, done.within):
+        return done
+    try:
+        await draw()
+    except AnagrapheusError:
+        raise  # a miss inside the delegate: the replay has left its recording, and says so
+    except Exception:  # it failed again, as live: the pinned failure is what the run is given
+        pass
+    return Delegated()
 
 
 def _kind(key: str) -> str:

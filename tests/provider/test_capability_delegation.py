@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -33,6 +33,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider import PinnedModel, pinned_tool
 from anagrapheus.provider.delegation import delegated
 from anagrapheus.provider.every_run import refuse_model_requests
+from anagrapheus.provider.failures import FAILURES, did_before_failing, failed_having_done
 from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.resolver import Resolver
@@ -277,6 +278,68 @@ async def test_delegation_in_a_pinned_tool_under_pinned_models_replays_the_deleg
     assert replay.unused() == {}
 
 
+def fails_once(world: World, pins: Resolver | None, by: str) -> Callable[[], Awaitable[Seen]]:
+    """A tool or output function that asks the scientist, then asks the model to try again once (`ModelRetry`)."""
+    capabilities: list[Any] = [] if pins is None else [Pinning(pins)]
+
+    def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        world.scientist += 1
+        return ModelResponse(parts=[TextPart(ANSWER)], usage=RequestUsage(input_tokens=300, output_tokens=40))
+
+    expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
+
+    async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:
+        """Hand the question to the fisheries scientist."""
+        result = await expert.run(question, usage=ctx.usage)
+        world.delegates.append(dumped(result.all_messages()))
+        if question == "cod?":
+            raise ModelRetry("ask about hake")
+        return result.output
+
+    def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        world.router += 1
+        asked = sum(isinstance(m, ModelResponse) for m in messages)
+        if by == "tool" and returned(messages) not in (None, "ask about hake"):
+            return ModelResponse(parts=[TextPart(f"Relayed: {returned(messages)}")])
+        name = next(t.name for t in info.output_tools) if by == "output" else "ask_the_scientist"
+        return ModelResponse(parts=[ToolCallPart(name, {"question": "cod?" if asked == 0 else "hake?"})])
+
+    model = FunctionModel(router, model_name="scripted-router")
+    if by == "output":
+        front: Agent[None, Any] = Agent(model, output_type=ask_the_scientist, capabilities=capabilities)
+    else:
+        front = Agent(model, tools=[ask_the_scientist], capabilities=capabilities)
+
+    async def run() -> Seen:
+        result = await front.run(PROMPT)
+        return Seen(result.output, result.usage, dumped(result.all_messages()), world.delegates)
+
+    return run
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("by", ["tool", "output"])
+async def test_a_body_that_delegated_then_failed_keeps_the_delegates_usage_live_and_on_replay(
+    by: str, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Before, a tool that raised after its delegate ran lost the delegate's usage live (it was added to a copy), and
+    # a replay of either lost it.
+    unpinned = await fails_once(World(), None, by)()
+    ledger = PinLedger(store, types)
+    live = await fails_once(World(), ledger, by)()
+    ledger.commit()
+    world = World()
+    replay = ReplayPins.from_store(store, types)
+    with refuse_model_requests():
+        replayed = await fails_once(world, replay, by)()
+
+    assert_live_unchanged(unpinned, live)
+    assert len(live.delegates) == 2  # the failed call's delegate, and the retried one's
+    assert (world.router, world.scientist) == (0, 0)
+    assert replayed == live
+    assert replay.unused() == {}
+
+
 def test_only_a_body_that_asked_model_requests_the_replay_holds_runs_again(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
@@ -305,3 +368,16 @@ def test_what_a_body_did_to_its_run_is_kept_only_when_it_did_something() -> None
 def test_a_damaged_record_of_what_a_body_did_is_refused(kept: Any) -> None:
     with pytest.raises(PinResultError, match="as what its body did"):
         delegated_of({DELEGATED: kept})
+
+
+def test_a_failure_pin_keeps_what_the_call_did_beside_its_recipe_and_only_when_it_did_something() -> None:
+    plain = FAILURES.describe(ModelRetry("ask about hake"))
+    assert isinstance(plain, dict) and "did" not in plain
+    error = ModelRetry("ask about hake")
+    failed_having_done(error, {"runs": 1})
+    described = FAILURES.describe(error)
+    assert described == {**plain, "did": {"runs": 1}}  # the recipe is the plain failure's
+    rebuilt = FAILURES.rebuild(described)
+    assert type(rebuilt) is ModelRetry and str(rebuilt) == "ask about hake"
+    assert did_before_failing(rebuilt) == {"runs": 1}
+    assert did_before_failing(FAILURES.rebuild(plain)) is None
