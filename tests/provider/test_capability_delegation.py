@@ -8,7 +8,7 @@ so the app sees its messages as live, and the run's output, usage and messages a
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage, RunUsage
 
 from anagrapheus import Pinning
@@ -335,6 +335,72 @@ async def test_a_body_that_delegated_then_failed_keeps_the_delegates_usage_live_
 
     assert_live_unchanged(unpinned, live)
     assert len(live.delegates) == 2  # the failed call's delegate, and the retried one's
+    assert (world.router, world.scientist) == (0, 0)
+    assert replayed == live
+    assert replay.unused() == {}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
+async def test_two_delegations_at_once_replay_each_delegates_run(
+    streamed: bool, store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    """The router asks about two stocks in one response: both tools delegate at once, each to its own run."""
+
+    def app(world: World, pins: Resolver | None) -> Callable[[], Awaitable[Seen]]:
+        capabilities: list[Any] = [] if pins is None else [Pinning(pins)]
+
+        def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.scientist += 1
+            asked = messages[-1].parts[-1]
+            return ModelResponse(parts=[TextPart(f"{getattr(asked, 'content', '')}: below the limit")])
+
+        expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
+
+        def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.router += 1
+            if len(messages) == 1:
+                return ModelResponse(parts=[ToolCallPart("ask", {"stock": s}, tool_call_id=s) for s in ("cod", "hake")])
+            return ModelResponse(parts=[TextPart("Both below the limit.")])
+
+        async def streamed_router(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+            for index, part in enumerate(router(messages, info).parts):
+                if isinstance(part, TextPart):
+                    yield part.content
+                elif isinstance(part, ToolCallPart):
+                    yield {index: DeltaToolCall(part.tool_name, part.args_as_json_str())}
+
+        model = FunctionModel(router, stream_function=streamed_router, model_name="scripted-router")
+        front = Agent(model, capabilities=capabilities)
+
+        @front.tool
+        async def ask(ctx: RunContext[None], stock: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            """Ask the fisheries scientist about a stock."""
+            result = await expert.run(stock, usage=ctx.usage)
+            world.delegates.append(dumped(result.all_messages()))
+            return result.output
+
+        async def run() -> Seen:
+            if streamed:
+                async with front.run_stream(PROMPT) as result:
+                    output = await result.get_output()
+                return Seen(output, result.usage, dumped(result.all_messages()), sorted(world.delegates))
+            done = await front.run(PROMPT)
+            return Seen(done.output, done.usage, dumped(done.all_messages()), sorted(world.delegates))
+
+        return run
+
+    unpinned = await app(World(), None)()
+    ledger = PinLedger(store, types)
+    live = await app(World(), ledger)()
+    ledger.commit()
+    world = World()
+    replay = ReplayPins.from_store(store, types)
+    with refuse_model_requests():
+        replayed = await app(world, replay)()
+
+    assert_live_unchanged(unpinned, live)
+    assert len(live.delegates) == 2
     assert (world.router, world.scientist) == (0, 0)
     assert replayed == live
     assert replay.unused() == {}
