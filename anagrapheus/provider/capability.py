@@ -426,6 +426,7 @@ class Pinning(AbstractCapability[Any]):
                 with clocks.lock:
                     clocks.runs += delegated.runs
 
+        drawn_key = self._outputs.key(asking.key, kind=OUTPUT_CALL, resolver=self.resolver)
         try:
             answer, delegated = await self._outputs.resolve(
                 self.resolver,
@@ -437,10 +438,10 @@ class Pinning(AbstractCapability[Any]):
             )
         except BaseException as error:
             if not drawn:
-                redo(await failed_again(self.resolver, error, draw))
+                redo(await failed_again(self.resolver, drawn_key, error, draw))
             raise
         # A replayed hand-off runs its body again, the agent it hands the question to answered from its pins.
-        if not drawn and not await ran_again(self.resolver, delegated.within, draw):
+        if not drawn and not await ran_again(self.resolver, drawn_key, delegated.within, draw):
             redo(delegated)
         asking.arrived()
         return answer

@@ -11,6 +11,7 @@ reading a database) is answered from its pin alone, as before: its effects are n
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 
 from anagrapheus.errors import AnagrapheusError
@@ -18,7 +19,7 @@ from anagrapheus.provider.failures import did_before_failing, failed_having_done
 from anagrapheus.provider.keying.request import MODEL_CALL
 from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline.canonical import JSONValue
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolver import Attachment, Resolver
 
 __all__ = ["delegated", "failed_again", "failed_having_delegated", "ran_again"]
 
@@ -39,13 +40,13 @@ def delegated(resolver: Resolver, within: Sequence[str]) -> bool:
     return bool(requests) and all(resolver.asked(key) for key in requests)
 
 
-async def ran_again(resolver: Resolver, within: Sequence[str], draw: Effect) -> bool:
-    """On replay, run `draw` (the call's body) again if its pin says it asked `within` and that is a delegation.
+async def ran_again(resolver: Resolver, key: str, within: Sequence[str], draw: Effect) -> bool:
+    """On replay, run `draw` (the body of the call `key` answered) again if its pin says it delegated (`within`).
 
     Called once the call's pin answered: what the body returns now is dropped, the pin's answer is the run's.
     Whatever the body raises is raised: it returned when it was recorded, so the replay has left the recording.
     """
-    if not delegated(resolver, within):
+    if not (delegated(resolver, within) and _first_answer(resolver, key)):
         return False
     await draw()
     return True
@@ -58,7 +59,7 @@ def failed_having_delegated(error: BaseException, did: Delegated) -> None:
         failed_having_done(error, kept)
 
 
-async def failed_again(resolver: Resolver, error: BaseException, draw: Effect) -> Delegated:
+async def failed_again(resolver: Resolver, key: str, error: BaseException, draw: Effect) -> Delegated:
     """A call answered on replay with its pinned failure: what its body did to the run before it raised, live.
 
     A body that delegated (`delegated`) runs again, its delegate answered from its pins, and whatever it raises
@@ -67,7 +68,7 @@ async def failed_again(resolver: Resolver, error: BaseException, draw: Effect) -
     """
     did = did_before_failing(error)
     done = Delegated() if did is None else delegated_of({DELEGATED: did})
-    if not delegated(resolver, done.within):
+    if not (delegated(resolver, done.within) and _first_answer(resolver, key)):
         return done
     try:
         await draw()
@@ -76,6 +77,27 @@ async def failed_again(resolver: Resolver, error: BaseException, draw: Effect) -
     except Exception:  # it failed again, as live: the pinned failure is what the run is given
         pass
     return Delegated()
+
+
+_RAN_AGAIN: Attachment[set[str]] = Attachment("the keys whose delegating bodies a replay ran again")
+_lock = threading.Lock()
+
+
+def _first_answer(resolver: Resolver, key: str) -> bool:
+    """Whether the replay answers `key` for the first time: its body ran once live, when it was drawn.
+
+    A call asked again and answered from the first asking's pin (`dedupe_repeats`) did not run its body again
+    live, so a replay runs it once too, and does what its pin says it did the other times, as live did. A
+    resolver that keeps nothing for the layers above never runs it.
+    """
+    ran = resolver.attached(_RAN_AGAIN, set[str])
+    if ran is None:
+        return False
+    with _lock:
+        if key in ran:
+            return False
+        ran.add(key)
+        return True
 
 
 def _kind(key: str) -> str:

@@ -683,6 +683,7 @@ async def answer_tool_call(
         drawn = True
         return await draw()
 
+    drawn_key = draws.key(asking.key, kind=TOOL_CALL, resolver=resolver)
     try:
         answer = await draws.resolve(
             resolver,
@@ -695,12 +696,12 @@ async def answer_tool_call(
         if not drawn:
             # A replayed call whose body delegated to an agent runs again, its delegate answered from its pins: the
             # app sees the delegate's run as live. The call's pin has answered, so the run is given what it was given.
-            await ran_again(resolver, answer.within, effect)
+            await ran_again(resolver, drawn_key, answer.within, effect)
     except BaseException as error:
         asking.failed()
         if not drawn:
             # A pinned failure: what the body did before it raised (an agent it delegated to) is done again.
-            did = await failed_again(resolver, error, effect)
+            did = await failed_again(resolver, drawn_key, error, effect)
             settle(ctx, ToolAnswer(None, usage=did.usage, runs=did.runs, within=did.within), resolver, drawn=False)
         raise
     asking.arrived()

@@ -406,6 +406,54 @@ async def test_two_delegations_at_once_replay_each_delegates_run(
     assert replay.unused() == {}
 
 
+@pytest.mark.anyio
+async def test_a_delegation_asked_again_under_dedupe_repeats_runs_its_delegate_once_as_live(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    """With the repeat rule opted out, the second asking is answered from the first's pin live: no second run."""
+
+    def app(world: World, pins: Resolver) -> Callable[[], Awaitable[Seen]]:
+        capabilities: list[Any] = [Pinning(pins, dedupe_repeats=True)]
+
+        def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.scientist += 1
+            return ModelResponse(parts=[TextPart(ANSWER)])
+
+        expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
+
+        def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            world.router += 1
+            if sum(isinstance(m, ModelResponse) for m in messages) < 2:
+                return ModelResponse(parts=[ToolCallPart("ask", {"stock": "hake"})])
+            return ModelResponse(parts=[TextPart("Asked twice.")])
+
+        front = Agent(FunctionModel(router, model_name="scripted-router"), capabilities=capabilities)
+
+        @front.tool
+        async def ask(ctx: RunContext[None], stock: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            """Ask the fisheries scientist about a stock."""
+            result = await expert.run(stock, usage=ctx.usage)
+            world.delegates.append(dumped(result.all_messages()))
+            return result.output
+
+        async def run() -> Seen:
+            done = await front.run(PROMPT)
+            return Seen(done.output, done.usage, dumped(done.all_messages()), world.delegates)
+
+        return run
+
+    ledger = PinLedger(store, types)
+    live = await app(World(), ledger)()
+    ledger.commit()
+    world = World()
+    with refuse_model_requests():
+        replayed = await app(world, ReplayPins.from_store(store, types))()
+
+    assert len(live.delegates) == 1
+    assert (world.router, world.scientist) == (0, 0)
+    assert replayed == live
+
+
 def test_only_a_body_that_asked_model_requests_the_replay_holds_runs_again(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
