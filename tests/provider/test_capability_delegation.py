@@ -81,9 +81,22 @@ def returned(messages: list[ModelMessage]) -> str | None:
     return str(parts[0].content) if parts else None
 
 
-def fishery(world: World, pins: Resolver | None, pattern: str) -> Callable[[], Awaitable[Seen]]:
-    """pydantic-ai's multi-agent patterns over two scripted agents, a router and the scientist it delegates to."""
-    capabilities: list[Any] = [] if pins is None else [Pinning(pins)]
+def fishery(
+    world: World, pins: Resolver | None, pattern: str, *, wrapped: bool = False
+) -> Callable[[], Awaitable[Seen]]:
+    """pydantic-ai's multi-agent patterns over two scripted agents, a router and the scientist it delegates to.
+
+    Pinned by the `Pinning` capability, or, `wrapped`, by the other adapter: each model in a `PinnedModel` and
+    each tool made with `pinned_tool`, no capability.
+    """
+    capabilities: list[Any] = [] if pins is None or wrapped else [Pinning(pins)]
+
+    def model(function: Callable[[list[ModelMessage], AgentInfo], ModelResponse], name: str) -> Any:
+        scripted = FunctionModel(function, model_name=name)
+        return PinnedModel(scripted, pins) if wrapped and pins is not None else scripted
+
+    def tool(function: Callable[..., Any]) -> Any:
+        return pinned_tool(pins, function) if wrapped and pins is not None else function
 
     def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         world.scientist += 1
@@ -94,13 +107,12 @@ def fishery(world: World, pins: Resolver | None, pattern: str) -> Callable[[], A
             parts=[TextPart(f"{ANSWER} ({assessment})")], usage=RequestUsage(input_tokens=300, output_tokens=40)
         )
 
-    expert = Agent(FunctionModel(scientist, model_name="scripted-scientist"), capabilities=capabilities)
-
-    @expert.tool_plain
-    def stock_assessment(species: str) -> str:  # pyright: ignore[reportUnusedFunction]
+    def stock_assessment(species: str) -> str:
         """The latest assessment of a stock."""
         world.assessed += 1
         return f"{species}: SSB 41kt"
+
+    expert = Agent(model(scientist, "scripted-scientist"), tools=[tool(stock_assessment)], capabilities=capabilities)
 
     async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:
         """Hand the question to the fisheries scientist."""
@@ -111,18 +123,19 @@ def fishery(world: World, pins: Resolver | None, pattern: str) -> Callable[[], A
     def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         world.router += 1
         if pattern == "output":
-            tool = next(t.name for t in info.output_tools if "ask_the_scientist" in t.name)
-            return ModelResponse(parts=[ToolCallPart(tool, {"question": "cod or hake?"})])
+            name = next(t.name for t in info.output_tools if "ask_the_scientist" in t.name)
+            return ModelResponse(parts=[ToolCallPart(name, {"question": "cod or hake?"})])
         relayed = returned(messages)
         if pattern == "tool" and relayed is None:
             return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"question": "cod or hake?"})])
         return ModelResponse(parts=[TextPart(f"Relayed: {relayed}" if relayed else "Ask about cod or hake.")])
 
-    model = FunctionModel(router, model_name="scripted-router")
+    routing = model(router, "scripted-router")
     if pattern == "output":
-        front: Agent[None, Any] = Agent(model, output_type=[ask_the_scientist, Refusal], capabilities=capabilities)
+        front: Agent[None, Any] = Agent(routing, output_type=[ask_the_scientist, Refusal], capabilities=capabilities)
     else:
-        front = Agent(model, capabilities=capabilities, tools=[ask_the_scientist] if pattern == "tool" else [])
+        tools = [tool(ask_the_scientist)] if pattern == "tool" else []
+        front = Agent(routing, capabilities=capabilities, tools=tools)
 
     async def run() -> Seen:
         if pattern != "app":
@@ -211,62 +224,19 @@ async def test_a_delegation_recorded_anew_from_a_replay_replays_strictly(
 
 
 @pytest.mark.anyio
-async def test_delegation_in_a_pinned_tool_under_pinned_models_replays_the_delegates_run(
-    store: SQLiteEventStore, types: EventTypeRegistry
+@pytest.mark.parametrize("pattern", PATTERNS)
+async def test_each_pattern_replays_the_delegates_run_under_pinned_models_and_pinned_tools(
+    pattern: str, store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     """The other adapter: `PinnedModel` for each agent's model and `pinned_tool` for each tool, no capability."""
-
-    def app(world: World, pins: Resolver | None) -> Callable[[], Awaitable[Seen]]:
-        def pinned(model: FunctionModel) -> Any:
-            return model if pins is None else PinnedModel(model, pins)
-
-        def tool(func: Callable[..., Any]) -> Any:
-            return func if pins is None else pinned_tool(pins, func)
-
-        def scientist(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            world.scientist += 1
-            if returned(messages) is None:
-                return ModelResponse(parts=[ToolCallPart("stock_assessment", {"species": "hake"})])
-            return ModelResponse(parts=[TextPart(ANSWER)], usage=RequestUsage(input_tokens=300, output_tokens=40))
-
-        def stock_assessment(species: str) -> str:
-            """The latest assessment of a stock."""
-            world.assessed += 1
-            return f"{species}: SSB 41kt"
-
-        expert = Agent(
-            pinned(FunctionModel(scientist, model_name="scripted-scientist")), tools=[tool(stock_assessment)]
-        )
-
-        async def ask_the_scientist(ctx: RunContext[None], question: str) -> str:
-            """Hand the question to the fisheries scientist."""
-            result = await expert.run(question, usage=ctx.usage)
-            world.delegates.append(dumped(result.all_messages()))
-            return result.output
-
-        def router(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            world.router += 1
-            relayed = returned(messages)
-            if relayed is None:
-                return ModelResponse(parts=[ToolCallPart("ask_the_scientist", {"question": "cod or hake?"})])
-            return ModelResponse(parts=[TextPart(f"Relayed: {relayed}")])
-
-        front = Agent(pinned(FunctionModel(router, model_name="scripted-router")), tools=[tool(ask_the_scientist)])
-
-        async def run() -> Seen:
-            result = await front.run(PROMPT)
-            return Seen(result.output, result.usage, dumped(result.all_messages()), world.delegates)
-
-        return run
-
-    unpinned = await app(World(), None)()
+    unpinned = await fishery(World(), None, pattern, wrapped=True)()
     ledger = PinLedger(store, types)
-    live = await app(World(), ledger)()
+    live = await fishery(World(), ledger, pattern, wrapped=True)()
     ledger.commit()
     world = World()
     replay = ReplayPins.from_store(store, types)
     with refuse_model_requests():
-        replayed = await app(world, replay)()
+        replayed = await fishery(world, replay, pattern, wrapped=True)()
 
     assert_live_unchanged(unpinned, live)
     assert (world.router, world.scientist, world.assessed) == (0, 0, 0)
