@@ -31,6 +31,7 @@ from anagrapheus.provider.compat import (
     is_mcp_toolset,
     tool_function,
 )
+from anagrapheus.provider.delegation import failed_again, failed_having_delegated, ran_again
 from anagrapheus.provider.discovery import PinnedDiscovery
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.in_workflow import refuse_workflow_code
@@ -400,31 +401,49 @@ class Pinning(AbstractCapability[Any]):
         runs_before = 0 if clocks is None else clocks.runs
         drawn = False
 
+        def did(within: list[str]) -> Delegated:
+            runs = 0 if clocks is None else clocks.runs - runs_before
+            return Delegated(ctx.usage - usage_before, runs, within)
+
         async def draw() -> JSONValue:
             nonlocal drawn
             drawn = True
             with noting_keys() as within:
-                result = await handler(output)
-            runs = 0 if clocks is None else clocks.runs - runs_before
-            delegated = Delegated(ctx.usage - usage_before, runs, within)
-            return output_result_raw(name, returns, result, delegated=delegated)
+                try:
+                    result = await handler(output)
+                except BaseException as error:
+                    # Its failure's pin keeps what it did first, so a replay of the failure does it too.
+                    failed_having_delegated(error, did(within))
+                    raise
+            return output_result_raw(name, returns, result, delegated=did(within))
 
-        answer, delegated = await self._outputs.resolve(
-            self.resolver,
-            asking.key,
-            kind=OUTPUT_CALL,
-            effect=draw,
-            interpret=lambda raw: (output_result_from_raw(returns, raw), delegated_of(raw)),
-            fingerprint=fingerprint,
-        )
-        asking.arrived()
-        if not drawn:
+        def redo(delegated: Delegated) -> None:
+            """Do to the run what the body did, when a pin answered and the body did not run."""
             if delegated.usage is not None:
                 ctx.usage.incr(delegated.usage)
             self.resolver.answered_within(delegated.within)
             if delegated.runs and clocks is not None:
                 with clocks.lock:
                     clocks.runs += delegated.runs
+
+        drawn_key = self._outputs.key(asking.key, kind=OUTPUT_CALL, resolver=self.resolver)
+        try:
+            answer, delegated = await self._outputs.resolve(
+                self.resolver,
+                asking.key,
+                kind=OUTPUT_CALL,
+                effect=draw,
+                interpret=lambda raw: (output_result_from_raw(returns, raw), delegated_of(raw)),
+                fingerprint=fingerprint,
+            )
+        except BaseException as error:
+            if not drawn:
+                redo(await failed_again(self.resolver, drawn_key, error, draw))
+            raise
+        # A replayed hand-off runs its body again, the agent it hands the question to answered from its pins.
+        if not drawn and not await ran_again(self.resolver, drawn_key, delegated.within, draw):
+            redo(delegated)
+        asking.arrived()
         return answer
 
     @override

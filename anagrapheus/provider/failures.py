@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import unicodedata
@@ -18,7 +19,7 @@ from anagrapheus.timeline.canonical import JSONValue, pin_key, stored_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
 from anagrapheus.timeline.resolver import Resolver
 
-__all__ = ["FAILURES", "DrawSequence", "ExceptionCodec"]
+__all__ = ["FAILURES", "DrawSequence", "ExceptionCodec", "did_before_failing", "failed_having_done"]
 
 T = TypeVar("T")
 
@@ -70,10 +71,25 @@ class ExceptionCodec:
             return stored_value(error.record)
         if not isinstance(error, Exception) or isinstance(error, AnagrapheusError):
             return None
-        return {"type": _path(type(error)), "message": str(error), "rebuild": _reduced(error)}
+        described: dict[str, JSONValue] = {
+            "type": _path(type(error)),
+            "message": str(error),
+            "rebuild": _reduced(error),
+        }
+        did = did_before_failing(error)
+        if did is not None:
+            described[_DID] = did
+        return described
 
     def rebuild(self, record: JSONValue) -> BaseException:
         """Return the exception `record` describes: its own class where allowed and rebuilt, else `PinnedFailure`."""
+        error = self._rebuilt(record)
+        did = record.get(_DID) if isinstance(record, dict) else None
+        if did is not None:
+            failed_having_done(error, did)
+        return error
+
+    def _rebuilt(self, record: JSONValue) -> BaseException:
         fields: Mapping[str, Any] = record if isinstance(record, dict) else {}
         type_name, message = str(fields.get("type", "?")), str(fields.get("message", ""))
         fallback = PinnedFailure(record, type_name=type_name, message=message)
@@ -105,6 +121,23 @@ class ExceptionCodec:
         return error
 
 
+_DID = "did"
+"""Where a failure's pin keeps what the failed call did to its run before it raised (an agent it delegated to)."""
+_DID_ATTRIBUTE = "__anagrapheus_did__"
+
+
+def failed_having_done(error: BaseException, did: JSONValue) -> None:
+    """Note on `error` what the call that raised it did to its run first (its pin keeps it, a replay reads it)."""
+    # An exception whose attributes cannot be set (a slotted class) keeps nothing: it is pinned as it always was.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(error, _DID_ATTRIBUTE, did)
+
+
+def did_before_failing(error: BaseException) -> JSONValue | None:
+    """What the call that raised `error` did to its run before (as `failed_having_done` noted it); None if nothing."""
+    return cast("JSONValue | None", getattr(error, _DID_ATTRIBUTE, None))
+
+
 def _reduced(error: BaseException) -> JSONValue | None:
     """How to rebuild `error` (its pickle recipe, as JSON), or None when it has none that JSON can hold."""
     try:
@@ -113,6 +146,10 @@ def _reduced(error: BaseException) -> JSONValue | None:
             return None
         call, args = reduced[0], list(reduced[1])
         state = reduced[2] if len(reduced) > 2 else None
+        if isinstance(state, dict) and _DID_ATTRIBUTE in state:
+            # What the call did before failing is pinned beside the recipe (`did`), not inside it.
+            state = {name: value for name, value in cast("dict[str, object]", state).items() if name != _DID_ATTRIBUTE}
+            state = state or None
         if call is CATEGORIZED_HTTP_ERROR:
             args[0] = _path(args[0])
         if not _rebuildable(call):

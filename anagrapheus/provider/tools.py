@@ -34,11 +34,13 @@ from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
+from anagrapheus.provider.delegation import failed_again, failed_having_delegated, ran_again
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.caller import HiddenField, identity_material
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.provider.keying.material import MaterialWalk
 from anagrapheus.provider.occurrence import ask, twin_key
+from anagrapheus.provider.outputs import Delegated
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised, stored_value
@@ -592,10 +594,12 @@ class CallWatch:
         self._runs = 0 if self._clocks is None else self._clocks.runs
         self.ctx: RunContext[Any] | None = None
         self._usage: tuple[RunUsage, RunUsage] | None = None
+        self._run_usage: RunUsage | None = None
         usage: object = getattr(ctx, "usage", None)
         if ctx is None or not isinstance(usage, RunUsage):
             # No run's context (or one made by hand, as a test calling a tool directly makes it): nothing to watch.
             return
+        self._run_usage = usage
         self._usage = (copy.deepcopy(usage), copy.deepcopy(usage))
         noting = dataclasses.replace(ctx, usage=self._usage[1])
         deliver = ctx.enqueue
@@ -611,19 +615,47 @@ class CallWatch:
     def running(self) -> Generator[None]:
         """Around the tool's body: note the keys it asks for (an agent it delegates to, a pinned call it makes)."""
         with noting_keys() as noted:
-            yield
+            try:
+                yield
+            except BaseException as error:
+                self._within = noted
+                self._failed(error)
+                raise
         self._within = noted
+
+    def _failed(self, error: BaseException) -> None:
+        """A body that raised still did what it did before: an agent it delegated to used what it used.
+
+        Unpinned, that usage is the run's (the delegate counted it in `ctx.usage`): it is added to the run's
+        now, and noted on the error, so the failure's pin keeps it and a replay adds it too.
+        """
+        usage = self._added()
+        if usage is not None and self._run_usage is not None:
+            self._run_usage.incr(usage)
+        failed_having_delegated(error, Delegated(usage, self._ran(), self._within))
+
+    def _added(self) -> RunUsage | None:
+        """The usage the body added to its copy of the run's; None for none."""
+        if self._usage is None:
+            return None
+        before, after = self._usage
+        added = after - before
+        return added if added != RunUsage() else None
+
+    def _ran(self) -> int:
+        """How many runs started through the resolver while the body ran."""
+        return 0 if self._clocks is None else self._clocks.runs - self._runs
 
     def raw(self, tool: str, result: object, declared: DeclaredTypes) -> JSONValue:
         """The call's result as its pin keeps it, with what the call did to its run (typed as `declared` allows)."""
-        usage = None
-        if self._usage is not None:
-            before, after = self._usage
-            added = after - before
-            usage = added if added != RunUsage() else None
-        runs = 0 if self._clocks is None else self._clocks.runs - self._runs
         return tool_result_raw(
-            tool, result, enqueued=self.enqueued, usage=usage, runs=runs, within=self._within, declared=declared
+            tool,
+            result,
+            enqueued=self.enqueued,
+            usage=self._added(),
+            runs=self._ran(),
+            within=self._within,
+            declared=declared,
         )
 
 
@@ -651,6 +683,7 @@ async def answer_tool_call(
         drawn = True
         return await draw()
 
+    drawn_key = draws.key(asking.key, kind=TOOL_CALL, resolver=resolver)
     try:
         answer = await draws.resolve(
             resolver,
@@ -660,8 +693,16 @@ async def answer_tool_call(
             interpret=lambda raw: tool_answer_from_raw(raw, declared.for_pin(asking.key)),
             fingerprint=call.fingerprint,
         )
-    except BaseException:
+        if not drawn:
+            # A replayed call whose body delegated to an agent runs again, its delegate answered from its pins: the
+            # app sees the delegate's run as live. The call's pin has answered, so the run is given what it was given.
+            await ran_again(resolver, drawn_key, answer.within, effect)
+    except BaseException as error:
         asking.failed()
+        if not drawn:
+            # A pinned failure: what the body did before it raised (an agent it delegated to) is done again.
+            did = await failed_again(resolver, drawn_key, error, effect)
+            settle(ctx, ToolAnswer(None, usage=did.usage, runs=did.runs, within=did.within), resolver, drawn=False)
         raise
     asking.arrived()
     settle(ctx, answer, resolver, drawn=drawn)
