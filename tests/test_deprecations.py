@@ -214,7 +214,7 @@ def test_the_commands_old_options_work_and_say_they_are_deprecated(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(DeprecationWarning, match=r"a candidate taking policy= \(old_candidate:candidate\)"):
         assert main(["regress", "old_candidate:candidate", "--recording", str(RECORDING)]) == 0
-    assert "take on_miss='strict' or 'record'" in capsys.readouterr().err
+    assert "use a candidate taking on_miss='strict' or 'record'" in capsys.readouterr().err
 
     with pytest.warns(DeprecationWarning, match="--redact-policy is deprecated"):
         code = main(["export", str(tmp_path / "none.db"), "--unit", "u", "--redact-policy", "x:y"])

@@ -71,7 +71,7 @@ def _asked(candidate: Callable[..., object], name: str, on_miss: OnMiss) -> dict
             signature.bind("recording", policy=old)
         except TypeError:
             raise BadInput(f"must take (recording, *, on_miss): {e}", path=name) from None
-        deprecated_option(f"a candidate taking policy= ({name})", "take on_miss='strict' or 'record'")
+        deprecated_option(f"a candidate taking policy= ({name})", "a candidate taking on_miss='strict' or 'record'")
         return {"policy": old}
     return {"on_miss": on_miss}
 

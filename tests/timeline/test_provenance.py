@@ -296,6 +296,23 @@ def test_the_timeline_imports_nothing_above_it_and_reads_no_pydantic_ai_shape() 
             assert shape not in text, f"{path.name} names {shape}"
 
 
+ROOMS = ("resolving", "recording", "stores")
+"""The timeline's sub-packages; the modules beside them are shared by all three."""
+
+
+def test_no_shared_module_imports_a_room_and_only_resolving_imports_resolving() -> None:
+    # The layout drawn in docs/explanation/design.md: rooms build on the shared modules, resolving on the other two.
+    rooms = {room for room in ROOMS if (TIMELINE / room / "__init__.py").is_file()}
+    for name, path in _timeline_modules().items():
+        room = name.split(".")[2] if name.split(".")[2] in rooms else None
+        imported = {other.split(".")[2] for other in _imports(path) if other.startswith("anagrapheus.timeline.")}
+        rooms_imported = (imported & rooms) - {room}
+        if room is None:
+            assert not rooms_imported, f"{name} (shared) imports the room(s) {sorted(rooms_imported)}"
+        elif room != "resolving":
+            assert "resolving" not in rooms_imported, f"{name} imports the resolving room"
+
+
 def test_no_import_cycle_among_the_timeline_modules() -> None:
     modules = _timeline_modules()
     edges = {name: {other for other in _imports(path) if other in modules} - {name} for name, path in modules.items()}
