@@ -166,7 +166,8 @@ def test_find_secrets_takes_its_scanner_by_the_old_keyword_too_with_a_warning(tm
         recording.find_secrets(scanner, policy=scanner)
 
 
-def test_regress_policy_is_on_miss_under_its_old_spelling_and_warns() -> None:
+def test_regress_policy_is_the_replay_gates_spelling_of_on_miss_and_does_not_warn() -> None:
+    """`policy=` is what the replay gate's page writes (a reference page): it keeps working without a warning."""
     from anagrapheus.errors import UsageError
     from anagrapheus.testing import regress
     from examples.negotiation.candidates import INVARIANTS, TURNS, _builder
@@ -174,19 +175,17 @@ def test_regress_policy_is_on_miss_under_its_old_spelling_and_warns() -> None:
     from examples.negotiation.talks import EU, UK
 
     builder = _builder({EU.code: EU, UK.code: UK})
-    with pytest.warns(
-        DeprecationWarning, match=r"regress\(policy='pinned'\) is deprecated.*on_miss='strict'"
-    ) as caught:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         verdict = regress(RECORDING, builder, TURNS, INVARIANTS, policy="pinned")
-    assert caught[0].filename == __file__
-    assert (verdict.on_miss, verdict.passed) == ("strict", True)
-    with pytest.warns(DeprecationWarning, match=r"Verdict\.policy is deprecated"):
-        assert verdict.policy == "pinned"
-    assert verdict.to_json()["policy"] == "pinned"  # the old key of the JSON, kept one release beside on_miss
+        assert (verdict.on_miss, verdict.passed, verdict.policy) == ("strict", True, "pinned")
+    assert verdict.to_json()["policy"] == "pinned"  # the gate's key, beside on_miss
     with pytest.raises(UsageError, match="policy must be 'pinned' or 'live'"):
         regress(RECORDING, builder, TURNS, INVARIANTS, policy="strict")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="on_miss must be 'strict' or 'record'"):
         regress(RECORDING, builder, TURNS, INVARIANTS, on_miss="pinned")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not both"):
+        regress(RECORDING, builder, TURNS, INVARIANTS, on_miss="record", policy="live")
 
 
 def test_the_commands_old_options_work_and_say_they_are_deprecated(
@@ -196,14 +195,16 @@ def test_the_commands_old_options_work_and_say_they_are_deprecated(
     from examples.negotiation.runs import RECORDING
 
     candidate = "examples.negotiation.candidates:control"
-    with pytest.warns(DeprecationWarning, match="--policy pinned is deprecated"):
+    # The replay gate's `--policy` (a reference page's spelling of --on-miss) works without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert main(["regress", candidate, "--recording", str(RECORDING), "--policy", "pinned", "--json"]) == 0
     out, err = capsys.readouterr()
-    assert "use --on-miss strict" in err and '"on_miss": "strict"' in out
+    assert "deprecated" not in err and '"on_miss": "strict"' in out
     assert main(["regress", candidate, "--recording", str(RECORDING), "--policy", "live", "--on-miss", "record"]) == 2
-    assert "give --on-miss alone" in capsys.readouterr().err
+    assert "give --on-miss or --policy, not both" in capsys.readouterr().err
 
-    # A candidate of 0.1, taking `policy=`, is still called, with its old value.
+    # A candidate taking the gate's `policy=` is called with it, without a warning.
     (tmp_path / "old_candidate.py").write_text(
         "from examples.negotiation.candidates import control\n\n"
         "def candidate(recording, *, policy='pinned'):\n"
@@ -212,9 +213,10 @@ def test_the_commands_old_options_work_and_say_they_are_deprecated(
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(DeprecationWarning, match=r"a candidate taking policy= \(old_candidate:candidate\)"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert main(["regress", "old_candidate:candidate", "--recording", str(RECORDING)]) == 0
-    assert "use a candidate taking on_miss='strict' or 'record'" in capsys.readouterr().err
+    assert "deprecated" not in capsys.readouterr().err
 
     with pytest.warns(DeprecationWarning, match="--redact-policy is deprecated"):
         code = main(["export", str(tmp_path / "none.db"), "--unit", "u", "--redact-policy", "x:y"])

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.cli.sources import load_function
-from anagrapheus.deprecation import deprecated_option
 from anagrapheus.errors import AnagrapheusError, UsageError
 from anagrapheus.testing import Verdict
 from anagrapheus.testing.regress import OnMiss
@@ -27,7 +26,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="strict: a miss is a divergence (default); record: misses are drawn from the real model",
     )
-    # The old spelling of --on-miss (pinned is strict, live is record), kept for one release with a warning.
+    # The replay gate's spelling of --on-miss (pinned is strict, live is record): a reference page's, kept as it is.
     parser.add_argument("--policy", choices=("pinned", "live"), default=None, help=argparse.SUPPRESS)
 
 
@@ -50,18 +49,16 @@ def run(args: argparse.Namespace) -> Outcome:
 
 
 def _on_miss(args: argparse.Namespace) -> OnMiss:
-    """`--on-miss`, or what the old `--policy` spelt (with a warning); strict when neither is given."""
+    """`--on-miss`, or what the replay gate's `--policy` spells; strict when neither is given."""
     if args.policy is None:
         return args.on_miss or "strict"
     if args.on_miss is not None:
-        raise BadInput("give --on-miss alone: --policy is its old spelling", path=args.policy)
-    new: OnMiss = "strict" if args.policy == "pinned" else "record"
-    deprecated_option(f"--policy {args.policy}", f"--on-miss {new}")
-    return new
+        raise BadInput("give --on-miss or --policy, not both: --policy is the replay gate's spelling", path=args.policy)
+    return "strict" if args.policy == "pinned" else "record"
 
 
 def _asked(candidate: Callable[..., object], name: str, on_miss: OnMiss) -> dict[str, str]:
-    """The keyword the candidate takes the miss rule by: `on_miss`, or (until the next release) the old `policy`."""
+    """The keyword the candidate takes the miss rule by: `on_miss`, or the replay gate's `policy`."""
     signature = inspect.signature(candidate)
     try:
         signature.bind("recording", on_miss=on_miss)
@@ -71,7 +68,6 @@ def _asked(candidate: Callable[..., object], name: str, on_miss: OnMiss) -> dict
             signature.bind("recording", policy=old)
         except TypeError:
             raise BadInput(f"must take (recording, *, on_miss): {e}", path=name) from None
-        deprecated_option(f"a candidate taking policy= ({name})", "a candidate taking on_miss='strict' or 'record'")
         return {"policy": old}
     return {"on_miss": on_miss}
 

@@ -15,7 +15,6 @@ from typing import Any, Literal
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import UsageError
 from anagrapheus.provider.run_clock import RUN_POSITIONS
 from anagrapheus.testing.verdict import Conversation, Exchange, Invariant, InvariantResult, Verdict
@@ -82,20 +81,19 @@ def _outcome(
 OnMiss = Literal["strict", "record"]
 """What a regression run does on a miss, as `ReplayPins(on_miss=...)` spells it: end the run, or draw it live."""
 
-_OLD_POLICIES: dict[str, OnMiss] = {"pinned": "strict", "live": "record"}
-"""`policy=`'s values (the name until 0.2.0), and the `on_miss` each one was."""
+_GATE_POLICIES: dict[str, OnMiss] = {"pinned": "strict", "live": "record"}
+"""`policy=`'s values, the replay gate's spelling (../shared/reference/peers/replaygate.md), and their `on_miss`."""
 
 
-def miss_rule(on_miss: str, policy: str | None, *, stacklevel: int = 4) -> OnMiss:
-    """The `on_miss` asked for, checked; from the old `policy=` (with a warning) if that was given instead."""
+def miss_rule(on_miss: str, policy: str | None) -> OnMiss:
+    """The `on_miss` asked for, checked; from the replay gate's `policy=` if that was given instead."""
     if policy is not None:
-        if policy not in _OLD_POLICIES:
-            raise UsageError(f"policy must be 'pinned' or 'live' (now on_miss='strict' or 'record'), not {policy!r}")
+        if policy not in _GATE_POLICIES:
+            raise UsageError(f"policy must be 'pinned' or 'live' (or on_miss='strict' or 'record'), not {policy!r}")
         if on_miss != "strict":
-            raise UsageError("give on_miss= alone: policy= is its old spelling")
-        new = _OLD_POLICIES[policy]
-        deprecated(f"regress(policy={policy!r})", f"pass on_miss={new!r}", stacklevel=stacklevel)
-        return new
+            raise UsageError("give on_miss= or policy=, not both: policy= is the replay gate's spelling of on_miss")
+        # The reference pages' spelling keeps working without a warning (the contract), so no deprecation here.
+        return _GATE_POLICIES[policy]
     if on_miss not in ("strict", "record"):
         raise UsageError(f"on_miss must be 'strict' or 'record', not {on_miss!r}")
     return on_miss
@@ -121,7 +119,7 @@ async def aregress(
     recording has no pin for ends the run as `diverged`, and the invariants are not evaluated past
     it. Under `on_miss="record"` that call and every later miss are drawn from the real model into a
     new unit of work in `store` (a temporary database by default), committed when the run ends.
-    `policy="pinned"` and `policy="live"` are the old spellings of the two, kept for one release with a warning.
+    `policy="pinned"` and `policy="live"` are the replay gate's spellings of the two, kept without a warning.
     """
     on_miss = miss_rule(on_miss, policy)
     if types is None:

@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.deprecation import deprecated
 from anagrapheus.timeline import Divergence
 
 __all__ = ["Conversation", "Exchange", "Invariant", "InvariantResult", "Verdict", "VerdictStatus"]
@@ -105,8 +104,7 @@ class Verdict:
 
     @property
     def policy(self) -> Literal["pinned", "live"]:
-        """`on_miss` as it was spelt until 0.2.0 (`pinned` for `strict`, `live` for `record`); kept one release."""
-        deprecated("Verdict.policy", 'read Verdict.on_miss ("strict" was "pinned", "record" was "live")')
+        """`on_miss` in the replay gate's words (`pinned` for `strict`, `live` for `record`), kept without a warning."""
         return "pinned" if self.on_miss == "strict" else "live"
 
     @property
@@ -171,7 +169,7 @@ class Verdict:
         return {
             "status": self.status,
             "on_miss": self.on_miss,
-            # The key's old name and values, for readers of 0.1's output: goes in the next release.
+            # The replay gate's name and words for the same rule (a reference page's), beside on_miss.
             "policy": "pinned" if self.on_miss == "strict" else "live",
             "turns": self.turns,
             "played": len(self.conversation),

@@ -6,6 +6,7 @@ passed, failed or diverged. The conversation and agents are tests/testing/test_r
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -40,18 +41,19 @@ def test_a_candidate_that_keeps_the_keys_but_breaks_an_invariant_fails_with_exit
 def test_under_live_a_miss_is_drawn_and_the_invariants_judge_the_real_trajectory(
     recording: Path, tmp_path: Path
 ) -> None:
-    """§ Divergence is a third verdict (the page's policy live, our on_miss="record"): misses are drawn and recorded."""
+    """§ Divergence is a third verdict (the page's `policy="live"`, also spelt on_miss="record"): misses are drawn."""
     desk = Desk()
-    with SQLiteEventStore(tmp_path / "live.db") as store:
+    with SQLiteEventStore(tmp_path / "live.db") as store, warnings.catch_warnings():
+        warnings.simplefilter("error")  # the page's spelling is the contract: no deprecation
         verdict = regress(
             recording,
             builder(desk, instructions=INSTRUCTIONS + " Be brief."),
             TURNS,
             INVARIANTS,
-            on_miss="record",
+            policy="live",
             store=store,
         )
-    assert (verdict.status, verdict.diverged_at, desk.calls) == ("passed", 1, 3)
+    assert (verdict.status, verdict.diverged_at, desk.calls, verdict.policy) == ("passed", 1, 3, "live")
 
 
 def test_a_live_replay_never_changes_the_recording_it_read(recording: Path, tmp_path: Path) -> None:
