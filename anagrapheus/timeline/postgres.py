@@ -19,7 +19,6 @@ from typing import Any, LiteralString, TypeVar, cast
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 from typing_extensions import override
 
@@ -44,15 +43,13 @@ _EVENT_COLUMNS: LiteralString = (
     "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
 )
 _SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
+_EVENT_COLUMN_NAMES = tuple(name.strip() for name in _EVENT_COLUMNS.split(","))
 _READ_PAGE = 1000
-# Whether a unit is closed, and who holds its lease: the fence of every write (a lock clause and ")" follow).
-_FENCE: LiteralString = (
-    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
-)
 # A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
 # and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
-# (the server's log is written in order).
-_LEASE_NOT_WAITED_TO_DISK: LiteralString = "SELECT set_config('synchronous_commit', 'off', true)"
+# (the server's log is written in order). `reuse_pin` does the same for a unit's first ask that wrote only the
+# lease (see the 0005_pin_functions migration).
+_LEASE_NOT_WAITED_TO_DISK: LiteralString = "set_config('synchronous_commit', 'off', true)"
 # The events of an append, one array a column, as rows in column order.
 _UNNEST_EVENTS: LiteralString = (
     "unnest(%(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[], %(type)s::text[],"
@@ -145,9 +142,8 @@ _WATCHDOG = _Watchdog()
 
 def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
     """The parameters of `_UNNEST_EVENTS`: the events' rows, one list a column."""
-    names = [name.strip() for name in _EVENT_COLUMNS.split(",")]
-    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in names]
-    return {name: list(column) for name, column in zip(names, columns, strict=True)}
+    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in _EVENT_COLUMN_NAMES]
+    return {name: list(column) for name, column in zip(_EVENT_COLUMN_NAMES, columns, strict=True)}
 
 
 def _retryable(error: StoreError) -> bool:
@@ -237,12 +233,17 @@ class PostgresEventStore:
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
-        self._put_lock = threading.Lock()
         self._events = self.place.table("events")
         self._head = self.place.table("log_head")
         self._scratch = self.place.table("pin_scratch")
         self._closed = self.place.table("closed_units")
         self._unit_leases = self.place.table("unit_leases")
+        # The steps of a draw and of a commit, each one statement calling a function of the schema.
+        self._take_lease = self.place.table("take_lease")
+        self._reuse_pin = self.place.table("reuse_pin")
+        self._put_pin = self.place.table("put_pin")
+        self._list_to_settle = self.place.table("list_to_settle")
+        self._close_unit = self.place.table("close_unit")
         self._statements: dict[str, bytes] = {}
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
@@ -689,57 +690,20 @@ class PostgresEventStore:
     def _take(self, conn: Conn, unit_id: str) -> bool:
         """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session.
 
-        One round trip, one transaction (see `_send_take`).
+        One statement, one transaction (see `take_lease` in the 0005_pin_functions migration).
         """
         try:
-            with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
-                conn.execute(_LEASE_NOT_WAITED_TO_DISK)
-                taken = self._send_take(conn, unit_id)
+            with self._io(conn, f"taking the lease of unit {unit_id}"):
+                row = conn.execute(
+                    self._statement("SELECT " + _LEASE_NOT_WAITED_TO_DISK + ", {f}(%s, %s)", f=self._take_lease),
+                    (unit_id, self._holder),
+                ).fetchone()
         except StoreError as e:
             if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                 return False  # the holder is writing in the unit right now
             raise
-        return taken()
-
-    def _send_take(self, conn: Conn, unit_id: str) -> Callable[[], bool]:
-        """Send the statements that take the unit's lease; return what reads whether this store holds it now.
-
-        The row is made if there is none (unless the unit is closed), locked (an error if its holder is writing
-        in the unit right now), and handed over only if its holder has no session left, each statement seeing
-        what the one before it settled. In one transaction, the caller's to begin and end.
-        """
-        conn.execute(
-            self._statement(
-                "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
-                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING",
-                l=self._unit_leases,
-                u=self._closed,
-            ),
-            (unit_id, self._holder, unit_id),
-        )
-        held = conn.execute(
-            self._statement("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT", l=self._unit_leases),
-            (unit_id,),
-        )
-        handed = conn.execute(
-            self._statement(
-                "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
-                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1",
-                l=self._unit_leases,
-            ),
-            (self._holder, unit_id, self._holder),
-        )
-
-        def taken() -> bool:
-            row = held.fetchone()
-            # Taken, or a closed unit, which needs no lease (the caller refuses it), or handed over from a dead holder.
-            return row is None or row[0] == self._holder or handed.fetchone() is not None
-
-        return taken
-
-    def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[bytes, tuple[str, str]]:
-        """The statement that reads whether the unit is closed and who holds its lease (see `_fenced`)."""
-        return self._statement(_FENCE + lock + ")", u=self._closed, l=self._unit_leases), (unit_id, unit_id)
+        assert row is not None
+        return bool(row[1])
 
     def _fenced(self, unit_id: str, row: tuple[Any, ...] | None, *, raw: str | None = None) -> None:
         """Refuse a write to a unit that is closed, or whose lease another store took (this one lost it)."""
@@ -774,15 +738,6 @@ class PostgresEventStore:
             return None if row is None else ScratchPin(*row)
 
         return self._retried(read)
-
-    def _lock_unit(self, conn: Conn, unit_id: str) -> None:
-        """Serialise, until the transaction ends, the writes that must see whether the unit is closed."""
-        self._send(
-            conn,
-            f"locking unit {unit_id}",
-            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))"),
-            (self._lease_name(unit_id),),
-        )
 
     def _lease_name(self, unit_id: str) -> str:
         return f"anagrapheus unit {self.place.schema} {unit_id}"
@@ -841,40 +796,32 @@ class PostgresEventStore:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile. A write whose
-        connection was lost (an idle timeout, a restart) is made once more on a fresh connection. One round trip:
-        the unit's lock, the fenced write and the commit are sent together.
+        connection was lost (an idle timeout, a restart) is made once more on a fresh connection. One statement
+        (`put_pin`): the unit's lock, the fenced write and the commit. The unit's lock, not one of this store's,
+        keeps two threads from taking one draw number: the write after it sees what the one before committed.
         """
         self._claim(unit_id)
+        query = self._statement("SELECT * FROM {f}(%s, %s, %s, %s, %s, %s, %s)", f=self._put_pin)
+        params = (unit_id, key, kind, raw, fingerprint, self._holder, self._lease_name(unit_id))
 
         def write() -> ScratchPin:
-            # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
-            # one draw number twice.
-            with self._put_lock:
-                with self._transaction(), self._connection() as conn:
-                    self._lock_unit(conn, unit_id)
-                    # The fence and the write are one statement: the write is made only if the fence passes.
-                    put = self._send(
-                        conn,
-                        "writing scratch",
-                        self._statement(
-                            "WITH fence AS (" + _FENCE + " FOR SHARE)), put AS (INSERT INTO {p} AS s ({c})"
-                            " SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s FROM {p} WHERE unit_id = %s"
-                            " HAVING (SELECT f.outcome IS NULL AND f.holder = %s FROM fence AS f(outcome, holder))"
-                            " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c})"
-                            " SELECT fence.*, put.* FROM fence LEFT JOIN put ON true",
-                            u=self._closed,
-                            l=self._unit_leases,
-                            p=self._scratch,
-                            c=sql.SQL(_SCRATCH_COLUMNS),
-                        ),
-                        (unit_id, unit_id, unit_id, key, kind, raw, fingerprint, unit_id, self._holder),
-                    )
-                row = put.fetchone()
+            with self._step("writing scratch") as conn:
+                row = conn.execute(query, params).fetchone()
             self._fenced(unit_id, row, raw=raw)
             assert row is not None
             return ScratchPin(*row[2:])
 
         return self._retried(write)
+
+    @contextmanager
+    def _step(self, action: str) -> Generator[Conn]:
+        """A step of one statement: its own transaction, or a savepoint of the caller's, so a refusal ends only it."""
+        if self._tx.get() is None:
+            with self._connection() as conn, self._io(conn, action):
+                yield conn
+        else:
+            with self._transaction(), self._connection() as conn, self._io(conn, action):
+                yield conn
 
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
@@ -885,42 +832,32 @@ class PostgresEventStore:
         if first is not None:
             return first[0]
         self._claim(unit_id)
+        query = self._reuse_query()
 
         def write() -> ScratchPin | None:
-            with self._connection() as conn, self._io(conn, "reusing a pin"), conn.pipeline():
-                reused = self._send_reuse(conn, unit_id, key)
-            return reused()
+            with self._connection() as conn, self._io(conn, "reusing a pin"):
+                row = conn.execute(query, (unit_id, key, self._holder, False)).fetchone()
+            return self._reused(unit_id, row)
 
         return self._retried(write)
 
-    def _send_reuse(self, conn: Conn, unit_id: str, key: str) -> Callable[[], ScratchPin | None]:
-        """Send the statements that count an attempt at the pin; return what reads the pin (None if not drawn).
+    def _reuse_query(self) -> bytes:
+        return self._statement("SELECT * FROM {f}(%s, %s, %s, %s)", f=self._reuse_pin)
 
-        The fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
+    def _reused(self, unit_id: str, row: tuple[Any, ...] | None) -> ScratchPin | None:
+        """The pin `reuse_pin` counted an attempt at, or None if not drawn (refused if the unit is not this one's).
+
+        Its fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
         the unit closed, as a separate look afterwards would.
         """
-        reused = conn.execute(
-            self._statement(
-                "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}",
-                p=self._scratch,
-                l=self._unit_leases,
-                c=sql.SQL(_SCRATCH_COLUMNS),
-            ),
-            (unit_id, key, unit_id, self._holder),
-        )
-        fenced = conn.execute(*self._fence_query(unit_id, lock=""))
-
-        def pin() -> ScratchPin | None:
-            row = reused.fetchone()
-            if row is None:
-                self._fenced(unit_id, fenced.fetchone())
-            return None if row is None else ScratchPin(*row)
-
-        return pin
+        assert row is not None
+        if row[4] is None:
+            self._fenced(unit_id, row[1:3])
+            return None
+        return ScratchPin(*row[3:])
 
     def _take_and_reuse(self, unit_id: str, key: str) -> tuple[ScratchPin | None] | None:
-        """A unit's first ask in one round trip: its lease taken (a transaction of its own), then the pin reused.
+        """A unit's first ask in one statement: its lease taken, then the pin reused (`reuse_pin`).
 
         None when that could not be done (another store holds the unit, a statement was refused, or a caller's
         transaction is open, which the lease must not join): the usual steps take over, waiting or saying why.
@@ -932,28 +869,18 @@ class PostgresEventStore:
             if unit_id in self._leases.held:
                 return None
             try:
-                with self._connection() as conn:
-                    try:
-                        with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
-                            conn.execute("BEGIN")
-                            conn.execute(_LEASE_NOT_WAITED_TO_DISK)
-                            taken = self._send_take(conn, unit_id)
-                            conn.execute("COMMIT")
-                            reused = self._send_reuse(conn, unit_id, key)
-                    finally:
-                        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                            with suppress(psycopg.Error):
-                                conn.execute("ROLLBACK")
+                with self._connection() as conn, self._io(conn, f"taking the lease of unit {unit_id}"):
+                    row = conn.execute(self._reuse_query(), (unit_id, key, self._holder, True)).fetchone()
             except StoreError as e:
                 if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                     return None  # its holder is writing in it: the usual steps wait for it
                 if isinstance(e, StoreUnavailable):
                     raise  # lost (the caller tries once more) or a bound ran out
                 return None  # refused: the usual steps make the statements again and say which one failed
-            if not taken():
+            if row is None or not row[0]:
                 return None
             self._leases.held.add(unit_id)
-        return (reused(),)
+        return (self._reused(unit_id, row),)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""
@@ -1005,40 +932,39 @@ class PostgresEventStore:
         self._claim(unit_id)
         committing: list[bool] = []
 
+        listing = self._statement("SELECT * FROM {f}(%s, %s, %s)", f=self._list_to_settle)
+        closing = self._statement(
+            "SELECT {f}(%(unit)s, %(outcome)s, %(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[],"
+            " %(type)s::text[], %(schema_version)s::integer[], %(causation_id)s::text[], %(correlation_id)s::text[],"
+            " %(created_at)s::text[], %(payload)s::text[])",
+            f=self._close_unit,
+        )
+
         def settle() -> list[StoredEvent]:
-            fence, fence_params = self._fence_query(unit_id, lock=" FOR UPDATE")
             with self._transaction(), self._connection() as conn:
-                # Two round trips: the pins listed under the unit's locks, then the events appended, the unit
-                # closed and the transaction committed together, so the log_head lock is held for that trip alone.
-                self._lock_unit(conn, unit_id)
-                fenced = self._send(conn, f"checking the lease of unit {unit_id}", fence, fence_params)
-                # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
+                # Two round trips, two statements: the pins listed under the unit's locks (`list_to_settle`),
+                # then the events appended, the unit closed (`close_unit`) and the transaction committed
+                # together, so the log_head lock is held for that trip alone.
                 listed = self._send(
-                    conn,
-                    "listing scratch",
-                    self._statement(
-                        "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no FOR UPDATE",
-                        c=sql.SQL(_SCRATCH_COLUMNS),
-                        p=self._scratch,
-                    ),
-                    (unit_id,),
+                    conn, "listing scratch", listing, (unit_id, self._holder, self._lease_name(unit_id))
                 )
                 with self._io(conn, "listing scratch"):
-                    self._fenced(unit_id, fenced.fetchone())
-                    pins = [ScratchPin(*row) for row in listed.fetchall()]
-                appended = self._append_statements(conn, events(pins), expected_last_seq=None)
-                for query, params in (
-                    (self._statement("DELETE FROM {p} WHERE unit_id = %s", p=self._scratch), (unit_id,)),
-                    (
-                        self._statement("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)", u=self._closed),
-                        (unit_id, outcome),
-                    ),
-                    (self._statement("DELETE FROM {l} WHERE unit_id = %s", l=self._unit_leases), (unit_id,)),
-                ):
-                    self._send(conn, "closing the unit", query, params)
+                    rows = listed.fetchall()
+                self._fenced(unit_id, rows[0])
+                pins = [ScratchPin(*row[2:]) for row in rows[1:]]
+                stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
+                closed = self._send(
+                    conn,
+                    "closing the unit",
+                    closing,
+                    {"unit": unit_id, "outcome": outcome, **_event_arrays(stamped_events)},
+                )
                 self._after_commit(lambda: self._release(unit_id))
                 committing.append(True)
-            return appended()
+            # Answered at the commit: reading it waits on nothing.
+            row = closed.fetchone()
+            assert row is not None
+            return [replace(event, seq=row[0] + event.seq) for event in stamped_events]
 
         # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
         # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.

@@ -43,7 +43,13 @@ def test_migrations_are_recorded_in_the_callers_schema(
     open_pg()
     open_pg()  # a second open applies nothing twice
     names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
-    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
+    assert names == [
+        ("0001_events",),
+        ("0002_pin_scratch",),
+        ("0003_closed_units",),
+        ("0004_unit_leases",),
+        ("0005_pin_functions",),
+    ]
     tables = sql(postgres_dsn, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}' ORDER BY 1")
     assert tables == [
         ("anagrapheus_migrations",),
@@ -466,7 +472,13 @@ def test_a_schema_part_way_migrated_is_brought_forward(
     sql(postgres_dsn, f"DELETE FROM {pg_schema}.anagrapheus_migrations WHERE name <> '0001_events'")
     store = open_pg()
     names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
-    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
+    assert names == [
+        ("0001_events",),
+        ("0002_pin_scratch",),
+        ("0003_closed_units",),
+        ("0004_unit_leases",),
+        ("0005_pin_functions",),
+    ]
     assert store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None).draw_no == 1
     assert [e.seq for e in store.read()] == [1]
 
