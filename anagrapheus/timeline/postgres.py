@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import select
@@ -933,12 +934,7 @@ class PostgresEventStore:
         committing: list[bool] = []
 
         listing = self._statement("SELECT * FROM {f}(%s, %s, %s)", f=self._list_to_settle)
-        closing = self._statement(
-            "SELECT {f}(%(unit)s, %(outcome)s, %(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[],"
-            " %(type)s::text[], %(schema_version)s::integer[], %(causation_id)s::text[], %(correlation_id)s::text[],"
-            " %(created_at)s::text[], %(payload)s::text[])",
-            f=self._close_unit,
-        )
+        closing = self._statement("SELECT {f}(%s, %s, %s::jsonb)", f=self._close_unit)
 
         def settle() -> list[StoredEvent]:
             with self._transaction(), self._connection() as conn:
@@ -953,12 +949,10 @@ class PostgresEventStore:
                 self._fenced(unit_id, rows[0])
                 pins = [ScratchPin(*row[2:]) for row in rows[1:]]
                 stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
-                closed = self._send(
-                    conn,
-                    "closing the unit",
-                    closing,
-                    {"unit": unit_id, "outcome": outcome, **_event_arrays(stamped_events)},
-                )
+                # The events as one JSON text, not an array a column: psycopg quotes an array's every element
+                # in Python, the JSON encoder all of them at once in C.
+                rows = json.dumps([event_row(event) for event in stamped_events], ensure_ascii=False)
+                closed = self._send(conn, "closing the unit", closing, (unit_id, outcome, rows))
                 self._after_commit(lambda: self._release(unit_id))
                 committing.append(True)
             # Answered at the commit: reading it waits on nothing.

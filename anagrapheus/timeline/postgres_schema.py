@@ -162,8 +162,8 @@ _MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
             # Write a first draw (attempts 1, the unit's next draw number; one more attempt if the key was drawn
             # meanwhile) under the unit's lock `p_lock`, if the unit is open and `holder` holds it. One row: the
             # unit's outcome and holder, and the pin (NULL if refused).
-            """CREATE OR REPLACE FUNCTION {s}.put_pin(p_unit text, p_key text, p_kind text, p_raw text, p_fingerprint text,
-                    p_holder text, p_lock text)
+            """CREATE OR REPLACE FUNCTION {s}.put_pin(p_unit text, p_key text, p_kind text, p_raw text,
+                    p_fingerprint text, p_holder text, p_lock text)
                 RETURNS TABLE (outcome text, holder text, unit_id text, key text, kind text, raw text,
                     attempts integer, draw_no integer, fingerprint text)
                 LANGUAGE plpgsql AS $$
@@ -209,23 +209,20 @@ _MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
             # The second half: the events numbered from the log_head row (locked from here to the commit) and
             # appended, the pins cleared, the unit recorded closed and its lease let go. Returns the seq the
             # events follow (NULL with no events: the log_head row is then not locked).
-            """CREATE OR REPLACE FUNCTION {s}.close_unit(p_unit text, p_outcome text, p_seq bigint[], p_event_id text[],
-                    p_namespace text[], p_type text[], p_schema_version integer[], p_causation_id text[],
-                    p_correlation_id text[], p_created_at text[], p_payload text[])
+            """CREATE OR REPLACE FUNCTION {s}.close_unit(p_unit text, p_outcome text, p_events jsonb)
                 RETURNS bigint
                 LANGUAGE plpgsql AS $$
-                DECLARE v_count integer := coalesce(cardinality(p_seq), 0); v_after bigint;
+                DECLARE v_count integer := jsonb_array_length(p_events); v_after bigint;
                 BEGIN
                     IF v_count > 0 THEN
                         UPDATE {s}.log_head SET last_seq = last_seq + v_count RETURNING last_seq - v_count
                             INTO v_after;
+                        -- Each event a JSON array of its row (seq counted from 1), in the events' column order.
                         INSERT INTO {s}.events (seq, event_id, namespace, type, schema_version, causation_id,
                                 correlation_id, created_at, payload)
-                            SELECT v_after + e.seq, e.event_id, e.namespace, e.type, e.schema_version,
-                                e.causation_id, e.correlation_id, e.created_at, e.payload
-                            FROM unnest(p_seq, p_event_id, p_namespace, p_type, p_schema_version, p_causation_id,
-                                p_correlation_id, p_created_at, p_payload) AS e(seq, event_id, namespace, type,
-                                schema_version, causation_id, correlation_id, created_at, payload);
+                            SELECT v_after + (e ->> 0)::bigint, e ->> 1, e ->> 2, e ->> 3, (e ->> 4)::integer,
+                                e ->> 5, e ->> 6, e ->> 7, e ->> 8
+                            FROM jsonb_array_elements(p_events) AS e;
                     END IF;
                     DELETE FROM {s}.pin_scratch WHERE unit_id = p_unit;
                     INSERT INTO {s}.closed_units (unit_id, outcome) VALUES (p_unit, p_outcome);
