@@ -412,6 +412,32 @@ class PostgresEventStore:
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
+    def _row(
+        self, action: str, query: bytes, params: Sequence[Any], *, savepoint: bool = False
+    ) -> tuple[Any, ...] | None:
+        """Make a step of one statement and return its first row.
+
+        On a pooled connection, in a transaction of its own; inside a caller's transaction, in it (behind a
+        savepoint with `savepoint`, so that a refusal ends the step alone). The pooled path is `_connection`'s
+        written out: a draw makes several such steps, and each context manager costs it time on the client.
+        """
+        if self._tx.get() is not None:
+            with ExitStack() as stack:
+                if savepoint:
+                    stack.enter_context(self._transaction())
+                conn = stack.enter_context(self._connection())
+                with self._io(conn, action):
+                    return conn.execute(query, params).fetchone()
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
+        with self.place.translated("borrowing a connection"):
+            conn = self._pool.getconn()
+        try:
+            with self._io(conn, action):
+                return conn.execute(query, params).fetchone()
+        finally:
+            self._pool.putconn(conn)
+
     def _retried(
         self,
         step: Callable[[], T],
@@ -806,23 +832,12 @@ class PostgresEventStore:
         params = (unit_id, key, kind, raw, fingerprint, self._holder, self._lease_name(unit_id))
 
         def write() -> ScratchPin:
-            with self._step("writing scratch") as conn:
-                row = conn.execute(query, params).fetchone()
+            row = self._row("writing scratch", query, params, savepoint=True)
             self._fenced(unit_id, row, raw=raw)
             assert row is not None
             return ScratchPin(*row[2:])
 
         return self._retried(write)
-
-    @contextmanager
-    def _step(self, action: str) -> Generator[Conn]:
-        """A step of one statement: its own transaction, or a savepoint of the caller's, so a refusal ends only it."""
-        if self._tx.get() is None:
-            with self._connection() as conn, self._io(conn, action):
-                yield conn
-        else:
-            with self._transaction(), self._connection() as conn, self._io(conn, action):
-                yield conn
 
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
@@ -836,9 +851,7 @@ class PostgresEventStore:
         query = self._reuse_query()
 
         def write() -> ScratchPin | None:
-            with self._connection() as conn, self._io(conn, "reusing a pin"):
-                row = conn.execute(query, (unit_id, key, self._holder, False)).fetchone()
-            return self._reused(unit_id, row)
+            return self._reused(unit_id, self._row("reusing a pin", query, (unit_id, key, self._holder, False)))
 
         return self._retried(write)
 
@@ -870,8 +883,9 @@ class PostgresEventStore:
             if unit_id in self._leases.held:
                 return None
             try:
-                with self._connection() as conn, self._io(conn, f"taking the lease of unit {unit_id}"):
-                    row = conn.execute(self._reuse_query(), (unit_id, key, self._holder, True)).fetchone()
+                row = self._row(
+                    f"taking the lease of unit {unit_id}", self._reuse_query(), (unit_id, key, self._holder, True)
+                )
             except StoreError as e:
                 if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                     return None  # its holder is writing in it: the usual steps wait for it

@@ -371,6 +371,34 @@ def test_units_in_open_transactions_do_not_wait_for_each_other(open_pg: Callable
     assert finished == ["put", "settled"]
 
 
+def test_threads_of_one_store_drawing_in_one_unit_take_each_draw_number_once(
+    open_pg: Callable[..., PostgresEventStore],
+) -> None:
+    # Each write takes the unit's lock on the server, and numbers its draw after the last one committed there: no
+    # lock of the store's own serialises them (one would hold up the store's other units too).
+    store = open_pg(pool_size=4)
+    store.scratch_get("u1", "k0")
+    threads, rounds = 4, 10
+    start = threading.Barrier(threads)
+    failed: list[BaseException] = []
+
+    def draw(n: int) -> None:
+        start.wait()
+        try:
+            for r in range(rounds):
+                store.scratch_put("u1", f"k{n}-{r}", kind="model_call", raw=f'"{n}"', fingerprint=None)
+        except BaseException as e:  # reported below
+            failed.append(e)
+
+    workers = [threading.Thread(target=draw, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failed == []
+    assert sorted(pin.draw_no for pin in store.scratch_list("u1")) == list(range(1, threads * rounds + 1))
+
+
 def test_a_pool_of_one_connection_serves(open_pg: Callable[..., PostgresEventStore]) -> None:
     store = open_pg(pool_size=1)
     store.append([pending(1)])
