@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, suppre
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
@@ -26,6 +26,7 @@ from typing_extensions import override
 from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, failure, is_migrated, migrate
+from anagrapheus.timeline.postgres_statements import EVENT_COLUMN_NAMES, PostgresStatements
 from anagrapheus.timeline.stamps import stamped, utc_now
 from anagrapheus.timeline.store import (
     ClosedUnit,
@@ -40,23 +41,7 @@ from anagrapheus.timeline.store import (
 
 __all__ = ["PostgresEventStore"]
 
-_EVENT_COLUMNS: LiteralString = (
-    "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
-)
-_SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
-_EVENT_COLUMN_NAMES = tuple(name.strip() for name in _EVENT_COLUMNS.split(","))
 _READ_PAGE = 1000
-# A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
-# and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
-# (the server's log is written in order). `reuse_pin` does the same for a unit's first ask that wrote only the
-# lease (see the 0005_pin_functions migration).
-_LEASE_NOT_WAITED_TO_DISK: LiteralString = "set_config('synchronous_commit', 'off', true)"
-# The events of an append, one array a column, as rows in column order.
-_UNNEST_EVENTS: LiteralString = (
-    "unnest(%(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[], %(type)s::text[],"
-    " %(schema_version)s::integer[], %(causation_id)s::text[], %(correlation_id)s::text[], %(created_at)s::text[],"
-    " %(payload)s::text[]) AS e(" + _EVENT_COLUMNS + ")"
-)
 # The client waits this much longer than `statement_timeout` for an answer, so that the server's own
 # cancellation, which says what was cancelled, arrives first when the server is there to send it.
 _ANSWER_GRACE = 1.0
@@ -142,9 +127,9 @@ _WATCHDOG = _Watchdog()
 
 
 def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
-    """The parameters of `_UNNEST_EVENTS`: the events' rows, one list a column."""
-    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in _EVENT_COLUMN_NAMES]
-    return {name: list(column) for name, column in zip(_EVENT_COLUMN_NAMES, columns, strict=True)}
+    """The parameters of an append's statement: the events' rows, one list a column."""
+    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in EVENT_COLUMN_NAMES]
+    return {name: list(column) for name, column in zip(EVENT_COLUMN_NAMES, columns, strict=True)}
 
 
 def _retryable(error: StoreError) -> bool:
@@ -234,18 +219,7 @@ class PostgresEventStore:
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
-        self._events = self.place.table("events")
-        self._head = self.place.table("log_head")
-        self._scratch = self.place.table("pin_scratch")
-        self._closed = self.place.table("closed_units")
-        self._unit_leases = self.place.table("unit_leases")
-        # The steps of a draw and of a commit, each one statement calling a function of the schema.
-        self._take_lease = self.place.table("take_lease")
-        self._reuse_pin = self.place.table("reuse_pin")
-        self._put_pin = self.place.table("put_pin")
-        self._list_to_settle = self.place.table("list_to_settle")
-        self._close_unit = self.place.table("close_unit")
-        self._statements: dict[str, bytes] = {}
+        self._sql = PostgresStatements.of(self.place)
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -331,16 +305,6 @@ class PostgresEventStore:
             raise
         finally:
             _WATCHDOG.disarm(token)
-
-    def _statement(self, text: LiteralString, **parts: sql.Composable) -> bytes:
-        """A statement of the store's schema, composed once: a unit of work sends the same few, many times over.
-
-        `text` names it: every call with one text passes the same parts (the store's tables and columns).
-        """
-        found = self._statements.get(text)
-        if found is None:
-            found = self._statements[text] = sql.SQL(text).format(**parts).as_bytes(None)
-        return found
 
     def _send(
         self, conn: Conn, action: str, query: bytes | sql.SQL | sql.Composed, params: Any = None
@@ -553,7 +517,7 @@ class PostgresEventStore:
         taken = self._send(
             conn,
             "taking seq numbers",
-            self._statement("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s", h=self._head),
+            self._sql.take_seq,
             (count, count),
         )
         numbered: list[int] = []
@@ -566,14 +530,7 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                self._statement(
-                    "INSERT INTO {e} ({c}) SELECT (SELECT last_seq FROM {h}) - %(n)s + e.seq, e.event_id, e.namespace,"
-                    " e.type, e.schema_version, e.causation_id, e.correlation_id, e.created_at, e.payload FROM "
-                    + _UNNEST_EVENTS,
-                    h=self._head,
-                    e=self._events,
-                    c=sql.SQL(_EVENT_COLUMNS),
-                ),
+                self._sql.append_numbered,
                 {"n": count, **_event_arrays(stamped_events)},
             )
 
@@ -599,7 +556,7 @@ class PostgresEventStore:
             taken = self._send(
                 conn,
                 "taking seq numbers",
-                self._statement("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq", h=self._head),
+                self._sql.take_seq_at,
                 (events[-1].seq, events[0].seq - 1),
             )
             if taken.fetchone() is None:
@@ -607,9 +564,7 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                self._statement(
-                    "INSERT INTO {e} ({c}) SELECT * FROM " + _UNNEST_EVENTS, e=self._events, c=sql.SQL(_EVENT_COLUMNS)
-                ),
+                self._sql.append_stored,
                 _event_arrays(events),
             )
 
@@ -618,7 +573,7 @@ class PostgresEventStore:
 
         def read() -> int:
             with self._connection() as conn, self._io(conn, "reading the last seq"):
-                row = conn.execute(self._statement("SELECT last_seq FROM {h}", h=self._head)).fetchone()
+                row = conn.execute(self._sql.last_seq).fetchone()
             return 0 if row is None else int(row[0])
 
         return self._retried(read)
@@ -634,17 +589,8 @@ class PostgresEventStore:
         """Stream events with seq > `since` in seq order, a page at a time, optionally filtered."""
         if limit is not None and limit < 0:
             raise UsageError("limit must be >= 0")
-        where: list[sql.Composable] = [sql.SQL("seq > %s")]
-        filters: list[Any] = []
-        if namespace is not None:
-            where.append(sql.SQL("namespace = %s"))
-            filters.append(namespace)
-        if type is not None:
-            where.append(sql.SQL("type = %s"))
-            filters.append(type)
-        query = sql.SQL("SELECT {c} FROM {e} WHERE {w} ORDER BY seq LIMIT %s").format(
-            c=sql.SQL(_EVENT_COLUMNS), e=self._events, w=sql.SQL(" AND ").join(where)
-        )
+        filters = [value for value in (namespace, type) if value is not None]
+        query = self._sql.read_events(namespace=namespace is not None, type=type is not None)
         return self._pages(query, since, filters, limit)
 
     def _pages(self, query: sql.Composed, since: int, filters: list[Any], limit: int | None) -> Iterator[StoredEvent]:
@@ -722,7 +668,7 @@ class PostgresEventStore:
         try:
             with self._io(conn, f"taking the lease of unit {unit_id}"):
                 row = conn.execute(
-                    self._statement("SELECT " + _LEASE_NOT_WAITED_TO_DISK + ", {f}(%s, %s)", f=self._take_lease),
+                    self._sql.take_lease,
                     (unit_id, self._holder),
                 ).fetchone()
         except StoreError as e:
@@ -755,11 +701,7 @@ class PostgresEventStore:
         def read() -> ScratchPin | None:
             with self._connection() as conn, self._io(conn, "reading scratch"):
                 row = conn.execute(
-                    self._statement(
-                        "SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s",
-                        c=sql.SQL(_SCRATCH_COLUMNS),
-                        p=self._scratch,
-                    ),
+                    self._sql.read_pin,
                     (unit_id, key),
                 ).fetchone()
             return None if row is None else ScratchPin(*row)
@@ -771,9 +713,7 @@ class PostgresEventStore:
 
     def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
         with self._io(conn, "reading a unit's outcome"):
-            row = conn.execute(
-                self._statement("SELECT outcome FROM {u} WHERE unit_id = %s", u=self._closed), (unit_id,)
-            ).fetchone()
+            row = conn.execute(self._sql.unit_outcome, (unit_id,)).fetchone()
         return None if row is None else row[0]
 
     def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
@@ -787,11 +727,7 @@ class PostgresEventStore:
 
     def closed_units(self) -> Iterator[ClosedUnit]:
         """Stream the units closed for good, by unit id, a page at a time."""
-        query = self._statement(
-            'SELECT unit_id, outcome FROM {u} WHERE %(after)s::text IS NULL OR unit_id COLLATE "C" > %(after)s'
-            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s',
-            u=self._closed,
-        )
+        query = self._sql.list_closed_units
         after: str | None = None
         while True:
             with self._connection() as conn, self.place.translated("listing closed units"):
@@ -810,11 +746,7 @@ class PostgresEventStore:
             return 0
         with self.transaction(), self._connection() as conn, self.place.translated("recording closed units"):
             row = conn.execute(
-                self._statement(
-                    "WITH new AS (INSERT INTO {u} (unit_id, outcome) SELECT * FROM unnest(%s::text[], %s::text[])"
-                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new",
-                    u=self._closed,
-                ),
+                self._sql.import_closed_units,
                 ([unit.unit_id for unit in units], [unit.outcome for unit in units]),
             ).fetchone()
         return 0 if row is None else int(row[0])
@@ -828,7 +760,7 @@ class PostgresEventStore:
         keeps two threads from taking one draw number: the write after it sees what the one before committed.
         """
         self._claim(unit_id)
-        query = self._statement("SELECT * FROM {f}(%s, %s, %s, %s, %s, %s, %s)", f=self._put_pin)
+        query = self._sql.put_pin
         params = (unit_id, key, kind, raw, fingerprint, self._holder, self._lease_name(unit_id))
 
         def write() -> ScratchPin:
@@ -848,15 +780,12 @@ class PostgresEventStore:
         if first is not None:
             return first[0]
         self._claim(unit_id)
-        query = self._reuse_query()
+        query = self._sql.reuse_pin
 
         def write() -> ScratchPin | None:
             return self._reused(unit_id, self._row("reusing a pin", query, (unit_id, key, self._holder, False)))
 
         return self._retried(write)
-
-    def _reuse_query(self) -> bytes:
-        return self._statement("SELECT * FROM {f}(%s, %s, %s, %s)", f=self._reuse_pin)
 
     def _reused(self, unit_id: str, row: tuple[Any, ...] | None) -> ScratchPin | None:
         """The pin `reuse_pin` counted an attempt at, or None if not drawn (refused if the unit is not this one's).
@@ -884,7 +813,7 @@ class PostgresEventStore:
                 return None
             try:
                 row = self._row(
-                    f"taking the lease of unit {unit_id}", self._reuse_query(), (unit_id, key, self._holder, True)
+                    f"taking the lease of unit {unit_id}", self._sql.reuse_pin, (unit_id, key, self._holder, True)
                 )
             except StoreError as e:
                 if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
@@ -901,33 +830,18 @@ class PostgresEventStore:
         """Return the unit's pins in draw order (reading takes no lease)."""
 
         def read() -> list[ScratchPin]:
-            with self._connection() as conn:
-                return self._scratch_list(conn, unit_id, lock="")
+            with self._connection() as conn, self._io(conn, "listing scratch"):
+                rows = conn.execute(self._sql.list_pins, (unit_id,)).fetchall()
+            return [ScratchPin(*row) for row in rows]
 
         return self._retried(read)
-
-    def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
-        with self._io(conn, "listing scratch"):
-            rows = conn.execute(
-                self._statement(
-                    "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock,
-                    c=sql.SQL(_SCRATCH_COLUMNS),
-                    p=self._scratch,
-                ),
-                (unit_id,),
-            ).fetchall()
-        return [ScratchPin(*row) for row in rows]
 
     def open_units(self) -> list[OpenUnit]:
         """Return the units that have pins in scratch, oldest first draw first."""
 
         def read() -> list[OpenUnit]:
             with self._connection() as conn, self._io(conn, "listing open units"):
-                rows = conn.execute(
-                    self._statement(
-                        "SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)", p=self._scratch
-                    )
-                ).fetchall()
+                rows = conn.execute(self._sql.list_open_units).fetchall()
             return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
 
         return self._retried(read)
@@ -947,8 +861,7 @@ class PostgresEventStore:
         self._claim(unit_id)
         committing: list[bool] = []
 
-        listing = self._statement("SELECT * FROM {f}(%s, %s, %s)", f=self._list_to_settle)
-        closing = self._statement("SELECT {f}(%s, %s, %s::jsonb)", f=self._close_unit)
+        listing, closing = self._sql.list_to_settle, self._sql.close_unit
 
         def settle() -> list[StoredEvent]:
             with self._transaction(), self._connection() as conn:
@@ -992,7 +905,7 @@ class PostgresEventStore:
                 self._pool.connection() as conn,
                 self._io(conn, "releasing unit leases"),
             ):
-                conn.execute(self._statement("DELETE FROM {l} WHERE holder = %s", l=self._unit_leases), (self._holder,))
+                conn.execute(self._sql.release_leases, (self._holder,))
         with self.place.translated("closing the store"):
             self._pool.close()
 
