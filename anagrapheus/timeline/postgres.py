@@ -776,7 +776,8 @@ class PostgresEventStore:
 
         Raises `UnitClosed` if the unit is committed or abandoned, and `UnitBusy` if another store took the unit.
         """
-        first = self._retried(lambda: self._take_and_reuse(unit_id, key))
+        # A held unit's ask (every one after its first) goes straight to the reuse.
+        first = None if unit_id in self._leases.held else self._retried(lambda: self._take_and_reuse(unit_id, key))
         if first is not None:
             return first[0]
         self._claim(unit_id)
