@@ -39,6 +39,7 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger
 
 DRAWS = 2
 AIM = 0.7
+WARM_UNITS = 3
 """The store's units/s at least this share of the floor's, at 1 and 8 writers."""
 
 
@@ -137,7 +138,11 @@ def schemas(dsn: str) -> Iterator[tuple[str, str]]:
 
 
 def wire_per_unit(dsn: str, store_schema: str, floor_schema: str) -> tuple[Counts, Counts]:
-    """One unit of the store and one of the floor, counted on the wire (after a warm-up unit each)."""
+    """One unit of the store and one of the floor, counted on the wire, after warm-up units.
+
+    Warm: psycopg prepares a statement on the server at its fifth use on a connection, which costs a statement
+    sent outside a pipeline one trip more, once; three units have prepared each of a unit's statements.
+    """
     import psycopg
 
     from anagrapheus.timeline.postgres import PostgresEventStore
@@ -145,40 +150,47 @@ def wire_per_unit(dsn: str, store_schema: str, floor_schema: str) -> tuple[Count
     types = EventTypeRegistry()
     with WireCounter(dsn) as wire:
         with PostgresEventStore(wire.dsn, schema=store_schema, pool_size=1) as store:
-            _store_unit(PinLedger(store, types), "wire-warm")
+            for n in range(WARM_UNITS):
+                _store_unit(PinLedger(store, types), f"wire-warm-{n}")
             wire.reset()
             _store_unit(PinLedger(store, types), "wire")
             store_counts = wire.counts()
         with psycopg.connect(wire.dsn, autocommit=True) as conn:
             floor = Floor(conn, floor_schema)
-            floor.unit("wire-warm")
+            for n in range(WARM_UNITS):
+                floor.unit(f"wire-warm-{n}")
             wire.reset()
             floor.unit("wire")
             floor_counts = wire.counts()
     return store_counts, floor_counts
 
 
-def interleaved(dsn: str, store_schema: str, floor_schema: str, units: int) -> tuple[float, float]:
-    """One writer in this process, a store unit and a floor unit in turn: the median seconds a unit of each."""
+def interleaved(dsn: str, store_schema: str, floor_schema: str, units: int) -> dict[str, tuple[float, float]]:
+    """One writer in this process, a store unit and a floor unit in turn: each one's median seconds a unit (wall),
+    and its mean CPU seconds a unit in this process (the client's share, which waits on no disk)."""
     import psycopg
 
     from anagrapheus.timeline.postgres import PostgresEventStore
 
     types = EventTypeRegistry()
     times: dict[str, list[float]] = {"store": [], "floor": []}
+    cpu: dict[str, float] = {"store": 0.0, "floor": 0.0}
     with (
         PostgresEventStore(dsn, schema=store_schema, pool_size=1) as store,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
         floor = Floor(conn, floor_schema)
+        work: dict[str, Callable[[str], None]] = {
+            "store": lambda tag: _store_unit(PinLedger(store, types), tag),
+            "floor": floor.unit,
+        }
         for u in range(units):
-            started = time.perf_counter()
-            _store_unit(PinLedger(store, types), f"interleaved-{u}")
-            times["store"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            floor.unit(f"interleaved-{u}")
-            times["floor"].append(time.perf_counter() - started)
-    return statistics.median(times["store"]), statistics.median(times["floor"])
+            for name, unit in work.items():
+                started, cpu_started = time.perf_counter(), time.process_time()
+                unit(f"interleaved-{u}")
+                times[name].append(time.perf_counter() - started)
+                cpu[name] += time.process_time() - cpu_started
+    return {name: (statistics.median(times[name]), cpu[name] / units) for name in times}
 
 
 def main() -> None:
@@ -201,10 +213,13 @@ def main() -> None:
         print("\nwire per unit        round trips  statements  transactions")
         for label, counts in (("store", store_counts), ("floor", floor_counts)):
             print(f"  {label:<18} {counts.round_trips:>11} {counts.statements:>11} {counts.transactions:>13}")
-        store_unit, floor_unit = interleaved(DSN, store_schema, floor_schema, args.units)
+        measured = interleaved(DSN, store_schema, floor_schema, args.units)
+        (store_unit, store_cpu), (floor_unit, floor_cpu) = measured["store"], measured["floor"]
         print(
             f"\ninterleaved, one writer, a unit of each in turn ({args.units} each): store {store_unit * 1e3:.2f} ms,"
             f" floor {floor_unit * 1e3:.2f} ms a unit (median): store/floor {floor_unit / store_unit:.2f}x"
+            f"\n  client CPU a unit (mean): store {store_cpu * 1e3:.2f} ms, floor {floor_cpu * 1e3:.2f} ms"
+            f" ({store_cpu / floor_cpu:.2f}x the floor's)"
         )
         print(f"\n  {'writers':>7} {'floor units/s':>14} {'store units/s':>14} {'store/floor':>12} {'range':>14}  aim")
         for writers in args.writers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import select
@@ -14,18 +15,18 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, suppre
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 from typing_extensions import override
 
 from anagrapheus.errors import SeqConflict, StoreError, StoreUnavailable, UnitBusy, UnitClosed, UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent, new_uuid7
 from anagrapheus.timeline.postgres_schema import PostgresPlace, failure, is_migrated, migrate
+from anagrapheus.timeline.postgres_statements import EVENT_COLUMN_NAMES, PostgresStatements
 from anagrapheus.timeline.stamps import stamped, utc_now
 from anagrapheus.timeline.store import (
     ClosedUnit,
@@ -40,25 +41,7 @@ from anagrapheus.timeline.store import (
 
 __all__ = ["PostgresEventStore"]
 
-_EVENT_COLUMNS: LiteralString = (
-    "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
-)
-_SCRATCH_COLUMNS: LiteralString = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
 _READ_PAGE = 1000
-# Whether a unit is closed, and who holds its lease: the fence of every write (a lock clause and ")" follow).
-_FENCE: LiteralString = (
-    "SELECT (SELECT outcome FROM {u} WHERE unit_id = %s), (SELECT holder FROM {l} WHERE unit_id = %s"
-)
-# A lease is not waited to disk: one lost with a crash of the server went with every session of its holder too,
-# and is taken afresh; every write is fenced on it, and the unit's first durable write makes it durable as well
-# (the server's log is written in order).
-_LEASE_NOT_WAITED_TO_DISK: LiteralString = "SELECT set_config('synchronous_commit', 'off', true)"
-# The events of an append, one array a column, as rows in column order.
-_UNNEST_EVENTS: LiteralString = (
-    "unnest(%(seq)s::bigint[], %(event_id)s::text[], %(namespace)s::text[], %(type)s::text[],"
-    " %(schema_version)s::integer[], %(causation_id)s::text[], %(correlation_id)s::text[], %(created_at)s::text[],"
-    " %(payload)s::text[]) AS e(" + _EVENT_COLUMNS + ")"
-)
 # The client waits this much longer than `statement_timeout` for an answer, so that the server's own
 # cancellation, which says what was cancelled, arrives first when the server is there to send it.
 _ANSWER_GRACE = 1.0
@@ -144,10 +127,9 @@ _WATCHDOG = _Watchdog()
 
 
 def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
-    """The parameters of `_UNNEST_EVENTS`: the events' rows, one list a column."""
-    names = [name.strip() for name in _EVENT_COLUMNS.split(",")]
-    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in names]
-    return {name: list(column) for name, column in zip(names, columns, strict=True)}
+    """The parameters of an append's statement: the events' rows, one list a column."""
+    columns = list(zip(*(event_row(event) for event in events), strict=True)) or [() for _ in EVENT_COLUMN_NAMES]
+    return {name: list(column) for name, column in zip(EVENT_COLUMN_NAMES, columns, strict=True)}
 
 
 def _retryable(error: StoreError) -> bool:
@@ -237,13 +219,7 @@ class PostgresEventStore:
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
-        self._put_lock = threading.Lock()
-        self._events = self.place.table("events")
-        self._head = self.place.table("log_head")
-        self._scratch = self.place.table("pin_scratch")
-        self._closed = self.place.table("closed_units")
-        self._unit_leases = self.place.table("unit_leases")
-        self._statements: dict[str, bytes] = {}
+        self._sql = PostgresStatements.of(self.place)
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -330,16 +306,6 @@ class PostgresEventStore:
         finally:
             _WATCHDOG.disarm(token)
 
-    def _statement(self, text: LiteralString, **parts: sql.Composable) -> bytes:
-        """A statement of the store's schema, composed once: a unit of work sends the same few, many times over.
-
-        `text` names it: every call with one text passes the same parts (the store's tables and columns).
-        """
-        found = self._statements.get(text)
-        if found is None:
-            found = self._statements[text] = sql.SQL(text).format(**parts).as_bytes(None)
-        return found
-
     def _send(
         self, conn: Conn, action: str, query: bytes | sql.SQL | sql.Composed, params: Any = None
     ) -> psycopg.Cursor[tuple[Any, ...]]:
@@ -409,6 +375,32 @@ class PostgresEventStore:
             raise StoreError(f"using the store failed on {self.place}: it is closed")
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
+
+    def _row(
+        self, action: str, query: bytes, params: Sequence[Any], *, savepoint: bool = False
+    ) -> tuple[Any, ...] | None:
+        """Make a step of one statement and return its first row.
+
+        On a pooled connection, in a transaction of its own; inside a caller's transaction, in it (behind a
+        savepoint with `savepoint`, so that a refusal ends the step alone). The pooled path is `_connection`'s
+        written out: a draw makes several such steps, and each context manager costs it time on the client.
+        """
+        if self._tx.get() is not None:
+            with ExitStack() as stack:
+                if savepoint:
+                    stack.enter_context(self._transaction())
+                conn = stack.enter_context(self._connection())
+                with self._io(conn, action):
+                    return conn.execute(query, params).fetchone()
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
+        with self.place.translated("borrowing a connection"):
+            conn = self._pool.getconn()
+        try:
+            with self._io(conn, action):
+                return conn.execute(query, params).fetchone()
+        finally:
+            self._pool.putconn(conn)
 
     def _retried(
         self,
@@ -525,7 +517,7 @@ class PostgresEventStore:
         taken = self._send(
             conn,
             "taking seq numbers",
-            self._statement("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s", h=self._head),
+            self._sql.take_seq,
             (count, count),
         )
         numbered: list[int] = []
@@ -538,14 +530,7 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                self._statement(
-                    "INSERT INTO {e} ({c}) SELECT (SELECT last_seq FROM {h}) - %(n)s + e.seq, e.event_id, e.namespace,"
-                    " e.type, e.schema_version, e.causation_id, e.correlation_id, e.created_at, e.payload FROM "
-                    + _UNNEST_EVENTS,
-                    h=self._head,
-                    e=self._events,
-                    c=sql.SQL(_EVENT_COLUMNS),
-                ),
+                self._sql.append_numbered,
                 {"n": count, **_event_arrays(stamped_events)},
             )
 
@@ -571,7 +556,7 @@ class PostgresEventStore:
             taken = self._send(
                 conn,
                 "taking seq numbers",
-                self._statement("UPDATE {h} SET last_seq = %s WHERE last_seq = %s RETURNING last_seq", h=self._head),
+                self._sql.take_seq_at,
                 (events[-1].seq, events[0].seq - 1),
             )
             if taken.fetchone() is None:
@@ -579,9 +564,7 @@ class PostgresEventStore:
             self._send(
                 conn,
                 "appending events",
-                self._statement(
-                    "INSERT INTO {e} ({c}) SELECT * FROM " + _UNNEST_EVENTS, e=self._events, c=sql.SQL(_EVENT_COLUMNS)
-                ),
+                self._sql.append_stored,
                 _event_arrays(events),
             )
 
@@ -590,7 +573,7 @@ class PostgresEventStore:
 
         def read() -> int:
             with self._connection() as conn, self._io(conn, "reading the last seq"):
-                row = conn.execute(self._statement("SELECT last_seq FROM {h}", h=self._head)).fetchone()
+                row = conn.execute(self._sql.last_seq).fetchone()
             return 0 if row is None else int(row[0])
 
         return self._retried(read)
@@ -606,17 +589,8 @@ class PostgresEventStore:
         """Stream events with seq > `since` in seq order, a page at a time, optionally filtered."""
         if limit is not None and limit < 0:
             raise UsageError("limit must be >= 0")
-        where: list[sql.Composable] = [sql.SQL("seq > %s")]
-        filters: list[Any] = []
-        if namespace is not None:
-            where.append(sql.SQL("namespace = %s"))
-            filters.append(namespace)
-        if type is not None:
-            where.append(sql.SQL("type = %s"))
-            filters.append(type)
-        query = sql.SQL("SELECT {c} FROM {e} WHERE {w} ORDER BY seq LIMIT %s").format(
-            c=sql.SQL(_EVENT_COLUMNS), e=self._events, w=sql.SQL(" AND ").join(where)
-        )
+        filters = [value for value in (namespace, type) if value is not None]
+        query = self._sql.read_events(namespace=namespace is not None, type=type is not None)
         return self._pages(query, since, filters, limit)
 
     def _pages(self, query: sql.Composed, since: int, filters: list[Any], limit: int | None) -> Iterator[StoredEvent]:
@@ -689,57 +663,20 @@ class PostgresEventStore:
     def _take(self, conn: Conn, unit_id: str) -> bool:
         """Take the unit's lease row for this store, if free, already its own, or left by a holder with no session.
 
-        One round trip, one transaction (see `_send_take`).
+        One statement, one transaction (see `take_lease` in the 0005_pin_functions migration).
         """
         try:
-            with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
-                conn.execute(_LEASE_NOT_WAITED_TO_DISK)
-                taken = self._send_take(conn, unit_id)
+            with self._io(conn, f"taking the lease of unit {unit_id}"):
+                row = conn.execute(
+                    self._sql.take_lease,
+                    (unit_id, self._holder),
+                ).fetchone()
         except StoreError as e:
             if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                 return False  # the holder is writing in the unit right now
             raise
-        return taken()
-
-    def _send_take(self, conn: Conn, unit_id: str) -> Callable[[], bool]:
-        """Send the statements that take the unit's lease; return what reads whether this store holds it now.
-
-        The row is made if there is none (unless the unit is closed), locked (an error if its holder is writing
-        in the unit right now), and handed over only if its holder has no session left, each statement seeing
-        what the one before it settled. In one transaction, the caller's to begin and end.
-        """
-        conn.execute(
-            self._statement(
-                "INSERT INTO {l} (unit_id, holder) SELECT %s, %s"
-                " WHERE NOT EXISTS (SELECT FROM {u} WHERE unit_id = %s) ON CONFLICT (unit_id) DO NOTHING",
-                l=self._unit_leases,
-                u=self._closed,
-            ),
-            (unit_id, self._holder, unit_id),
-        )
-        held = conn.execute(
-            self._statement("SELECT holder FROM {l} WHERE unit_id = %s FOR UPDATE NOWAIT", l=self._unit_leases),
-            (unit_id,),
-        )
-        handed = conn.execute(
-            self._statement(
-                "UPDATE {l} SET holder = %s WHERE unit_id = %s AND holder <> %s AND NOT EXISTS"
-                " (SELECT FROM pg_stat_activity WHERE application_name = 'anagrapheus ' || holder) RETURNING 1",
-                l=self._unit_leases,
-            ),
-            (self._holder, unit_id, self._holder),
-        )
-
-        def taken() -> bool:
-            row = held.fetchone()
-            # Taken, or a closed unit, which needs no lease (the caller refuses it), or handed over from a dead holder.
-            return row is None or row[0] == self._holder or handed.fetchone() is not None
-
-        return taken
-
-    def _fence_query(self, unit_id: str, *, lock: LiteralString) -> tuple[bytes, tuple[str, str]]:
-        """The statement that reads whether the unit is closed and who holds its lease (see `_fenced`)."""
-        return self._statement(_FENCE + lock + ")", u=self._closed, l=self._unit_leases), (unit_id, unit_id)
+        assert row is not None
+        return bool(row[1])
 
     def _fenced(self, unit_id: str, row: tuple[Any, ...] | None, *, raw: str | None = None) -> None:
         """Refuse a write to a unit that is closed, or whose lease another store took (this one lost it)."""
@@ -764,34 +701,19 @@ class PostgresEventStore:
         def read() -> ScratchPin | None:
             with self._connection() as conn, self._io(conn, "reading scratch"):
                 row = conn.execute(
-                    self._statement(
-                        "SELECT {c} FROM {p} WHERE unit_id = %s AND key = %s",
-                        c=sql.SQL(_SCRATCH_COLUMNS),
-                        p=self._scratch,
-                    ),
+                    self._sql.read_pin,
                     (unit_id, key),
                 ).fetchone()
             return None if row is None else ScratchPin(*row)
 
         return self._retried(read)
 
-    def _lock_unit(self, conn: Conn, unit_id: str) -> None:
-        """Serialise, until the transaction ends, the writes that must see whether the unit is closed."""
-        self._send(
-            conn,
-            f"locking unit {unit_id}",
-            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))"),
-            (self._lease_name(unit_id),),
-        )
-
     def _lease_name(self, unit_id: str) -> str:
         return f"anagrapheus unit {self.place.schema} {unit_id}"
 
     def _outcome(self, conn: Conn, unit_id: str) -> UnitOutcome | None:
         with self._io(conn, "reading a unit's outcome"):
-            row = conn.execute(
-                self._statement("SELECT outcome FROM {u} WHERE unit_id = %s", u=self._closed), (unit_id,)
-            ).fetchone()
+            row = conn.execute(self._sql.unit_outcome, (unit_id,)).fetchone()
         return None if row is None else row[0]
 
     def unit_outcome(self, unit_id: str) -> UnitOutcome | None:
@@ -805,11 +727,7 @@ class PostgresEventStore:
 
     def closed_units(self) -> Iterator[ClosedUnit]:
         """Stream the units closed for good, by unit id, a page at a time."""
-        query = self._statement(
-            'SELECT unit_id, outcome FROM {u} WHERE %(after)s::text IS NULL OR unit_id COLLATE "C" > %(after)s'
-            ' ORDER BY unit_id COLLATE "C" LIMIT %(page)s',
-            u=self._closed,
-        )
+        query = self._sql.list_closed_units
         after: str | None = None
         while True:
             with self._connection() as conn, self.place.translated("listing closed units"):
@@ -828,11 +746,7 @@ class PostgresEventStore:
             return 0
         with self.transaction(), self._connection() as conn, self.place.translated("recording closed units"):
             row = conn.execute(
-                self._statement(
-                    "WITH new AS (INSERT INTO {u} (unit_id, outcome) SELECT * FROM unnest(%s::text[], %s::text[])"
-                    " ON CONFLICT (unit_id) DO NOTHING RETURNING 1) SELECT count(*) FROM new",
-                    u=self._closed,
-                ),
+                self._sql.import_closed_units,
                 ([unit.unit_id for unit in units], [unit.outcome for unit in units]),
             ).fetchone()
         return 0 if row is None else int(row[0])
@@ -841,35 +755,16 @@ class PostgresEventStore:
         """Write a first draw durably (attempts 1, next draw number) and return the key's pin (see the port).
 
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile. A write whose
-        connection was lost (an idle timeout, a restart) is made once more on a fresh connection. One round trip:
-        the unit's lock, the fenced write and the commit are sent together.
+        connection was lost (an idle timeout, a restart) is made once more on a fresh connection. One statement
+        (`put_pin`): the unit's lock, the fenced write and the commit. The unit's lock, not one of this store's,
+        keeps two threads from taking one draw number: the write after it sees what the one before committed.
         """
         self._claim(unit_id)
+        query = self._sql.put_pin
+        params = (unit_id, key, kind, raw, fingerprint, self._holder, self._lease_name(unit_id))
 
         def write() -> ScratchPin:
-            # The lease keeps other stores out of the unit; this lock keeps this store's threads from taking
-            # one draw number twice.
-            with self._put_lock:
-                with self._transaction(), self._connection() as conn:
-                    self._lock_unit(conn, unit_id)
-                    # The fence and the write are one statement: the write is made only if the fence passes.
-                    put = self._send(
-                        conn,
-                        "writing scratch",
-                        self._statement(
-                            "WITH fence AS (" + _FENCE + " FOR SHARE)), put AS (INSERT INTO {p} AS s ({c})"
-                            " SELECT %s, %s, %s, %s, 1, coalesce(max(draw_no), 0) + 1, %s FROM {p} WHERE unit_id = %s"
-                            " HAVING (SELECT f.outcome IS NULL AND f.holder = %s FROM fence AS f(outcome, holder))"
-                            " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1 RETURNING {c})"
-                            " SELECT fence.*, put.* FROM fence LEFT JOIN put ON true",
-                            u=self._closed,
-                            l=self._unit_leases,
-                            p=self._scratch,
-                            c=sql.SQL(_SCRATCH_COLUMNS),
-                        ),
-                        (unit_id, unit_id, unit_id, key, kind, raw, fingerprint, unit_id, self._holder),
-                    )
-                row = put.fetchone()
+            row = self._row("writing scratch", query, params, savepoint=True)
             self._fenced(unit_id, row, raw=raw)
             assert row is not None
             return ScratchPin(*row[2:])
@@ -881,46 +776,32 @@ class PostgresEventStore:
 
         Raises `UnitClosed` if the unit is committed or abandoned, and `UnitBusy` if another store took the unit.
         """
-        first = self._retried(lambda: self._take_and_reuse(unit_id, key))
+        # A held unit's ask (every one after its first) goes straight to the reuse.
+        first = None if unit_id in self._leases.held else self._retried(lambda: self._take_and_reuse(unit_id, key))
         if first is not None:
             return first[0]
         self._claim(unit_id)
+        query = self._sql.reuse_pin
 
         def write() -> ScratchPin | None:
-            with self._connection() as conn, self._io(conn, "reusing a pin"), conn.pipeline():
-                reused = self._send_reuse(conn, unit_id, key)
-            return reused()
+            return self._reused(unit_id, self._row("reusing a pin", query, (unit_id, key, self._holder, False)))
 
         return self._retried(write)
 
-    def _send_reuse(self, conn: Conn, unit_id: str, key: str) -> Callable[[], ScratchPin | None]:
-        """Send the statements that count an attempt at the pin; return what reads the pin (None if not drawn).
+    def _reused(self, unit_id: str, row: tuple[Any, ...] | None) -> ScratchPin | None:
+        """The pin `reuse_pin` counted an attempt at, or None if not drawn (refused if the unit is not this one's).
 
-        The fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
+        Its fence is read after the update, in a statement of its own: one that waited on a pin being settled sees
         the unit closed, as a separate look afterwards would.
         """
-        reused = conn.execute(
-            self._statement(
-                "UPDATE {p} SET attempts = attempts + 1 WHERE unit_id = %s AND key = %s"
-                " AND EXISTS (SELECT FROM {l} WHERE unit_id = %s AND holder = %s) RETURNING {c}",
-                p=self._scratch,
-                l=self._unit_leases,
-                c=sql.SQL(_SCRATCH_COLUMNS),
-            ),
-            (unit_id, key, unit_id, self._holder),
-        )
-        fenced = conn.execute(*self._fence_query(unit_id, lock=""))
-
-        def pin() -> ScratchPin | None:
-            row = reused.fetchone()
-            if row is None:
-                self._fenced(unit_id, fenced.fetchone())
-            return None if row is None else ScratchPin(*row)
-
-        return pin
+        assert row is not None
+        if row[4] is None:
+            self._fenced(unit_id, row[1:3])
+            return None
+        return ScratchPin(*row[3:])
 
     def _take_and_reuse(self, unit_id: str, key: str) -> tuple[ScratchPin | None] | None:
-        """A unit's first ask in one round trip: its lease taken (a transaction of its own), then the pin reused.
+        """A unit's first ask in one statement: its lease taken, then the pin reused (`reuse_pin`).
 
         None when that could not be done (another store holds the unit, a statement was refused, or a caller's
         transaction is open, which the lease must not join): the usual steps take over, waiting or saying why.
@@ -932,60 +813,36 @@ class PostgresEventStore:
             if unit_id in self._leases.held:
                 return None
             try:
-                with self._connection() as conn:
-                    try:
-                        with self._io(conn, f"taking the lease of unit {unit_id}"), conn.pipeline():
-                            conn.execute("BEGIN")
-                            conn.execute(_LEASE_NOT_WAITED_TO_DISK)
-                            taken = self._send_take(conn, unit_id)
-                            conn.execute("COMMIT")
-                            reused = self._send_reuse(conn, unit_id, key)
-                    finally:
-                        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                            with suppress(psycopg.Error):
-                                conn.execute("ROLLBACK")
+                row = self._row(
+                    f"taking the lease of unit {unit_id}", self._sql.reuse_pin, (unit_id, key, self._holder, True)
+                )
             except StoreError as e:
                 if isinstance(e.__cause__, psycopg.errors.LockNotAvailable):
                     return None  # its holder is writing in it: the usual steps wait for it
                 if isinstance(e, StoreUnavailable):
                     raise  # lost (the caller tries once more) or a bound ran out
                 return None  # refused: the usual steps make the statements again and say which one failed
-            if not taken():
+            if row is None or not row[0]:
                 return None
             self._leases.held.add(unit_id)
-        return (reused(),)
+        return (self._reused(unit_id, row),)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:
         """Return the unit's pins in draw order (reading takes no lease)."""
 
         def read() -> list[ScratchPin]:
-            with self._connection() as conn:
-                return self._scratch_list(conn, unit_id, lock="")
+            with self._connection() as conn, self._io(conn, "listing scratch"):
+                rows = conn.execute(self._sql.list_pins, (unit_id,)).fetchall()
+            return [ScratchPin(*row) for row in rows]
 
         return self._retried(read)
-
-    def _scratch_list(self, conn: Conn, unit_id: str, *, lock: LiteralString) -> list[ScratchPin]:
-        with self._io(conn, "listing scratch"):
-            rows = conn.execute(
-                self._statement(
-                    "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no" + lock,
-                    c=sql.SQL(_SCRATCH_COLUMNS),
-                    p=self._scratch,
-                ),
-                (unit_id,),
-            ).fetchall()
-        return [ScratchPin(*row) for row in rows]
 
     def open_units(self) -> list[OpenUnit]:
         """Return the units that have pins in scratch, oldest first draw first."""
 
         def read() -> list[OpenUnit]:
             with self._connection() as conn, self._io(conn, "listing open units"):
-                rows = conn.execute(
-                    self._statement(
-                        "SELECT unit_id, count(*) FROM {p} GROUP BY unit_id ORDER BY min(put_order)", p=self._scratch
-                    )
-                ).fetchall()
+                rows = conn.execute(self._sql.list_open_units).fetchall()
             return [OpenUnit(str(unit_id), int(count)) for unit_id, count in rows]
 
         return self._retried(read)
@@ -1005,40 +862,31 @@ class PostgresEventStore:
         self._claim(unit_id)
         committing: list[bool] = []
 
+        listing, closing = self._sql.list_to_settle, self._sql.close_unit
+
         def settle() -> list[StoredEvent]:
-            fence, fence_params = self._fence_query(unit_id, lock=" FOR UPDATE")
             with self._transaction(), self._connection() as conn:
-                # Two round trips: the pins listed under the unit's locks, then the events appended, the unit
-                # closed and the transaction committed together, so the log_head lock is held for that trip alone.
-                self._lock_unit(conn, unit_id)
-                fenced = self._send(conn, f"checking the lease of unit {unit_id}", fence, fence_params)
-                # FOR UPDATE: an attempt counted after the listing waits for the commit, and then finds no pin.
+                # Two round trips, two statements: the pins listed under the unit's locks (`list_to_settle`),
+                # then the events appended, the unit closed (`close_unit`) and the transaction committed
+                # together, so the log_head lock is held for that trip alone.
                 listed = self._send(
-                    conn,
-                    "listing scratch",
-                    self._statement(
-                        "SELECT {c} FROM {p} WHERE unit_id = %s ORDER BY draw_no FOR UPDATE",
-                        c=sql.SQL(_SCRATCH_COLUMNS),
-                        p=self._scratch,
-                    ),
-                    (unit_id,),
+                    conn, "listing scratch", listing, (unit_id, self._holder, self._lease_name(unit_id))
                 )
                 with self._io(conn, "listing scratch"):
-                    self._fenced(unit_id, fenced.fetchone())
-                    pins = [ScratchPin(*row) for row in listed.fetchall()]
-                appended = self._append_statements(conn, events(pins), expected_last_seq=None)
-                for query, params in (
-                    (self._statement("DELETE FROM {p} WHERE unit_id = %s", p=self._scratch), (unit_id,)),
-                    (
-                        self._statement("INSERT INTO {u} (unit_id, outcome) VALUES (%s, %s)", u=self._closed),
-                        (unit_id, outcome),
-                    ),
-                    (self._statement("DELETE FROM {l} WHERE unit_id = %s", l=self._unit_leases), (unit_id,)),
-                ):
-                    self._send(conn, "closing the unit", query, params)
+                    rows = listed.fetchall()
+                self._fenced(unit_id, rows[0])
+                pins = [ScratchPin(*row[2:]) for row in rows[1:]]
+                stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
+                # The events as one JSON text, not an array a column: psycopg quotes an array's every element
+                # in Python, the JSON encoder all of them at once in C.
+                rows = json.dumps([event_row(event) for event in stamped_events], ensure_ascii=False)
+                closed = self._send(conn, "closing the unit", closing, (unit_id, outcome, rows))
                 self._after_commit(lambda: self._release(unit_id))
                 committing.append(True)
-            return appended()
+            # Answered at the commit: reading it waits on nothing.
+            row = closed.fetchone()
+            assert row is not None
+            return [replace(event, seq=row[0] + event.seq) for event in stamped_events]
 
         # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
         # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.
@@ -1058,7 +906,7 @@ class PostgresEventStore:
                 self._pool.connection() as conn,
                 self._io(conn, "releasing unit leases"),
             ):
-                conn.execute(self._statement("DELETE FROM {l} WHERE holder = %s", l=self._unit_leases), (self._holder,))
+                conn.execute(self._sql.release_leases, (self._holder,))
         with self.place.translated("closing the store"):
             self._pool.close()
 

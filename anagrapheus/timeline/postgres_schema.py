@@ -102,6 +102,135 @@ _MIGRATIONS: tuple[tuple[str, tuple[LiteralString, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        # A draw's and a commit's steps as server functions, each one statement: the client sends one message a
+        # step instead of up to eight (the client's CPU per statement was most of a unit's cost). Each statement
+        # inside a function takes a fresh snapshot, so one made after a lock sees what its last holder committed.
+        "0005_pin_functions",
+        (
+            # Take a unit's lease for `holder`: the row made if there is none (unless the unit is closed), locked
+            # (an error, 55P03, if its holder is writing in the unit right now), and handed over only if its
+            # holder has no session left. True if `holder` holds it now, or the unit is closed (needing none).
+            """CREATE OR REPLACE FUNCTION {s}.take_lease(p_unit text, p_holder text) RETURNS boolean
+                LANGUAGE plpgsql AS $$
+                DECLARE v_holder text;
+                BEGIN
+                    INSERT INTO {s}.unit_leases (unit_id, holder) SELECT p_unit, p_holder
+                        WHERE NOT EXISTS (SELECT FROM {s}.closed_units c WHERE c.unit_id = p_unit)
+                        ON CONFLICT (unit_id) DO NOTHING;
+                    SELECT l.holder INTO v_holder FROM {s}.unit_leases l WHERE l.unit_id = p_unit FOR UPDATE NOWAIT;
+                    IF NOT FOUND OR v_holder = p_holder THEN
+                        RETURN true;
+                    END IF;
+                    UPDATE {s}.unit_leases l SET holder = p_holder WHERE l.unit_id = p_unit
+                        AND NOT EXISTS (SELECT FROM pg_stat_activity a
+                            WHERE a.application_name = 'anagrapheus ' || v_holder);
+                    RETURN FOUND;
+                END $$""",
+            # Count one more attempt at a drawn pin, if `holder` holds the unit (taking its lease first when
+            # `p_take`). One row: whether the lease is held, the unit's outcome and holder (read after the
+            # update, so one that waited on the unit being settled sees it closed), and the pin, if drawn.
+            # A first ask that wrote only the lease is not waited to disk (see PostgresEventStore).
+            """CREATE OR REPLACE FUNCTION {s}.reuse_pin(p_unit text, p_key text, p_holder text, p_take boolean)
+                RETURNS TABLE (taken boolean, outcome text, holder text, unit_id text, key text, kind text,
+                    raw text, attempts integer, draw_no integer, fingerprint text)
+                LANGUAGE plpgsql AS $$
+                #variable_conflict use_column
+                BEGIN
+                    IF p_take AND NOT {s}.take_lease(p_unit, p_holder) THEN
+                        RETURN QUERY SELECT false, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+                            NULL::text, NULL::integer, NULL::integer, NULL::text;
+                        RETURN;
+                    END IF;
+                    RETURN QUERY WITH reused AS (
+                        UPDATE {s}.pin_scratch s SET attempts = s.attempts + 1
+                        WHERE s.unit_id = p_unit AND s.key = p_key
+                            AND EXISTS (SELECT FROM {s}.unit_leases l WHERE l.unit_id = p_unit AND l.holder = p_holder)
+                        RETURNING s.unit_id, s.key, s.kind, s.raw, s.attempts, s.draw_no, s.fingerprint
+                    ) SELECT true, NULL::text, p_holder, r.unit_id, r.key, r.kind, r.raw, r.attempts, r.draw_no,
+                        r.fingerprint FROM reused r;
+                    IF FOUND THEN
+                        RETURN;
+                    END IF;
+                    IF p_take THEN
+                        PERFORM set_config('synchronous_commit', 'off', true);
+                    END IF;
+                    RETURN QUERY SELECT true, (SELECT c.outcome FROM {s}.closed_units c WHERE c.unit_id = p_unit),
+                        (SELECT l.holder FROM {s}.unit_leases l WHERE l.unit_id = p_unit), NULL::text, NULL::text,
+                        NULL::text, NULL::text, NULL::integer, NULL::integer, NULL::text;
+                END $$""",
+            # Write a first draw (attempts 1, the unit's next draw number; one more attempt if the key was drawn
+            # meanwhile) under the unit's lock `p_lock`, if the unit is open and `holder` holds it. One row: the
+            # unit's outcome and holder, and the pin (NULL if refused).
+            """CREATE OR REPLACE FUNCTION {s}.put_pin(p_unit text, p_key text, p_kind text, p_raw text,
+                    p_fingerprint text, p_holder text, p_lock text)
+                RETURNS TABLE (outcome text, holder text, unit_id text, key text, kind text, raw text,
+                    attempts integer, draw_no integer, fingerprint text)
+                LANGUAGE plpgsql AS $$
+                #variable_conflict use_column
+                BEGIN
+                    PERFORM pg_advisory_xact_lock(hashtextextended(p_lock, 1));
+                    RETURN QUERY WITH fence AS (
+                        SELECT (SELECT c.outcome FROM {s}.closed_units c WHERE c.unit_id = p_unit) AS outcome,
+                            (SELECT l.holder FROM {s}.unit_leases l WHERE l.unit_id = p_unit FOR SHARE) AS holder
+                    ), put AS (
+                        INSERT INTO {s}.pin_scratch AS s (unit_id, key, kind, raw, attempts, draw_no, fingerprint)
+                        SELECT p_unit, p_key, p_kind, p_raw, 1, coalesce(max(x.draw_no), 0) + 1, p_fingerprint
+                            FROM {s}.pin_scratch x WHERE x.unit_id = p_unit
+                            HAVING (SELECT f.outcome IS NULL AND f.holder = p_holder FROM fence f)
+                        ON CONFLICT (unit_id, key) DO UPDATE SET attempts = s.attempts + 1
+                        RETURNING s.unit_id, s.key, s.kind, s.raw, s.attempts, s.draw_no, s.fingerprint
+                    )
+                    SELECT f.outcome, f.holder, p.unit_id, p.key, p.kind, p.raw, p.attempts, p.draw_no,
+                        p.fingerprint FROM fence f LEFT JOIN put p ON true;
+                END $$""",
+            # The first half of settling a unit, under its lock `p_lock`: the unit's outcome and holder (the
+            # fence, its rows locked) in the first row, then, if `holder` may settle it, its pins in draw order,
+            # locked: an attempt counted after the listing waits for the settling to commit, then finds no pin.
+            """CREATE OR REPLACE FUNCTION {s}.list_to_settle(p_unit text, p_holder text, p_lock text)
+                RETURNS TABLE (outcome text, holder text, unit_id text, key text, kind text, raw text,
+                    attempts integer, draw_no integer, fingerprint text)
+                LANGUAGE plpgsql AS $$
+                #variable_conflict use_column
+                DECLARE v_outcome text; v_holder text;
+                BEGIN
+                    PERFORM pg_advisory_xact_lock(hashtextextended(p_lock, 1));
+                    SELECT (SELECT c.outcome FROM {s}.closed_units c WHERE c.unit_id = p_unit),
+                        (SELECT l.holder FROM {s}.unit_leases l WHERE l.unit_id = p_unit FOR UPDATE)
+                        INTO v_outcome, v_holder;
+                    RETURN QUERY SELECT v_outcome, v_holder, NULL::text, NULL::text, NULL::text, NULL::text,
+                        NULL::integer, NULL::integer, NULL::text;
+                    IF v_outcome IS NULL AND v_holder = p_holder THEN
+                        RETURN QUERY SELECT NULL::text, NULL::text, s.unit_id, s.key, s.kind, s.raw, s.attempts,
+                            s.draw_no, s.fingerprint FROM {s}.pin_scratch s WHERE s.unit_id = p_unit
+                            ORDER BY s.draw_no FOR UPDATE;
+                    END IF;
+                END $$""",
+            # The second half: the events numbered from the log_head row (locked from here to the commit) and
+            # appended, the pins cleared, the unit recorded closed and its lease let go. Returns the seq the
+            # events follow (NULL with no events: the log_head row is then not locked).
+            """CREATE OR REPLACE FUNCTION {s}.close_unit(p_unit text, p_outcome text, p_events jsonb)
+                RETURNS bigint
+                LANGUAGE plpgsql AS $$
+                DECLARE v_count integer := jsonb_array_length(p_events); v_after bigint;
+                BEGIN
+                    IF v_count > 0 THEN
+                        UPDATE {s}.log_head SET last_seq = last_seq + v_count RETURNING last_seq - v_count
+                            INTO v_after;
+                        -- Each event a JSON array of its row (seq counted from 1), in the events' column order.
+                        INSERT INTO {s}.events (seq, event_id, namespace, type, schema_version, causation_id,
+                                correlation_id, created_at, payload)
+                            SELECT v_after + (e ->> 0)::bigint, e ->> 1, e ->> 2, e ->> 3, (e ->> 4)::integer,
+                                e ->> 5, e ->> 6, e ->> 7, e ->> 8
+                            FROM jsonb_array_elements(p_events) AS e;
+                    END IF;
+                    DELETE FROM {s}.pin_scratch WHERE unit_id = p_unit;
+                    INSERT INTO {s}.closed_units (unit_id, outcome) VALUES (p_unit, p_outcome);
+                    DELETE FROM {s}.unit_leases WHERE unit_id = p_unit;
+                    RETURN v_after;
+                END $$""",
+        ),
+    ),
 )
 MIGRATION_NAMES = tuple(name for name, _ in _MIGRATIONS)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

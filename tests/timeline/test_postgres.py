@@ -43,7 +43,13 @@ def test_migrations_are_recorded_in_the_callers_schema(
     open_pg()
     open_pg()  # a second open applies nothing twice
     names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
-    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
+    assert names == [
+        ("0001_events",),
+        ("0002_pin_scratch",),
+        ("0003_closed_units",),
+        ("0004_unit_leases",),
+        ("0005_pin_functions",),
+    ]
     tables = sql(postgres_dsn, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}' ORDER BY 1")
     assert tables == [
         ("anagrapheus_migrations",),
@@ -365,6 +371,34 @@ def test_units_in_open_transactions_do_not_wait_for_each_other(open_pg: Callable
     assert finished == ["put", "settled"]
 
 
+def test_threads_of_one_store_drawing_in_one_unit_take_each_draw_number_once(
+    open_pg: Callable[..., PostgresEventStore],
+) -> None:
+    # Each write takes the unit's lock on the server, and numbers its draw after the last one committed there: no
+    # lock of the store's own serialises them (one would hold up the store's other units too).
+    store = open_pg(pool_size=4)
+    store.scratch_get("u1", "k0")
+    threads, rounds = 4, 10
+    start = threading.Barrier(threads)
+    failed: list[BaseException] = []
+
+    def draw(n: int) -> None:
+        start.wait()
+        try:
+            for r in range(rounds):
+                store.scratch_put("u1", f"k{n}-{r}", kind="model_call", raw=f'"{n}"', fingerprint=None)
+        except BaseException as e:  # reported below
+            failed.append(e)
+
+    workers = [threading.Thread(target=draw, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failed == []
+    assert sorted(pin.draw_no for pin in store.scratch_list("u1")) == list(range(1, threads * rounds + 1))
+
+
 def test_a_pool_of_one_connection_serves(open_pg: Callable[..., PostgresEventStore]) -> None:
     store = open_pg(pool_size=1)
     store.append([pending(1)])
@@ -466,7 +500,13 @@ def test_a_schema_part_way_migrated_is_brought_forward(
     sql(postgres_dsn, f"DELETE FROM {pg_schema}.anagrapheus_migrations WHERE name <> '0001_events'")
     store = open_pg()
     names = sql(postgres_dsn, f"SELECT name FROM {pg_schema}.anagrapheus_migrations ORDER BY name")
-    assert names == [("0001_events",), ("0002_pin_scratch",), ("0003_closed_units",), ("0004_unit_leases",)]
+    assert names == [
+        ("0001_events",),
+        ("0002_pin_scratch",),
+        ("0003_closed_units",),
+        ("0004_unit_leases",),
+        ("0005_pin_functions",),
+    ]
     assert store.scratch_put("u1", "k1", kind="model_call", raw='"a"', fingerprint=None).draw_no == 1
     assert [e.seq for e in store.read()] == [1]
 
