@@ -23,19 +23,21 @@ take run 0, and the second run would be answered with the first one's id and tim
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
+from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.resolver import (
     Attachment,
     Resolver,
@@ -53,6 +55,8 @@ __all__ = [
     "run_position",
 ]
 
+
+T = TypeVar("T")
 
 RUN_ID = "run_id"
 """The pin kind of a run's `run_id`, keyed on the run's position among the runs through its resolver."""
@@ -145,7 +149,7 @@ class RunClocks:
         if answering is None:
             run_id = _run_id(new_id())
         else:
-            run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
+            run_id = _resolved_here(answering, key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
             self.by_id[run_id] = _Run(position, number=number, placed=place is not None, asked_as=place)
             self.positions.setdefault(run_id, position)
@@ -202,8 +206,8 @@ class RunClocks:
         key = place_key(self.unit, place, occurrence)
         answering = resolver.answering_position(key)
         if answering is not None:
-            answering.resolve(
-                key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
+            _resolved_here(
+                answering, key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
             )
 
     def start(self, run_id: str | None, *, named: bool = True) -> None:
@@ -288,6 +292,7 @@ class RunClocks:
         appended = _appended_after_the_run(run_id, messages)
         if appended is not None:
             await self.stamp(resolver, run_id, appended, clock=clock)
+        await _written_held(resolver)
 
     async def fail(
         self,
@@ -309,6 +314,7 @@ class RunClocks:
         refused = _extended_by_the_run(run_id, history)
         if refused is not None:
             await self.stamp(resolver, run_id, refused, clock=clock)
+        await _written_held(resolver)
 
     async def stamp(
         self,
@@ -330,14 +336,21 @@ class RunClocks:
         key = self._clock_key(resolver, run, len(slots))
         run.stamps += 1
 
-        async def stamped() -> JSONValue:
+        def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
+
+        async def astamped() -> JSONValue:
+            return stamped()
 
         answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
-            times = _times(canonical_value(await stamped()))
+            times = _times(canonical_value(stamped()))
+        elif isinstance(answering, PinLedger):
+            # Held, and written by the unit's next store step: the next draw's claim, before its effect runs, or
+            # the flush as the run ends (`finish`, `fail`). No hop and no write of its own.
+            times = answering.resolve_held(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         else:
-            times = await answering.aresolve(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
+            times = await answering.aresolve(key, kind=RUN_CLOCK, effect=astamped, interpret=_times)
         if len(times) != len(slots):
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
@@ -356,6 +369,26 @@ class RunClocks:
             if resolver.asked(numbered):
                 return numbered
         return key
+
+
+def _resolved_here(
+    answering: Resolver, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+) -> T:
+    """A run-level pin resolved on the calling thread (the event loop's): a ledger holds a fresh draw, unwritten.
+
+    The ledger writes it in the unit's next store step, in a worker thread: the run's first model or tool draw
+    claims its key there, and writes what is held first, so the run's id and place are durable before any effect.
+    """
+    if isinstance(answering, PinLedger):
+        return answering.resolve_held(key, kind=kind, effect=effect, interpret=interpret)
+    return answering.resolve(key, kind=kind, effect=effect, interpret=interpret)
+
+
+async def _written_held(resolver: Resolver) -> None:
+    """Write what the run's ledger holds (its last times), in a worker thread, before the run's end is handed on."""
+    ledger = resolver.draws_into
+    if isinstance(ledger, PinLedger) and ledger.holding:
+        await asyncio.to_thread(ledger.flush_held)
 
 
 def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:

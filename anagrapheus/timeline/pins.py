@@ -651,6 +651,55 @@ class PinLedger(Resolver):
             finally:
                 self._release(key)
 
+    def resolve_held(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+    ) -> T:
+        """Resolve a run-level pin (a run's id, place or clock) with no store write on the calling thread.
+
+        For an effect that reads only the process (a fresh id, the wall clock) and is safe to run under the
+        unit's bookkeeping. A key not drawn yet is drawn now and held in memory: the unit's next store step
+        writes it (the next draw's claim, in that draw's worker thread, so before the draw's effect runs), or
+        `flush_held`, or the commit. Until then a later ask is answered from memory, as after a failed write.
+        A key the unit holds in scratch (a resumed unit) is answered from there, as `resolve` does. A crash
+        before the write loses the draw only: nothing durable was built on it yet.
+        """
+        self._note_asked(key)
+        with pin_span(kind, key, self.unit_id) as span:
+            _note(key)
+            with self._lock:
+                self._refuse_unless_open()
+                busy = key in self._gate.inflight or key in self._gate.held
+                if not busy:
+                    draw = self._gate.inflight[key] = _Draw()
+            # Held already, drawn by another caller right now, or drawn by an earlier run of this unit: the
+            # general path answers it (a read on the calling thread decides the last, and writes nothing).
+            if busy or self._store.scratch_get(self.unit_id, key) is not None:
+                if not busy:
+                    self._release(key, [draw])
+                return self._resolve(span, key, kind, effect, interpret, None, None)
+            try:
+                with self._drawing(key):
+                    result = effect()
+                held = self._keep(key, kind, result, None)
+            finally:
+                self._release(key, [draw])
+            span.set("drawn", attempts=1)
+        return _answered(ScratchPin(self.unit_id, key, held.kind, held.raw_text, 1, 0, None), interpret, None)
+
+    @property
+    def holding(self) -> bool:
+        """Whether it holds drawn results in memory the store has not taken yet (see `resolve_held`)."""
+        return bool(self._gate.held)
+
+    def flush_held(self) -> None:
+        """Write the results held in memory (`resolve_held`'s, or a failed write's), each durably; for a worker thread."""
+        self._flush()
+
     # Used by ReplayPins in record mode.
 
     def adopt(self, key: str, *, kind: str, raw: str, fingerprint: str | None, failed: bool = False) -> None:
