@@ -32,6 +32,7 @@ from anagrapheus.timeline.events import (
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
 from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.scoped import scoped
+from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
@@ -145,6 +146,10 @@ class _UnitGate:
         # that run at once (tool calls gathered in one task group) land in scratch as they finish, in an order
         # the scheduler picks; the order they were asked in is the program's own, the same on every run.
         self.asked: dict[str, int] = {}
+        # Whether the unit had no pin in scratch when a run-level pin was first asked for here (None: not read yet).
+        # A key first asked for since then, and never drawn by this gate, cannot be there: another store drawing in
+        # the unit would hold its lease, and this gate's first write is refused before any effect runs.
+        self.began_empty: bool | None = None
 
 
 # Process-wide because a unit is: two ledgers over one unit through one store (a retried run, a resumed workflow,
@@ -352,12 +357,32 @@ class PinLedger(Resolver):
             for _, held in pending:
                 held.writing = True
         try:
+            if len(pending) > 1 and self._written_together(pending):
+                return
             for key, held in pending:
                 self._write_held(key, held, checked=True)
         finally:
             with self._lock:
                 for _, held in pending:
                     held.writing = False
+
+    def _written_together(self, pending: list[tuple[str, _Held]]) -> bool:
+        """Write several held results in one SQLite transaction (one sync to disk); False to write them one by one.
+
+        Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
+        caller writes each on its own as before (looking in scratch first, in case the commit landed after all).
+        """
+        if not isinstance(self._store, SQLiteEventStore):
+            return False
+        try:
+            with self._store.transaction():
+                for key, held in pending:
+                    self._write_once(key, held, checked=True)
+        except StoreError:
+            return False
+        for key, held in pending:
+            self._let_go(key, held)
+        return True
 
     def _turn(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""
@@ -668,17 +693,18 @@ class PinLedger(Resolver):
         A key the unit holds in scratch (a resumed unit) is answered from there, as `resolve` does. A crash
         before the write loses the draw only: nothing durable was built on it yet.
         """
+        asked_before = key in self._gate.asked
         self._note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
             _note(key)
             with self._lock:
                 self._refuse_unless_open()
-                busy = key in self._gate.inflight or key in self._gate.held
+                busy = asked_before or key in self._gate.inflight or key in self._gate.held
                 if not busy:
                     draw = self._gate.inflight[key] = _Draw()
-            # Held already, drawn by another caller right now, or drawn by an earlier run of this unit: the
+            # Asked for before, drawn by another caller right now, or drawn by an earlier run of this unit: the
             # general path answers it (a read on the calling thread decides the last, and writes nothing).
-            if busy or self._store.scratch_get(self.unit_id, key) is not None:
+            if busy or self._may_be_in_scratch(key):
                 if not busy:
                     self._release(key, [draw])
                 return self._resolve(span, key, kind, effect, interpret, None, None)
@@ -690,6 +716,14 @@ class PinLedger(Resolver):
                 self._release(key, [draw])
             span.set("drawn", attempts=1)
         return _answered(ScratchPin(self.unit_id, key, held.kind, held.raw_text, 1, 0, None), interpret, None)
+
+    def _may_be_in_scratch(self, key: str) -> bool:
+        """Whether scratch may hold `key`, never asked for in this process: read once per unit, then per key."""
+        if self._gate.began_empty is None:
+            self._gate.began_empty = not self._store.scratch_list(self.unit_id)
+        if self._gate.began_empty:
+            return False
+        return self._store.scratch_get(self.unit_id, key) is not None
 
     @property
     def holding(self) -> bool:
