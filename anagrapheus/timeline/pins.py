@@ -357,32 +357,39 @@ class PinLedger(Resolver):
             for _, held in pending:
                 held.writing = True
         try:
-            if len(pending) > 1 and self._written_together(pending):
-                return
-            for key, held in pending:
+            for key, held in self._written_together(pending):
                 self._write_held(key, held, checked=True)
         finally:
             with self._lock:
                 for _, held in pending:
                     held.writing = False
 
-    def _written_together(self, pending: list[tuple[str, _Held]]) -> bool:
-        """Write several held results in one SQLite transaction (one sync to disk); False to write them one by one.
+    def _written_together(self, pending: list[tuple[str, _Held]]) -> list[tuple[str, _Held]]:
+        """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
 
         Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
         caller writes each on its own as before (looking in scratch first, in case the commit landed after all).
         """
-        if not isinstance(self._store, SQLiteEventStore):
-            return False
+        store = self._store
+        if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
+            return pending
+        if not store.holds_unit(self.unit_id):
+            # The unit's first write takes its lease, in a transaction of its own: taken inside this one, it would
+            # wait for the leases' lock while holding the connection another thread taking a lease waits for.
+            first_key, first = pending[0]
+            self._write_held(first_key, first, checked=True)
+            pending = pending[1:]
+            if len(pending) < 2:
+                return pending
         try:
-            with self._store.transaction():
+            with store.transaction():
                 for key, held in pending:
                     self._write_once(key, held, checked=True)
         except StoreError:
-            return False
+            return pending
         for key, held in pending:
             self._let_go(key, held)
-        return True
+        return []
 
     def _turn(self, key: str, mine: list[_Draw] | None = None) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""

@@ -502,6 +502,10 @@ class SQLiteEventStore:
         )
         raise busy
 
+    def holds_unit(self, unit_id: str) -> bool:
+        """Whether this store took the unit's lease (and has not let it go): its writes there take no lease first."""
+        return unit_id in self._leases.held
+
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
         with self._owner.held(), self._sql("reading a unit's lease"):
