@@ -206,9 +206,8 @@ class RunClocks:
         key = place_key(self.unit, place, occurrence)
         answering = resolver.answering_position(key)
         if answering is not None:
-            _resolved_here(
-                answering, key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
-            )
+            raw = place_raw(position, place, occurrence)
+            _resolved_here(answering, key, kind=RUN_PLACE, effect=lambda: raw, interpret=_position)
 
     def start(self, run_id: str | None, *, named: bool = True) -> None:
         """Place a run that starts: one whose id was drawn keeps its position; one its caller named is told by its id.

@@ -707,20 +707,22 @@ class PinLedger(Resolver):
             with self._lock:
                 self._refuse_unless_open()
                 busy = asked_before or key in self._gate.inflight or key in self._gate.held
-                if not busy:
-                    draw = self._gate.inflight[key] = _Draw()
-            # Asked for before, drawn by another caller right now, or drawn by an earlier run of this unit: the
-            # general path answers it (a read on the calling thread decides the last, and writes nothing).
-            if busy or self._may_be_in_scratch(key):
-                if not busy:
+                draw = None if busy else _Draw()
+                if draw is not None:
+                    self._gate.inflight[key] = draw
+            held: _Held | None = None
+            if draw is not None:
+                try:
+                    # Drawn by an earlier run of this unit? A read on the calling thread says (it writes nothing).
+                    if not self._may_be_in_scratch(key):
+                        with self._drawing(key):
+                            result = effect()
+                        held = self._keep(key, kind, result, None)
+                finally:
                     self._release(key, [draw])
+            if held is None:
+                # Asked for before, drawn by another caller right now, or in scratch: the general path answers it.
                 return self._resolve(span, key, kind, effect, interpret, None, None)
-            try:
-                with self._drawing(key):
-                    result = effect()
-                held = self._keep(key, kind, result, None)
-            finally:
-                self._release(key, [draw])
             span.set("drawn", attempts=1)
         return _answered(ScratchPin(self.unit_id, key, held.kind, held.raw_text, 1, 0, None), interpret, None)
 
@@ -738,7 +740,7 @@ class PinLedger(Resolver):
         return bool(self._gate.held)
 
     def flush_held(self) -> None:
-        """Write the results held in memory (`resolve_held`'s, or a failed write's), each durably; for a worker thread."""
+        """Write the results held in memory (`resolve_held`'s, or a failed write's) durably; for a worker thread."""
         self._flush()
 
     # Used by ReplayPins in record mode.
