@@ -117,6 +117,8 @@ class _Held:
     """How many times the unit asked for the key, counting the asks answered from memory."""
     writing: bool = False
     """Set while one caller writes it, so that two never write it at once."""
+    tried: bool = False
+    """Whether a write of it was tried: one cut short may have landed, so scratch is looked at before the next."""
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -373,14 +375,9 @@ class PinLedger(Resolver):
         store = self._store
         if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
             return pending
-        if not store.holds_unit(self.unit_id):
-            # The unit's first write takes its lease, in a transaction of its own: taken inside this one, it would
-            # wait for the leases' lock while holding the connection another thread taking a lease waits for.
-            first_key, first = pending[0]
-            self._write_held(first_key, first, checked=True)
-            pending = pending[1:]
-            if len(pending) < 2:
-                return pending
+        # The unit's lease first, in a transaction of its own: taken inside this one, it would wait for the leases'
+        # lock while holding the connection that another thread taking a lease waits for.
+        store.hold_unit(self.unit_id)
         try:
             with store.transaction():
                 for key, held in pending:
@@ -490,7 +487,9 @@ class PinLedger(Resolver):
         """One try at writing a held result, with the attempts it was asked for from memory."""
         # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
         # did, which is then the key's answer, as `scratch_put` would make it).
-        pin = self._store.scratch_get(self.unit_id, key) if checked else None
+        # Never tried (held by `resolve_held`): no write can have landed, so there is nothing to look for.
+        pin = self._store.scratch_get(self.unit_id, key) if checked and held.tried else None
+        held.tried = True
         if pin is None:
             pin = self._store.scratch_put(
                 self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint

@@ -502,9 +502,9 @@ class SQLiteEventStore:
         )
         raise busy
 
-    def holds_unit(self, unit_id: str) -> bool:
-        """Whether this store took the unit's lease (and has not let it go): its writes there take no lease first."""
-        return unit_id in self._leases.held
+    def hold_unit(self, unit_id: str) -> None:
+        """Take the unit's lease now, as its first write would (`UnitBusy` if another live store holds it)."""
+        self._leases.hold(unit_id)
 
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
