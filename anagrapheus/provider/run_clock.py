@@ -30,14 +30,13 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.resolver import (
     Attachment,
     Resolver,
@@ -55,8 +54,6 @@ __all__ = [
     "run_position",
 ]
 
-
-T = TypeVar("T")
 
 RUN_ID = "run_id"
 """The pin kind of a run's `run_id`, keyed on the run's position among the runs through its resolver."""
@@ -149,7 +146,7 @@ class RunClocks:
         if answering is None:
             run_id = _run_id(new_id())
         else:
-            run_id = _resolved_here(answering, key, kind=RUN_ID, effect=new_id, interpret=_run_id)
+            run_id = answering.resolve_held(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
             self.by_id[run_id] = _Run(position, number=number, placed=place is not None, asked_as=place)
             self.positions.setdefault(run_id, position)
@@ -207,7 +204,7 @@ class RunClocks:
         answering = resolver.answering_position(key)
         if answering is not None:
             raw = place_raw(position, place, occurrence)
-            _resolved_here(answering, key, kind=RUN_PLACE, effect=lambda: raw, interpret=_position)
+            answering.resolve_held(key, kind=RUN_PLACE, effect=lambda: raw, interpret=_position)
 
     def start(self, run_id: str | None, *, named: bool = True) -> None:
         """Place a run that starts: one whose id was drawn keeps its position; one its caller named is told by its id.
@@ -338,18 +335,13 @@ class RunClocks:
         def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
-        async def astamped() -> JSONValue:
-            return stamped()
-
         answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
             times = _times(canonical_value(stamped()))
-        elif isinstance(answering, PinLedger):
-            # Held, and written by the unit's next store step: the next draw's claim, before its effect runs, or
-            # the flush as the run ends (`finish`, `fail`). No hop and no write of its own.
-            times = answering.resolve_held(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         else:
-            times = await answering.aresolve(key, kind=RUN_CLOCK, effect=astamped, interpret=_times)
+            # A ledger holds a fresh draw, written by the unit's next store step: the next draw's claim, before its
+            # effect runs, or the flush as the run ends (`finish`, `fail`). No hop and no write of its own.
+            times = await answering.aresolve_held(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         if len(times) != len(slots):
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
@@ -370,23 +362,10 @@ class RunClocks:
         return key
 
 
-def _resolved_here(
-    answering: Resolver, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
-) -> T:
-    """A run-level pin resolved on the calling thread (the event loop's): a ledger holds a fresh draw, unwritten.
-
-    The ledger writes it in the unit's next store step, in a worker thread: the run's first model or tool draw
-    claims its key there, and writes what is held first, so the run's id and place are durable before any effect.
-    """
-    if isinstance(answering, PinLedger):
-        return answering.resolve_held(key, kind=kind, effect=effect, interpret=interpret)
-    return answering.resolve(key, kind=kind, effect=effect, interpret=interpret)
-
-
 async def _written_held(resolver: Resolver) -> None:
     """Write what the run's ledger holds (its last times), in a worker thread, before the run's end is handed on."""
     ledger = resolver.draws_into
-    if isinstance(ledger, PinLedger) and ledger.holding:
+    if ledger is not None and ledger.holding:
         await asyncio.to_thread(ledger.flush_held)
 
 

@@ -682,6 +682,7 @@ class PinLedger(Resolver):
             finally:
                 self._release(key)
 
+    @override
     def resolve_held(
         self,
         key: str,
@@ -733,11 +734,20 @@ class PinLedger(Resolver):
             return False
         return self._store.scratch_get(self.unit_id, key) is not None
 
+    @override
+    async def aresolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """`resolve_held` from async code: no hop, no write (a run's timestamps before its next draw)."""
+        return self.resolve_held(key, kind=kind, effect=effect, interpret=interpret)
+
     @property
+    @override
     def holding(self) -> bool:
         """Whether it holds drawn results in memory the store has not taken yet (see `resolve_held`)."""
         return bool(self._gate.held)
 
+    @override
     def flush_held(self) -> None:
         """Write the results held in memory (`resolve_held`'s, or a failed write's) durably; for a worker thread."""
         self._flush()
