@@ -97,3 +97,32 @@ def test_a_run_writes_no_pin_on_the_event_loops_thread(tmp_path: Path, types: Ev
     assert not writers & loop_threads, "a pin was written on the event loop's thread"
     assert [e.type for e in store.read()].count("pin_promoted") == 7
     store.close()
+
+
+def test_a_unit_resumed_by_another_store_answers_the_runs_id_and_times_from_scratch(
+    tmp_path: Path, types: EventTypeRegistry
+) -> None:
+    path = tmp_path / "pins.db"
+    reached: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        reached.append(len(messages))
+        last = messages[-1]
+        assert isinstance(last, ModelRequest)
+        if any(isinstance(part, ToolReturnPart) for part in last.parts):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("lookup", {"topic": "fleets"})])
+
+    first_store = SQLiteEventStore(path)
+    crashed = PinLedger(first_store, types)
+    first = Agent(FunctionModel(model), tools=[lookup], capabilities=[Pinning(crashed)]).run_sync("Where?")
+    first_store.close()  # the process "dies" here: its pins are in scratch, nothing is committed
+
+    store = SQLiteEventStore(path)
+    resumed = PinLedger(store, types, unit_id=crashed.unit_id)
+    again = Agent(FunctionModel(model), tools=[lookup], capabilities=[Pinning(resumed)]).run_sync("Where?")
+    assert reached == [1, 3], "the resumed run reached the model again"
+    assert again.run_id == first.run_id
+    assert again.all_messages_json() == first.all_messages_json()
+    resumed.commit()
+    store.close()
