@@ -34,6 +34,7 @@ __all__ = [
     "raw_connection",
     "repeated",
     "store_schema",
+    "summarise",
     "use_options",
 ]
 
@@ -127,8 +128,13 @@ def compare(baseline: Variant, others: Sequence[Variant], *, n: int, rounds: int
         for v in everyone:
             if _profile_match.lower() in v.name.lower():
                 _profile(v, n)
+    return summarise(baseline, others)
+
+
+def summarise(baseline: Variant, others: Sequence[Variant]) -> list[Comparison]:
+    """The paired ratios of `others` to `baseline` from the per-operation times their rounds left in `times`."""
     out: list[Comparison] = []
-    for v in everyone:
+    for v in [baseline, *others]:
         ratios = [t / b for t, b in zip(v.times, baseline.times, strict=True)]
         q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
         out.append(

@@ -23,6 +23,7 @@ take run 0, and the second run would be answered with the first one's id and tim
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import threading
@@ -145,7 +146,7 @@ class RunClocks:
         if answering is None:
             run_id = _run_id(new_id())
         else:
-            run_id = answering.resolve(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
+            run_id = answering.resolve_held(key, kind=RUN_ID, effect=new_id, interpret=_run_id)
         with self.lock:
             self.by_id[run_id] = _Run(position, number=number, placed=place is not None, asked_as=place)
             self.positions.setdefault(run_id, position)
@@ -202,9 +203,8 @@ class RunClocks:
         key = place_key(self.unit, place, occurrence)
         answering = resolver.answering_position(key)
         if answering is not None:
-            answering.resolve(
-                key, kind=RUN_PLACE, effect=lambda: place_raw(position, place, occurrence), interpret=_position
-            )
+            raw = place_raw(position, place, occurrence)
+            answering.resolve_held(key, kind=RUN_PLACE, effect=lambda: raw, interpret=_position)
 
     def start(self, run_id: str | None, *, named: bool = True) -> None:
         """Place a run that starts: one whose id was drawn keeps its position; one its caller named is told by its id.
@@ -288,6 +288,7 @@ class RunClocks:
         appended = _appended_after_the_run(run_id, messages)
         if appended is not None:
             await self.stamp(resolver, run_id, appended, clock=clock)
+        await _written_held(resolver)
 
     async def fail(
         self,
@@ -309,6 +310,7 @@ class RunClocks:
         refused = _extended_by_the_run(run_id, history)
         if refused is not None:
             await self.stamp(resolver, run_id, refused, clock=clock)
+        await _written_held(resolver)
 
     async def stamp(
         self,
@@ -330,14 +332,16 @@ class RunClocks:
         key = self._clock_key(resolver, run, len(slots))
         run.stamps += 1
 
-        async def stamped() -> JSONValue:
+        def stamped() -> JSONValue:
             return [(clock() if clock is not None else slot.timestamp).isoformat() for slot in slots]
 
         answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
-            times = _times(canonical_value(await stamped()))
+            times = _times(canonical_value(stamped()))
         else:
-            times = await answering.aresolve(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
+            # A ledger holds a fresh draw, written by the unit's next store step: the next draw's claim, before its
+            # effect runs, or the flush as the run ends (`finish`, `fail`). No hop and no write of its own.
+            times = await answering.aresolve_held(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         if len(times) != len(slots):
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
         for slot, at in zip(slots, times, strict=True):
@@ -356,6 +360,13 @@ class RunClocks:
             if resolver.asked(numbered):
                 return numbered
         return key
+
+
+async def _written_held(resolver: Resolver) -> None:
+    """Write what the run's ledger holds (its last times), in a worker thread, before the run's end is handed on."""
+    ledger = resolver.draws_into
+    if ledger is not None and ledger.holding:
+        await asyncio.to_thread(ledger.flush_held)
 
 
 def _appended_after_the_run(run_id: str, messages: Sequence[ModelMessage]) -> Sequence[ModelMessage] | None:

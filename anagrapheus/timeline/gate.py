@@ -94,6 +94,8 @@ class Held:
     """How many times the unit asked for the key, counting the asks answered from memory."""
     writing: bool = False
     """Set while one caller writes it, so that two never write it at once."""
+    tried: bool = False
+    """Whether a write of it was tried: one cut short may have landed, so scratch is looked at before the next."""
 
 
 # The (gate, key) pairs whose effect the running context is inside: asking for one of them again would
@@ -147,6 +149,10 @@ class UnitGate:
         # that run at once (tool calls gathered in one task group) land in scratch as they finish, in an order
         # the scheduler picks; the order they were asked in is the program's own, the same on every run.
         self.asked: dict[str, int] = {}
+        # Whether the unit had no pin in scratch when a run-level pin was first asked for here (None: not read yet).
+        # A key first asked for since then, and never drawn by this gate, cannot be there: another store drawing in
+        # the unit would hold its lease, and this gate's first write is refused before any effect runs.
+        self.began_empty: bool | None = None
 
     def refuse_unless_open(self) -> None:
         """Refuse work on a unit closed or closing; the caller holds `lock`."""
@@ -193,6 +199,16 @@ class UnitGate:
                     mine.append(draw)
                 self.inflight[key] = draw
                 return None
+
+    def draw_at_once(self, key: str, *, asked_before: bool) -> Draw | None:
+        """Take the draw of a key nobody asked for, draws or holds, without looking at the store; else None."""
+        _note(key)
+        with self.lock:
+            self.refuse_unless_open()
+            if asked_before or key in self.inflight or key in self.held:
+                return None
+            draw = self.inflight[key] = Draw()
+            return draw
 
     def turn(self, key: str, look: Look, mine: list[Draw] | None = None) -> ScratchPin | None:
         """Wait out a draw in flight for `key`; return its pin, or None once this caller owns the draw."""

@@ -27,6 +27,7 @@ from anagrapheus.timeline.events import (
 from anagrapheus.timeline.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
 from anagrapheus.timeline.gate import Draw, Held, gate_for, noting_keys
 from anagrapheus.timeline.resolver import FailureCodec, Resolver, StreamDraw
+from anagrapheus.timeline.sqlite import SQLiteEventStore
 from anagrapheus.timeline.store import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
@@ -170,12 +171,34 @@ class PinLedger(Resolver):
             for _, held in pending:
                 held.writing = True
         try:
-            for key, held in pending:
+            for key, held in self._written_together(pending):
                 self._write_held(key, held, checked=True)
         finally:
             with self._lock:
                 for _, held in pending:
                     held.writing = False
+
+    def _written_together(self, pending: list[tuple[str, Held]]) -> list[tuple[str, Held]]:
+        """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
+
+        Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
+        caller writes each on its own as before (looking in scratch first, in case the commit landed after all).
+        """
+        store = self._store
+        if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
+            return pending
+        # The unit's lease first, in a transaction of its own: taken inside this one, it would wait for the leases'
+        # lock while holding the connection that another thread taking a lease waits for.
+        store.hold_unit(self.unit_id)
+        try:
+            with store.transaction():
+                for key, held in pending:
+                    self._write_once(key, held, checked=True)
+        except StoreError:
+            return pending
+        for key, held in pending:
+            self._let_go(key, held)
+        return []
 
     def _keep(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> Held:
         """Hold a drawn result in memory, before it is written: from here on, no failure or interrupt loses it."""
@@ -223,7 +246,9 @@ class PinLedger(Resolver):
         """One try at writing a held result, with the attempts it was asked for from memory."""
         # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
         # did, which is then the key's answer, as `scratch_put` would make it).
-        pin = self._store.scratch_get(self.unit_id, key) if checked else None
+        # Never tried (held by `resolve_held`): no write can have landed, so there is nothing to look for.
+        pin = self._store.scratch_get(self.unit_id, key) if checked and held.tried else None
+        held.tried = True
         if pin is None:
             pin = self._store.scratch_put(
                 self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint
@@ -415,6 +440,70 @@ class PinLedger(Resolver):
                     raise
             finally:
                 self._gate.release(key)
+
+    @override
+    def resolve_held(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+    ) -> T:
+        """Resolve a run-level pin (a run's id, place or clock) with no store write on the calling thread.
+
+        For an effect that reads only the process (a fresh id, the wall clock) and is safe to run under the
+        unit's bookkeeping. A key not drawn yet is drawn now and held in memory: the unit's next store step
+        writes it (the next draw's claim, in that draw's worker thread, so before the draw's effect runs), or
+        `flush_held`, or the commit. Until then a later ask is answered from memory, as after a failed write.
+        A key the unit holds in scratch (a resumed unit) is answered from there, as `resolve` does. A crash
+        before the write loses the draw only: nothing durable was built on it yet.
+        """
+        asked_before = key in self._gate.asked
+        self._gate.note_asked(key)
+        with pin_span(kind, key, self.unit_id) as span:
+            draw = self._gate.draw_at_once(key, asked_before=asked_before)
+            held: Held | None = None
+            if draw is not None:
+                try:
+                    # Drawn by an earlier run of this unit? A read on the calling thread says (it writes nothing).
+                    if not self._may_be_in_scratch(key):
+                        with self._gate.drawing(key):
+                            result = effect()
+                        held = self._keep(key, kind, result, None)
+                finally:
+                    self._gate.release(key, [draw])
+            if held is None:
+                # Asked for before, drawn by another caller right now, or in scratch: the general path answers it.
+                return self._resolve(span, key, kind, effect, interpret, None, None)
+            span.set("drawn", attempts=1)
+        return _answered(ScratchPin(self.unit_id, key, held.kind, held.raw_text, 1, 0, None), interpret, None)
+
+    def _may_be_in_scratch(self, key: str) -> bool:
+        """Whether scratch may hold `key`, never asked for in this process: read once per unit, then per key."""
+        if self._gate.began_empty is None:
+            self._gate.began_empty = not self._store.scratch_list(self.unit_id)
+        if self._gate.began_empty:
+            return False
+        return self._store.scratch_get(self.unit_id, key) is not None
+
+    @override
+    async def aresolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """`resolve_held` from async code: no hop, no write (a run's timestamps before its next draw)."""
+        return self.resolve_held(key, kind=kind, effect=effect, interpret=interpret)
+
+    @property
+    @override
+    def holding(self) -> bool:
+        """Whether it holds drawn results in memory the store has not taken yet (see `resolve_held`)."""
+        return bool(self._gate.held)
+
+    @override
+    def flush_held(self) -> None:
+        """Write the results held in memory (`resolve_held`'s, or a failed write's) durably; for a worker thread."""
+        self._flush()
 
     # Used by ReplayPins in record mode.
 

@@ -249,6 +249,34 @@ class Resolver(ProcessBound, ABC):
         """What serves each run when it picks its unit per run (`UnitPerRun`); None for a resolver of one unit."""
         return None
 
+    def resolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """Resolve a run-level pin (a run's id, its place) whose effect reads only the process; `resolve` by default.
+
+        A ledger holds such a fresh draw in memory and writes it in its unit's next store step, off the calling
+        thread (see `PinLedger.resolve_held`).
+        """
+        return self.resolve(key, kind=kind, effect=effect, interpret=interpret)
+
+    async def aresolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """Like `resolve_held`, from async code (a run's timestamps); `aresolve` by default."""
+
+        async def drawn() -> object:
+            return effect()
+
+        return await self.aresolve(key, kind=kind, effect=drawn, interpret=interpret)
+
+    @property
+    def holding(self) -> bool:
+        """Whether it holds drawn results its store has not taken yet (`resolve_held`'s); False by default."""
+        return False
+
+    def flush_held(self) -> None:
+        """Write what it holds (see `holding`), durably, on the calling thread; nothing by default."""
+
 
 PinResolver = Resolver
 """The resolver contract's name before it was an abstract base class; the same class."""

@@ -502,6 +502,10 @@ class SQLiteEventStore:
         )
         raise busy
 
+    def hold_unit(self, unit_id: str) -> None:
+        """Take the unit's lease now, as its first write would (`UnitBusy` if another live store holds it)."""
+        self._leases.hold(unit_id)
+
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
         with self._owner.held(), self._sql("reading a unit's lease"):

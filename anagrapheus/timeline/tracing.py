@@ -8,6 +8,7 @@ is never ended, so never exported (`Pinning` no longer opens it: a replay's pins
 from __future__ import annotations
 
 import traceback
+import weakref
 from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -34,12 +35,23 @@ _untraced_answers: ContextVar[bool] = ContextVar("anagrapheus_untraced_answers",
 _provider: ContextVar[trace.TracerProvider | None] = ContextVar("anagrapheus_tracer_provider", default=None)
 
 
+# Each provider's tracer, asked of it once: a pin's span is opened per resolve, and `get_tracer` builds a new
+# tracer (with its instrumentation scope) on every call. Weak, so a provider a test made goes with it.
+_TRACERS: weakref.WeakKeyDictionary[trace.TracerProvider, trace.Tracer] = weakref.WeakKeyDictionary()
+
+
 def _tracer() -> trace.Tracer | None:
     """The tracer of `traced_to`'s provider or the global one, or None while none is set (the API's proxy)."""
     provider = _provider.get() or trace.get_tracer_provider()
     if isinstance(provider, ProxyTracerProvider):
         return None
-    return provider.get_tracer(_NAMESPACE)
+    try:
+        tracer = _TRACERS.get(provider)
+        if tracer is None:
+            tracer = _TRACERS[provider] = provider.get_tracer(_NAMESPACE)
+    except TypeError:  # a provider that cannot be held weakly or hashed: asked each time, as before
+        return provider.get_tracer(_NAMESPACE)
+    return tracer
 
 
 @contextmanager

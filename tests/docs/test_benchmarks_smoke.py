@@ -56,6 +56,18 @@ def test_agent_runs_benchmark_runs() -> None:
     assert "continuing a 200-message history" in out
 
 
+def test_capability_benchmark_prints_both_clocks_for_items_2_and_3() -> None:
+    out = run_quick("capability.py")
+    for title in (
+        "Recording one run",
+        "Replaying one run through the capability",
+        "Replaying one run through PinnedModel",
+    ):
+        assert f"{title}" in out
+    assert out.count("CPU (process_time") == out.count("wall (perf_counter)") == 3
+    assert "record: Pinning + PinLedger, commit()" in out
+
+
 @pytest.mark.skipif(not HAS_CASSETTE_TOOLS, reason="the cassette comparison needs the bench extra (vcrpy, openai)")
 def test_agent_cassette_benchmark_runs() -> None:
     out = run_quick("agent.py", "--part", "cassette")

@@ -1,0 +1,306 @@
+"""The `Pinning` capability recording and replaying an agent run, as paired CPU and wall ratios to a bare run.
+
+Issue #43, items 2 and 3. One agent run: a tool call, then an answer (two model requests, one tool call).
+
+- Recording: `Pinning(PinLedger)` with `commit()` (a fresh ledger, capability and agent per run, built
+  untimed; the commit is timed), against the same agent on a bare async `FunctionModel`. Aim <= 1.15x,
+  CPU and wall, at the store's default durability (`synchronous=FULL`). `PinnedModel(PinLedger)` with its
+  commit is printed beside it.
+- Replay: `Pinning(ReplayPins)` against the bare run (aim <= 1.05x), and `PinnedModel(ReplayPins)` over a
+  null model (a `Model` that answers the script at once, with no usage estimate) against that null model
+  bare (aim <= 1.05x).
+
+CPU is `time.process_time()` (every thread of the process: the worker threads a store write hops to count);
+wall is `time.perf_counter()`. Each figure is the median over rounds of the variant's time divided by the
+baseline's in the same round, the variants interleaved in a rotated order.
+
+    python benchmarks/capability.py            # default, about a minute
+    python benchmarks/capability.py --long     # more rounds
+    python benchmarks/capability.py --quick    # smoke test: one round of a few runs
+    python benchmarks/capability.py --part recording|replay
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from _measure import Aim, Variant, compare, machine_line, options, print_table, summarise, use_options
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.settings import ModelSettings
+from typing_extensions import override
+
+from anagrapheus.provider import PinnedModel, Pinning
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+
+PROMPT = "Which treaty governs fisheries?"
+SYNCHRONOUS: list[Literal["FULL", "NORMAL"]] = ["FULL"]
+
+
+def lookup(topic: str) -> str:
+    """Look a topic up in the (pure) record."""
+    return f"fact about {topic}"
+
+
+def answer(messages: list[ModelMessage]) -> ModelResponse:
+    """The script: call `lookup` on a new user prompt, answer once the tool has returned."""
+    last = messages[-1]
+    assert isinstance(last, ModelRequest)
+    for part in last.parts:
+        if isinstance(part, ToolReturnPart):
+            return ModelResponse(parts=[TextPart(f"The record says {part.content}.")])
+    prompt = next(p.content for p in last.parts if isinstance(p, UserPromptPart))
+    return ModelResponse(parts=[ToolCallPart("lookup", {"topic": str(prompt)[:40]})])
+
+
+class Scripted:
+    """The script as a `FunctionModel` function; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        return answer(messages)
+
+
+class NullModel(Model):
+    """A model that does nothing inside pydantic-ai's graph but answer the script: no usage estimate, no info."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    @override
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        self.calls += 1
+        response = answer(messages)
+        response.model_name = "null"
+        return response
+
+    @asynccontextmanager
+    @override
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        raise NotImplementedError("the null model does not stream")
+        yield  # pragma: no cover
+
+    @property
+    @override
+    def model_name(self) -> str:
+        return "null"
+
+    @property
+    @override
+    def system(self) -> str:
+        return "null"
+
+
+@dataclass
+class Clocked:
+    """A variant's wall-clock sample, which keeps the CPU time of the same runs beside it."""
+
+    name: str
+    prepare: Callable[[], Callable[[], None]]
+    """Untimed setup of one operation (a fresh ledger, say), returning the operation to time."""
+    cpu: list[float]
+
+    def sample(self, count: int) -> float:
+        wall = cpu = 0.0
+        for _ in range(count):
+            run = self.prepare()
+            w0, c0 = time.perf_counter(), time.process_time()
+            run()
+            wall += time.perf_counter() - w0
+            cpu += time.process_time() - c0
+        self.cpu.append(cpu / count)
+        return wall
+
+
+def clocked_compare(
+    title: str,
+    baseline: tuple[str, Callable[[], Callable[[], None]]],
+    others: Sequence[tuple[str, Callable[[], Callable[[], None]], Aim | None]],
+    *,
+    n: int,
+    rounds: int,
+) -> None:
+    """Time `baseline` and `others` interleaved; print the paired CPU table and the paired wall table side by side."""
+    everyone = [Clocked(baseline[0], baseline[1], []), *(Clocked(name, run, []) for name, run, _ in others)]
+    aims = [None, *(aim for _, _, aim in others)]
+    variants = [Variant(c.name, c.sample, aim=aim, unit="run") for c, aim in zip(everyone, aims, strict=True)]
+    wall = compare(variants[0], variants[1:], n=n, rounds=rounds)
+    # The warm-up rounds left CPU samples too: keep the timed rounds' only, as `compare` keeps its times.
+    cpu_variants = [
+        Variant(c.name, c.sample, aim=v.aim, unit="run", times=c.cpu[-rounds:])
+        for c, v in zip(everyone, variants, strict=True)
+    ]
+    cpu = summarise(cpu_variants[0], cpu_variants[1:])
+    print_table(f"{title}: CPU (process_time, all threads), per run", baseline[0], cpu)
+    print_table(f"{title}: wall (perf_counter), per run", baseline[0], wall)
+
+
+class Pins:
+    """A registry and a store to record into."""
+
+    def __init__(self, path: Path) -> None:
+        self.types = EventTypeRegistry()
+        self.store = SQLiteEventStore(path, synchronous=SYNCHRONOUS[0])
+
+    def ledger(self) -> PinLedger:
+        return PinLedger(self.store, self.types)
+
+    def replay(self) -> ReplayPins:
+        return ReplayPins.from_events(self.store.read(), self.types)
+
+
+def recording_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int) -> None:
+    """Item 2: `Pinning(PinLedger)` + commit against the bare run (and `PinnedModel(PinLedger)` + commit)."""
+    bare_model = FunctionModel(Scripted(), model_name="scripted")
+    bare = Agent(bare_model, tools=[lookup])
+    pins = Pins(root / "recording.db")
+
+    def bare_run() -> Callable[[], None]:
+        return lambda: loop.run_until_complete(bare.run(PROMPT))
+
+    # Each run's ledger, capability and agent are built before its timed run: what is timed is the run and commit.
+    def capability_run() -> Callable[[], None]:
+        ledger = pins.ledger()
+        agent = Agent(bare_model, tools=[lookup], capabilities=[Pinning(ledger)])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+            ledger.commit()
+
+        return run
+
+    def model_run() -> Callable[[], None]:
+        ledger = pins.ledger()
+        agent = Agent(PinnedModel(bare_model, ledger), tools=[lookup])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+            ledger.commit()
+
+        return run
+
+    clocked_compare(
+        f"Recording one run (synchronous={SYNCHRONOUS[0]})",
+        ("bare FunctionModel (async)", bare_run),
+        [
+            ("record: Pinning + PinLedger, commit()", capability_run, Aim(at_most=1.15)),
+            ("record: PinnedModel + PinLedger, commit()", model_run, None),
+        ],
+        n=n,
+        rounds=rounds,
+    )
+    pins.store.close()
+
+
+def replay_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int) -> None:
+    """Item 3: `Pinning(ReplayPins)` against the bare run; `PinnedModel(ReplayPins)` over a null model against it."""
+    runs = 1 + max(1, n // 4) + rounds * n + max(n, 10)
+    bare = Agent(FunctionModel(Scripted(), model_name="scripted"), tools=[lookup])
+
+    # Each run asks as a run of its own (issue #34): the recordings hold as many runs as are replayed.
+    whole = Pins(root / "capability.db")
+    ledger = whole.ledger()
+    recording = Agent(FunctionModel(Scripted(), model_name="scripted"), tools=[lookup], capabilities=[Pinning(ledger)])
+    first = loop.run_until_complete(recording.run(PROMPT))
+    for _ in range(runs - 1):
+        loop.run_until_complete(recording.run(PROMPT))
+    ledger.commit()
+    capability_fn = Scripted()
+    capability_pins = whole.replay()
+    capability = Agent(
+        FunctionModel(capability_fn, model_name="scripted"), tools=[lookup], capabilities=[Pinning(capability_pins)]
+    )
+    replayed = loop.run_until_complete(capability.run(PROMPT))
+    assert replayed.all_messages_json() == first.all_messages_json(), "the capability's replay is not exact"
+
+    null = NullModel()
+    null_agent = Agent(null, tools=[lookup])
+    models = Pins(root / "model.db")
+    ledger = models.ledger()
+    model_recording = Agent(PinnedModel(NullModel(), ledger), tools=[lookup])
+    expected = loop.run_until_complete(model_recording.run(PROMPT))
+    for _ in range(runs - 1):
+        loop.run_until_complete(model_recording.run(PROMPT))
+    ledger.commit()
+    replay_null = NullModel()
+    pinned = Agent(PinnedModel(replay_null, models.replay()), tools=[lookup])
+    assert loop.run_until_complete(pinned.run(PROMPT)).output == expected.output
+
+    def runner(agent: Agent[None, str]) -> Callable[[], Callable[[], None]]:
+        run: Callable[[], None] = lambda: loop.run_until_complete(agent.run(PROMPT))  # noqa: E731
+        return lambda: run
+
+    clocked_compare(
+        "Replaying one run through the capability",
+        ("bare FunctionModel (async)", runner(bare)),
+        [("replay: Pinning + ReplayPins", runner(capability), Aim(at_most=1.05))],
+        n=n,
+        rounds=rounds,
+    )
+    clocked_compare(
+        "Replaying one run through PinnedModel",
+        ("null model (answers the script, nothing else)", runner(null_agent)),
+        [("replay: PinnedModel(null model) + ReplayPins", runner(pinned), Aim(at_most=1.05))],
+        n=n,
+        rounds=rounds,
+    )
+    assert capability_fn.calls == replay_null.calls == 0, "strict replay reached the model"
+    assert capability_pins.divergence is None
+    whole.store.close()
+    models.store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = options((__doc__ or "").splitlines()[0], rounds=25, synchronous_help="of the pin stores")
+    parser.add_argument("--part", choices=["recording", "replay", "all"], default="all")
+    args = parser.parse_args(argv)
+    rounds = use_options(args)
+    SYNCHRONOUS[0] = args.synchronous
+    n = 2 if args.quick else 8
+    print(f"benchmarks/capability.py  {machine_line()}")
+    print(f"  rounds={rounds}, {n} runs per variant per round, interleaved; pin stores synchronous={args.synchronous}")
+    loop = asyncio.new_event_loop()
+    try:
+        with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
+            if args.part in ("recording", "all"):
+                recording_part(loop, Path(tmp), n=n, rounds=rounds)
+            if args.part in ("replay", "all"):
+                replay_part(loop, Path(tmp), n=n, rounds=rounds)
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()
