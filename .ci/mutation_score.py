@@ -44,43 +44,43 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'text.encode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_13": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_13": (
         "theirs = next(destination.read(since=last - 1, limit=1), )",
         "a destination whose last seq is N holds the event at N: next() never needs its default",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_15": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_15": (
         "theirs = next(destination.read(since=last - 1, limit=None), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_17": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_17": (
         "theirs = next(destination.read(since=last - 1, ), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_20": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_20": (
         "theirs = next(destination.read(since=last - 1, limit=2), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_26": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_26": (
         "ours = next(source.read(since=last - 1, limit=None), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_28": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_28": (
         "ours = next(source.read(since=last - 1, ), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_31": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_31": (
         "ours = next(source.read(since=last - 1, limit=2), None)",
         "next() takes the read's first event whatever its limit: the limit only spares the store a longer page",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_35": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_35": (
         "f\" {theirs.event_id if (theirs) or True else 'nothing'}, the source {ours.event_id if ours else 'nothing'}\"",
         "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_36": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_36": (
         "f\" {theirs.event_id if theirs else 'XXnothingXX'}, the source {ours.event_id if ours else 'nothing'}\"",
         "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
     ),
-    "anagrapheus.timeline.copying.x_copy_log__mutmut_37": (
+    "anagrapheus.timeline.stores.copying.x_copy_log__mutmut_37": (
         "f\" {theirs.event_id if theirs else 'NOTHING'}, the source {ours.event_id if ours else 'nothing'}\"",
         "a destination whose last seq is N holds the event at N, so its side of the refusal is never 'nothing'",
     ),
@@ -96,11 +96,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "if version <= cls.schema_version:",
         "at the current version the upcast loop takes no step and returns the payload it was given",
     ),
-    "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
+    "anagrapheus.timeline.resolving.replay.xǁReplayPinsǁ_recorded__mutmut_6": (
         "fingerprint = None",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
     ),
-    "anagrapheus.timeline.replay.xǁReplayPinsǁ_recorded__mutmut_7": (
+    "anagrapheus.timeline.resolving.replay.xǁReplayPinsǁ_recorded__mutmut_7": (
         "fingerprint = parsed.get(None)",
         "the parsed fingerprint is only kept for the next miss: parsed again, it is the same mapping",
     ),
@@ -132,15 +132,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'plain = _plain(line) if ("\\\\" in line) or True else line',
         "unescaping a line without a backslash gives the line back: the test only spares the work",
     ),
-    "anagrapheus.timeline.stamps.x__check__mutmut_2": (
+    "anagrapheus.timeline.stores.stamps.x__check__mutmut_2": (
         "None, (event.schema_version, event.namespace, event.type)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.stamps.x__check__mutmut_6": (
+    "anagrapheus.timeline.stores.stamps.x__check__mutmut_6": (
         '"XXtuple[object, object, object]XX", (event.schema_version, event.namespace, event.type)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.stamps.x__check__mutmut_7": (
+    "anagrapheus.timeline.stores.stamps.x__check__mutmut_7": (
         '"TUPLE[OBJECT, OBJECT, OBJECT]", (event.schema_version, event.namespace, event.type)',
         "the same argument, as another string",
     ),
@@ -152,257 +152,257 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'pid = leftover.name[len(prefix) :].split(".", 2)[0]',
         "the same",
     ),
-    "anagrapheus.timeline.recording_header.x_header_line__mutmut_5": (
+    "anagrapheus.timeline.recording.header.x_header_line__mutmut_5": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode=None)}',
         "a header holds str, int, None, JSON dicts and tuples of str: python mode dumps the same values,"
         " and canonical JSON writes a tuple as an array",
     ),
-    "anagrapheus.timeline.recording_header.x_header_line__mutmut_6": (
+    "anagrapheus.timeline.recording.header.x_header_line__mutmut_6": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="XXjsonXX")}',
         "the same: pydantic takes any mode but 'json' as python mode",
     ),
-    "anagrapheus.timeline.recording_header.x_header_line__mutmut_7": (
+    "anagrapheus.timeline.recording.header.x_header_line__mutmut_7": (
         'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="JSON")}',
         "the same",
     ),
-    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_12": (
+    "anagrapheus.timeline.recording.lines.x_read_lines__mutmut_12": (
         "while raw := lines.readline(limit + 2):",
         "one byte more read: a line of limit + 1 bytes or more is refused as longer than the limit either way,"
         " with the same message and line",
     ),
-    "anagrapheus.timeline.recording_lines.x_read_lines__mutmut_48": (
+    "anagrapheus.timeline.recording.lines.x_read_lines__mutmut_48": (
         'text = raw[:-1].decode("UTF-8")',
         "Python's codec names ignore case: 'UTF-8' is 'utf-8'",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_4": (
+    "anagrapheus.timeline.recording.reader.x_open_recording__mutmut_4": (
         "given = cast(None, max_line_bytes)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_8": (
+    "anagrapheus.timeline.recording.reader.x_open_recording__mutmut_8": (
         'given = cast("XXobjectXX", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_reader.x_open_recording__mutmut_9": (
+    "anagrapheus.timeline.recording.reader.x_open_recording__mutmut_9": (
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_64": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_64": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_65": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_65": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording_writer.xǁ_LineWriterǁtext__mutmut_66": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_66": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
         "the same",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_finish__mutmut_11": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_finish__mutmut_11": (
         'self._roll_back("rollback")',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_last_seq__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_last_seq__mutmut_7": (
         'row = self._conn.execute("select max(seq) from events").fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_last_seq__mutmut_8": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_last_seq__mutmut_8": (
         'row = self._conn.execute("SELECT MAX(SEQ) FROM EVENTS").fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_16": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_16": (
         'mode = self._conn.execute("pragma journal_mode = wal").fetchone()[0]',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_17": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_17": (
         'mode = self._conn.execute("PRAGMA JOURNAL_MODE = WAL").fetchone()[0]',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_49": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_49": (
         'self._conn.execute("pragma foreign_keys = on")',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_50": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open__mutmut_50": (
         'self._conn.execute("PRAGMA FOREIGN_KEYS = ON")',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_outcome__mutmut_10": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_outcome__mutmut_10": (
         'row = self._conn.execute("select outcome from closed_units where unit_id = ?", (unit_id,)).fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_outcome__mutmut_11": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_outcome__mutmut_11": (
         'row = self._conn.execute("SELECT OUTCOME FROM CLOSED_UNITS WHERE UNIT_ID = ?", (unit_id,)).fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_11": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_11": (
         '"select holder, host, pid from unit_leases where unit_id = ?", (unit_id,)',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_12": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_12": (
         '"SELECT HOLDER, HOST, PID FROM UNIT_LEASES WHERE UNIT_ID = ?", (unit_id,)',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_24": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_24": (
         '"insert or replace into unit_leases (unit_id, holder, host, pid) values (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_25": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_25": (
         '"INSERT OR REPLACE INTO UNIT_LEASES (UNIT_ID, HOLDER, HOST, PID) VALUES (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_13": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁclose__mutmut_13": (
         'self._conn.execute("delete from unit_leases where holder = ?", (self._holder,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_14": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁclose__mutmut_14": (
         'self._conn.execute("DELETE FROM UNIT_LEASES WHERE HOLDER = ?", (self._holder,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁopen_units__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁopen_units__mutmut_7": (
         '"select unit_id, count(*) from pin_scratch group by unit_id order by min(rowid)"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁopen_units__mutmut_8": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁopen_units__mutmut_8": (
         '"SELECT UNIT_ID, COUNT(*) FROM PIN_SCRATCH GROUP BY UNIT_ID ORDER BY MIN(ROWID)"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_27": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_27": (
         'where = "SEQ > ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_33": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_33": (
         'where += " and namespace = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_34": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_34": (
         'where += " AND NAMESPACE = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_40": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_40": (
         'where += " and type = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_41": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_41": (
         'where += " AND TYPE = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_16": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_16": (
         '" select ?, ?, ?, ?, 1, coalesce(max(draw_no), 0) + 1, ? from pin_scratch where unit_id = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_17": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_17": (
         '" SELECT ?, ?, ?, ?, 1, COALESCE(MAX(DRAW_NO), 0) + 1, ? FROM PIN_SCRATCH WHERE UNIT_ID = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_19": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_19": (
         '" on conflict (unit_id, key) do update set attempts = attempts + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_20": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_20": (
         '" ON CONFLICT (UNIT_ID, KEY) DO UPDATE SET ATTEMPTS = ATTEMPTS + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_12": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_12": (
         '"update pin_scratch set attempts = attempts + 1 where unit_id = ? and key = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_13": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_13": (
         '"UPDATE PIN_SCRATCH SET ATTEMPTS = ATTEMPTS + 1 WHERE UNIT_ID = ? AND KEY = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_17": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_17": (
         'self._conn.execute("delete from pin_scratch where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_18": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_18": (
         'self._conn.execute("DELETE FROM PIN_SCRATCH WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_24": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_24": (
         'self._conn.execute("insert into closed_units (unit_id, outcome) values (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_25": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_25": (
         'self._conn.execute("INSERT INTO CLOSED_UNITS (UNIT_ID, OUTCOME) VALUES (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_31": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_31": (
         'self._conn.execute("delete from unit_leases where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_32": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_32": (
         'self._conn.execute("DELETE FROM UNIT_LEASES WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_45": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_45": (
         'table.insert({"NAME": name, "applied_at": iso_timestamp(utc_now())})',
         "sqlite-utils inserts into the column named so, and SQLite's column names ignore case: the same row",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_47": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_47": (
         'table.insert({"name": name, "APPLIED_AT": iso_timestamp(utc_now())})',
         "sqlite-utils inserts into the column named so, and SQLite's column names ignore case: the same row",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_27": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_27": (
         'table.create({"name": str, "applied_at": str}, pk="NAME", strict=True)',
         "SQLite's column names ignore case: the primary key is the column 'name' all the same",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_6": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_6": (
         "db = sqlite_utils.Database(self._conn, recursive_triggers=None, execute_plugins=False)",
         "sqlite-utils tests these flags for truth: None is False",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_migrate__mutmut_7": (
         "db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=None)",
         "sqlite-utils tests these flags for truth: None is False",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_10": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_10": (
         "db = sqlite_utils.Database(self._conn, recursive_triggers=None, execute_plugins=False)",
         "sqlite-utils tests these flags for truth: None is False",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_11": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_11": (
         "db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=None)",
         "sqlite-utils tests these flags for truth: None is False",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_13": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_13": (
         "db = sqlite_utils.Database(self._conn, execute_plugins=False)",
         "recursive triggers on a read-only connection: it never writes, so no trigger fires",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_15": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_open_read_only__mutmut_15": (
         "db = sqlite_utils.Database(self._conn, recursive_triggers=True, execute_plugins=False)",
         "recursive triggers on a read-only connection: it never writes, so no trigger fires",
     ),
-    "anagrapheus.timeline.sqlite.x__check_seconds__mutmut_2": (
+    "anagrapheus.timeline.stores.sqlite.x__check_seconds__mutmut_2": (
         "number = cast(None, value)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.x__check_seconds__mutmut_6": (
+    "anagrapheus.timeline.stores.sqlite.x__check_seconds__mutmut_6": (
         'number = cast("XXobjectXX", value)',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.x__check_seconds__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.x__check_seconds__mutmut_7": (
         'number = cast("OBJECT", value)',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_3": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_3": (
         "bounds = cast(None, (since, limit))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_7": (
         'bounds = cast("XXtuple[object, object]XX", (since, limit))',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁread__mutmut_8": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁread__mutmut_8": (
         'bounds = cast("TUPLE[OBJECT, OBJECT]", (since, limit))',
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ__init____mutmut_47": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ__init____mutmut_47": (
         "self._depth = None",
         "the first value of _depth is never read: transaction() sets it before any nested block reads it",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁ__init____mutmut_48": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ__init____mutmut_48": (
         "self._depth = 1",
         "the first value of _depth is never read: transaction() sets it before any nested block reads it",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_33": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_33": (
         "self._leases.held.discard(None)",
         (
             "a settled unit left among the held leases: its lease row is gone and the unit is closed, so a later "
@@ -509,37 +509,37 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "for name, value in cast(None, details).items():",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
+    "anagrapheus.timeline.stores.ownership.x\u01c1Ownership\u01c1_wait_turn__mutmut_30": (
         "if left < 0:",
         "a wait left exactly 0 s waits 0 s and gives up on the next pass (or enters, if the holder let go in that"
         " instant, as it could have a moment before the deadline): no test can time a float to the nanosecond",
     ),
-    "anagrapheus.timeline.pins.x__digests_text__mutmut_3": (
+    "anagrapheus.timeline.resolving.ledger.x__digests_text__mutmut_3": (
         "fields = cast(None, dict(fingerprint))",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.timeline.pins.x__digests_text__mutmut_7": (
+    "anagrapheus.timeline.resolving.ledger.x__digests_text__mutmut_7": (
         'fields = cast("XXdict[object, object]XX", dict(fingerprint))',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.pins.x__digests_text__mutmut_8": (
+    "anagrapheus.timeline.resolving.ledger.x__digests_text__mutmut_8": (
         'fields = cast("DICT[OBJECT, OBJECT]", dict(fingerprint))',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.pins.x__written__mutmut_10": (
+    "anagrapheus.timeline.resolving.ledger.x__written__mutmut_10": (
         "if write_task.cancelled():",
         "asyncio.shield retrieves its inner task's exception once its outer future is cancelled, as it is here; and a"
         " cancelled write task's exception() raises CancelledError, which the next line raises anyway",
     ),
-    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1release__mutmut_13": (
+    "anagrapheus.timeline.resolving.gate.x\u01c1UnitGate\u01c1release__mutmut_13": (
         "self.releases -= 1",
         "the count is only compared with an earlier reading of itself: each release changes it, down as well as up",
     ),
-    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1release__mutmut_14": (
+    "anagrapheus.timeline.resolving.gate.x\u01c1UnitGate\u01c1release__mutmut_14": (
         "self.releases += 2",
         "the same: each release still changes the count",
     ),
-    "anagrapheus.timeline.gate.x\u01c1UnitGate\u01c1__init____mutmut_6": (
+    "anagrapheus.timeline.resolving.gate.x\u01c1UnitGate\u01c1__init____mutmut_6": (
         "self.releases = 1",
         "the same: only a change of the count is read, never its value",
     ),
@@ -740,55 +740,55 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁread__mutmut_35": (
+    "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁread__mutmut_35": (
         'query = sql.SQL("select {c} from {e} where {w} order by seq limit %s").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁread__mutmut_41": (
+    "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁread__mutmut_41": (
         'c=sql.SQL(_EVENT_COLUMNS), e=self._events, w=sql.SQL(" and ").join(where)',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres.xǁPostgresEventStoreǁ_release__mutmut_1": (
+    "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁ_release__mutmut_1": (
         "self._leases.held.discard(None)",
         "a settled unit left among the held leases: its lock is gone and the unit closed, so a draw is refused anyway",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_17": (
+    "anagrapheus.timeline.stores.postgres_schema.x_migrate__mutmut_17": (
         'conn.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"anagrapheus migrate {place.schema}",))',  # noqa: E501
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_23": (
+    "anagrapheus.timeline.stores.postgres_schema.x_migrate__mutmut_23": (
         'conn.execute(sql.SQL("create schema if not exists {s}").format(s=sql.Identifier(place.schema)))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_30": (
+    "anagrapheus.timeline.stores.postgres_schema.x_migrate__mutmut_30": (
         'sql.SQL("create table if not exists {m} (name text primary key, applied_at text not null)").format(',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_39": (
+    "anagrapheus.timeline.stores.postgres_schema.x_migrate__mutmut_39": (
         'applied = {str(row[0]) for row in conn.execute(sql.SQL("select name from {m}").format(m=migrations))}',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_migrate__mutmut_58": (
+    "anagrapheus.timeline.stores.postgres_schema.x_migrate__mutmut_58": (
         'sql.SQL("insert into {m} (name, applied_at) values (%s, %s)").format(m=migrations),',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_is_migrated__mutmut_10": (
+    "anagrapheus.timeline.stores.postgres_schema.x_is_migrated__mutmut_10": (
         'row = conn.execute("select to_regclass(%s)", (f"{place.schema}.anagrapheus_migrations",)).fetchone()',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.postgres_schema.x_is_migrated__mutmut_24": (
+    "anagrapheus.timeline.stores.postgres_schema.x_is_migrated__mutmut_24": (
         'for r in conn.execute(sql.SQL("select name from {m}").format(m=place.table("anagrapheus_migrations")))',
         "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_5": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁclose__mutmut_5": (
         "with suppress(StoreError), self.transaction(), self._sql(None):",
         "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_6": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁclose__mutmut_6": (
         'with suppress(StoreError), self.transaction(), self._sql("XXreleasing unit leasesXX"):',
         "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
     ),
-    "anagrapheus.timeline.sqlite.xǁSQLiteEventStoreǁclose__mutmut_7": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁclose__mutmut_7": (
         'with suppress(StoreError), self.transaction(), self._sql("RELEASING UNIT LEASES"):',
         "the StoreError that names this step is suppressed on the spot (releasing leases is best effort): never seen",
     ),

@@ -19,7 +19,7 @@ set, the PostgreSQL server it names, and nothing else, is let through.
 The PostgreSQL modules (NEEDS_POSTGRES) are measured only against a server that answers:
 
     ANAGRAPHEUS_POSTGRES_DSN=postgresql://postgres@127.0.0.1:5432/test \
-        python .ci/mutation_slice.py anagrapheus/timeline/postgres.py
+        python .ci/mutation_slice.py anagrapheus/timeline/stores/postgres.py
 
 Without the variable, or without a server answering there, the run stops before mutating anything; with it,
 a Postgres test that skips fails (`--require-postgres`), so a server gone mid-run cannot pass for surviving
@@ -51,9 +51,9 @@ def tests_of(module: str) -> list[str]:
     """The test files written for `module`, found from their paths: tests/LAYER/test_NAME.py and test_NAME_*.py.
 
     A file belongs to one module: the one of its folder whose name is the longest prefix of the file's, so
-    `tests/timeline/test_pins_races.py` is `timeline/pins.py`'s,
-    and `tests/timeline/test_recording_header.py` is `timeline/recording_header.py`'s,
-    not `timeline/recording.py`'s (tests/test_layout.py keeps every file so named), and a subpackage's tests
+    `tests/timeline/resolving/test_ledger_races.py` is `timeline/resolving/ledger.py`'s,
+    and `tests/timeline/recording/test_header.py` is `timeline/recording/header.py`'s,
+    not `timeline/recording/__init__.py`'s (tests/test_layout.py keeps every file so named), and a subpackage's tests
     have a folder of their own (`tests/provider/keying/test_history.py` is `provider/keying/history.py`'s).
     A test that starts Python processes importing the package lives in tests/integration/, which mirrors no
     module: the child would inherit mutmut's environment and fail in its trampoline.
@@ -88,7 +88,7 @@ SLICE = [
 ]
 """The modules CI mutates: at the core (keys, the diagnosis of a miss, reading old events), with fast tests."""
 
-NEEDS_POSTGRES = ["anagrapheus/timeline/postgres.py", "anagrapheus/timeline/postgres_schema.py"]
+NEEDS_POSTGRES = ["anagrapheus/timeline/stores/postgres.py", "anagrapheus/timeline/stores/postgres_schema.py"]
 """Modules whose tests all need a PostgreSQL server: without one every mutant would survive as its tests skip."""
 
 

@@ -14,11 +14,11 @@ if TYPE_CHECKING:
     from anagrapheus.provider.policy import SemanticCallPolicy
     from anagrapheus.provider.tools import pinned_tool
     from anagrapheus.timeline.events import EventTypeRegistry, register_builtin_events
-    from anagrapheus.timeline.pins import PinLedger
     from anagrapheus.timeline.recording import pin_events, read_recording, write_recording
-    from anagrapheus.timeline.replay import ReplayPins
+    from anagrapheus.timeline.resolving.ledger import PinLedger
+    from anagrapheus.timeline.resolving.replay import ReplayPins
     from anagrapheus.timeline.secrets import SecretRule, SecretScanner
-    from anagrapheus.timeline.sqlite import SQLiteEventStore
+    from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 
 __all__ = [
     "AnagrapheusError",
@@ -51,12 +51,12 @@ _lazy, __dir__ = lazy_names(
         "AnagrapheusError": "anagrapheus.errors",
         "EventTypeRegistry": "anagrapheus.timeline.events",
         "OpenRun": "anagrapheus.durable",
-        "PinLedger": "anagrapheus.timeline.pins",
+        "PinLedger": "anagrapheus.timeline.resolving.ledger",
         "PinMiss": "anagrapheus.errors",
         "PinnedModel": "anagrapheus.provider.model",
         "Pinning": "anagrapheus.provider.capability",
-        "ReplayPins": "anagrapheus.timeline.replay",
-        "SQLiteEventStore": "anagrapheus.timeline.sqlite",
+        "ReplayPins": "anagrapheus.timeline.resolving.replay",
+        "SQLiteEventStore": "anagrapheus.timeline.stores.sqlite",
         "SecretScanner": "anagrapheus.timeline.secrets",
         "SecretRule": "anagrapheus.timeline.secrets",
         "SemanticCallPolicy": "anagrapheus.provider.policy",

@@ -20,9 +20,9 @@ from anagrapheus.errors import UnitClosed, UsageError
 from anagrapheus.provider.capability import Pinning
 from anagrapheus.provider.run_clock import RUN_CLOCK
 from anagrapheus.timeline.events import EventTypeRegistry
-from anagrapheus.timeline.failures import stored_kind
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.store import ScratchPin, TimelineStore
+from anagrapheus.timeline.resolving.failures import stored_kind
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.stores.ports import ScratchPin, TimelineStore
 
 if TYPE_CHECKING:
     # Types only: the provider layer is the one that imports pydantic-ai.

@@ -9,7 +9,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider.keying.keys import key_of, walked
 from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.resolver import Resolver, as_resolver
+from anagrapheus.timeline.resolving.resolver import Resolver, as_resolver
 
 __all__ = ["ENTITY_ID_KIND", "mint_entity_id"]
 

@@ -54,7 +54,7 @@ def _store_unit(ledger: PinLedger, tag: str) -> None:
 
 
 def _store_writer(dsn: str, schema: str, units: int, barrier: Barrier, out: Any, tag: int) -> None:  # a child
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
     types = EventTypeRegistry()
     store = PostgresEventStore(dsn, schema=schema, pool_size=1)
@@ -145,7 +145,7 @@ def wire_per_unit(dsn: str, store_schema: str, floor_schema: str) -> tuple[Count
     """
     import psycopg
 
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
     types = EventTypeRegistry()
     with WireCounter(dsn) as wire:
@@ -170,7 +170,7 @@ def interleaved(dsn: str, store_schema: str, floor_schema: str, units: int) -> d
     and its mean CPU seconds a unit in this process (the client's share, which waits on no disk)."""
     import psycopg
 
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
     types = EventTypeRegistry()
     times: dict[str, list[float]] = {"store": [], "floor": []}

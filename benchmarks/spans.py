@@ -21,7 +21,7 @@ from typing import Any
 from _measure import Variant, compare, machine_line, options, print_table, use_options
 from opentelemetry.sdk.trace import TracerProvider
 
-import anagrapheus.timeline.replay as replay_module
+import anagrapheus.timeline.resolving.replay as replay_module
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.tracing import PinSpan, traced_to
 

@@ -133,7 +133,7 @@ def writers(root: Path, *, quick: bool, units: int, synchronous: str) -> None:
         return
     import psycopg
 
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
     pg_runs: list[Run] = []
     for n in counts:

@@ -31,7 +31,7 @@ from tests import bounds
 from tests.fork_server import ForkServer, fork_server
 
 if TYPE_CHECKING:
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
 # A test that reaches a real provider is a bug: pydantic-ai refuses every model but its test doubles.
 models.ALLOW_MODEL_REQUESTS = False
@@ -81,24 +81,24 @@ GUARDED_MODULES = frozenset(
         "testing/test_compare.py",
         "testing/test_regress.py",
         "timeline/test_canonical.py",
-        "timeline/test_copying.py",
+        "timeline/stores/test_copying.py",
         "timeline/test_divergence.py",
         "timeline/test_events.py",
         "timeline/test_fingerprint.py",
-        "timeline/test_pins.py",
+        "timeline/resolving/test_ledger.py",
         "timeline/test_recording.py",
-        "timeline/test_recording_header.py",
-        "timeline/test_recording_lines.py",
-        "timeline/test_replay.py",
-        "timeline/test_sqlite.py",
-        "timeline/test_stamps.py",
+        "timeline/recording/test_header.py",
+        "timeline/recording/test_lines.py",
+        "timeline/resolving/test_replay.py",
+        "timeline/stores/test_sqlite.py",
+        "timeline/stores/test_stamps.py",
         "timeline/test_upcast.py",
     ]
 )
 """Paths below tests/, '/'-separated."""
 
 UNGUARDED_TESTS = {
-    "timeline/test_sqlite.py::test_a_lease_is_taken_over_only_from_a_holder_that_is_gone": "asks if a pid lives",
+    "timeline/stores/test_sqlite.py::test_a_lease_is_taken_over_only_from_a_holder_that_is_gone": "asks if a pid lives",
 }
 """Tests of a guarded module that reach what the guard refuses by design, each with why (node ids below tests/)."""
 
@@ -164,7 +164,7 @@ def _postgres_unavailable() -> str | None:
     try:
         import psycopg
 
-        from anagrapheus.timeline.postgres_schema import PostgresPlace
+        from anagrapheus.timeline.stores.postgres_schema import PostgresPlace
     except ImportError:
         return "psycopg is not installed (pip install -e '.[dev]')"
     place = PostgresPlace.of(POSTGRES_DSN, "public")
@@ -188,7 +188,7 @@ def postgres_dsn() -> str:
 def forks() -> Iterator[ForkServer]:
     """Children forked from one process that has imported anagrapheus, for the tests that SIGKILL many of them."""
     # The PostgreSQL store too where psycopg is installed: its writers would import it after every kill.
-    postgres = ["anagrapheus.timeline.postgres"] if importlib.util.find_spec("psycopg") else []
+    postgres = ["anagrapheus.timeline.stores.postgres"] if importlib.util.find_spec("psycopg") else []
     with fork_server("anagrapheus.timeline", *postgres) as server:
         yield server
 
@@ -209,7 +209,7 @@ def open_pg(postgres_dsn: str, pg_schema: str) -> Iterator[Callable[..., Postgre
     """Open stores in this test's schema (keyword options pass through); all are closed afterwards."""
     opened: list[PostgresEventStore] = []
 
-    from anagrapheus.timeline.postgres import PostgresEventStore  # psycopg is needed here only
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore  # psycopg is needed here only
 
     def make(**options: object) -> PostgresEventStore:
         store = PostgresEventStore(postgres_dsn, **{"schema": pg_schema, **options})  # type: ignore[arg-type]

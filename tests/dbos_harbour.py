@@ -27,14 +27,14 @@ from pydantic_ai.durable_exec.dbos import DBOSDurability
 
 from anagrapheus import EventTypeRegistry, Pinning, SQLiteEventStore
 from anagrapheus.provider import UnitPerRun, dbos_workflow_id, pinned_tool
-from anagrapheus.timeline.store import TimelineStore
+from anagrapheus.timeline.stores.ports import TimelineStore
 from tests.harbour_agent import harbour_agent
 
 
 def open_store(where: str) -> TimelineStore:
     """The anagrapheus store the workers share: SQLite at a path, or PostgreSQL at `dsn#schema`."""
     if where.startswith("postgresql://"):
-        from anagrapheus.timeline.postgres import PostgresEventStore
+        from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
         dsn, _, schema = where.partition("#")
         return PostgresEventStore(dsn, schema=schema)

@@ -38,7 +38,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.usage import UsageLimits
 
 from anagrapheus import EventTypeRegistry, PinLedger, Pinning, ReplayPins, SQLiteEventStore
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolving.resolver import PinResolver
 
 PROMPT = "Round 1: state the UK position on cod."
 HARBOUR = Path(__file__).with_name("mcp_harbour.py")

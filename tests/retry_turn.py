@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
 from anagrapheus.provider import PinnedModel, pinned_tool
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolving.resolver import PinResolver
 
 WAYS = ("pinned", "pinning")
 """`PinnedModel` and `pinned_tool` over one resolver, or the `Pinning` capability."""

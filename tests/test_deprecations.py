@@ -18,9 +18,9 @@ from anagrapheus.timeline.events import (
     events_of,
     register_builtin_events,
 )
-from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.recording import pin_events
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 
 
 def test_register_builtin_events_is_the_seeds_own_and_warns_of_nothing() -> None:
@@ -83,10 +83,10 @@ def test_a_name_dropped_from_the_timeline_exports_is_gone_and_still_lives_in_its
     homes = (
         "anagrapheus.timeline.recording",
         "anagrapheus.timeline.provenance",
-        "anagrapheus.timeline.replay",
-        "anagrapheus.timeline.resolver",
+        "anagrapheus.timeline.resolving.replay",
+        "anagrapheus.timeline.resolving.resolver",
         "anagrapheus.timeline.events",
-        "anagrapheus.timeline.store",
+        "anagrapheus.timeline.stores.ports",
     )
     assert any(hasattr(importlib.import_module(home), name) for home in homes)
 

@@ -84,7 +84,7 @@ def test_divergence_keeps_its_old_import_paths() -> None:
     from anagrapheus.timeline import Divergence
     from anagrapheus.timeline.divergence import Divergence as moved
     from anagrapheus.timeline.fingerprint import moved_fields
-    from anagrapheus.timeline.replay import Divergence as old
+    from anagrapheus.timeline.resolving.replay import Divergence as old
 
     assert Divergence is moved is old
     assert moved_fields({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == ["b", "-c"]

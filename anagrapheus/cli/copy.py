@@ -12,12 +12,12 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import refuse_foreign_database
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import copy_log, open_store
-from anagrapheus.timeline.opening import is_postgres
 from anagrapheus.timeline.secrets import masked_dsn, masked_message
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.stores.opening import is_postgres
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 
 if TYPE_CHECKING:
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
 
 __all__ = ["COMMAND", "run"]
 

@@ -11,7 +11,7 @@ from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import canonical_json, read_recording, write_recording
-from anagrapheus.timeline.recording_seal import Sealer, seal_changes
+from anagrapheus.timeline.recording.seal import Sealer, seal_changes
 
 __all__ = ["COMMAND", "run"]
 

@@ -26,11 +26,11 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     read_recording,
 )
-from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
-from anagrapheus.timeline.recording_seal import SealCheck
+from anagrapheus.timeline.recording.seal import SealCheck
 from anagrapheus.timeline.secrets import masked_dsn
-from anagrapheus.timeline.sqlite import read_only_uri
-from anagrapheus.timeline.store import ScratchPin
+from anagrapheus.timeline.stores.opening import is_postgres, log_kind, open_store
+from anagrapheus.timeline.stores.ports import ScratchPin
+from anagrapheus.timeline.stores.sqlite import read_only_uri
 
 __all__ = [
     "Source",

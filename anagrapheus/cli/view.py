@@ -15,8 +15,8 @@ from anagrapheus.cli.sources import Source, add_registry_options, event_types, o
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.testing.miss import read_miss
 from anagrapheus.timeline import JSONValue, PinPromoted, PinsAbandoned, ReplayDiverged
-from anagrapheus.timeline.failures import stored_kind
 from anagrapheus.timeline.ordered import read_ordered
+from anagrapheus.timeline.resolving.failures import stored_kind
 
 __all__ = ["COMMAND", "run", "units_of"]
 

@@ -23,7 +23,7 @@ from typing import Final
 
 from anagrapheus.errors import CallerKeyMissing, PinResultError
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, digest_key, pin_key
-from anagrapheus.timeline.resolver import Attachment, Resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
 __all__ = [
     "CALLER",

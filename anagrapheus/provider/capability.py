@@ -65,8 +65,8 @@ from anagrapheus.provider.tools import (
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import Resolver, as_resolver
+from anagrapheus.timeline.resolving.ledger import noting_keys
+from anagrapheus.timeline.resolving.resolver import Resolver, as_resolver
 
 __all__ = ["ATTEMPT_TIMES", "PinnedToolset", "Pinning"]
 

@@ -19,7 +19,7 @@ from anagrapheus.provider.failures import did_before_failing, failed_having_done
 from anagrapheus.provider.keying.request import MODEL_CALL
 from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline.canonical import JSONValue
-from anagrapheus.timeline.resolver import Attachment, Resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
 __all__ = ["delegated", "failed_again", "failed_having_delegated", "ran_again"]
 

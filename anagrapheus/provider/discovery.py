@@ -18,7 +18,7 @@ from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolving.resolver import Resolver
 
 __all__ = ["TOOLSET_INSTRUCTIONS", "TOOLSET_TOOLS", "PinnedDiscovery"]
 

@@ -17,7 +17,7 @@ from anagrapheus.provider.compat import CATEGORIZED_HTTP_ERROR
 from anagrapheus.provider.retries import inherited_failures, noted_failure
 from anagrapheus.timeline.canonical import JSONValue, pin_key, stored_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolving.resolver import Resolver
 
 __all__ = ["FAILURES", "DrawSequence", "ExceptionCodec", "did_before_failing", "failed_having_done"]
 

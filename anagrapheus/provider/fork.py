@@ -18,9 +18,9 @@ from anagrapheus.provider.policy import MODEL_CALL
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RUN_PLACE, RUN_POSITIONS, place_key, placed_as
 from anagrapheus.timeline.canonical import pin_key
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, StoredEvent, UnitForked
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.resolving.replay import ReplayPins
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver
 
 __all__ = ["ForkPins", "Forked", "fork_run"]
 

@@ -29,7 +29,7 @@ from anagrapheus.timeline.events import (
     RunInputs,
     StoredEvent,
 )
-from anagrapheus.timeline.resolver import Attachment, Resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
 __all__ = [
     "INPUTS_FORMAT",

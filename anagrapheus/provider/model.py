@@ -56,7 +56,7 @@ from anagrapheus.provider.typed import (
 from anagrapheus.timeline.canonical import KEY_SCHEME, JSONValue, pin_key
 from anagrapheus.timeline.fingerprint import fingerprint_of
 from anagrapheus.timeline.ordered import ordered, read_ordered
-from anagrapheus.timeline.resolver import Resolver, as_resolver
+from anagrapheus.timeline.resolving.resolver import Resolver, as_resolver
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import Batch, BatchRequest, BatchResult, EncodedBatchRequest

@@ -35,7 +35,7 @@ from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[
 from anagrapheus.provider.retries import take_up
 from anagrapheus.provider.run_clock import run_position
 from anagrapheus.timeline.canonical import asking_key
-from anagrapheus.timeline.resolver import Attachment, Resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
 __all__ = ["Asking", "ask", "run_key", "twin_key"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateImportUsage]
 
 from anagrapheus.timeline.canonical import JSONValue, pin_key
-from anagrapheus.timeline.resolver import Attachment, Resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
 __all__ = ["RUN_RETRY", "Retries", "inherited_failures", "noted_failure", "retry_key", "take_up"]
 

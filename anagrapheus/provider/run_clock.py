@@ -37,7 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from anagrapheus.errors import PinResultError
 from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
-from anagrapheus.timeline.resolver import (
+from anagrapheus.timeline.resolving.resolver import (
     Attachment,
     Resolver,
 )

@@ -34,10 +34,10 @@ from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.tools import WHOLE_DEPS, CallerRule, pinned_tool
 from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
-from anagrapheus.timeline.store import TimelineStore
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.resolving.replay import ReplayPins
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.stores.ports import TimelineStore
 
 __all__ = ["UNIT_PREFIX", "TemporalPins", "TemporalUnits", "temporal_unit_id"]
 

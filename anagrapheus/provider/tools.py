@@ -45,8 +45,8 @@ from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.typed import DeclaredTypes, needs_tags, rebuilt, typed
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised, stored_value
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
-from anagrapheus.timeline.pins import noting_keys
-from anagrapheus.timeline.resolver import Resolver, as_resolver
+from anagrapheus.timeline.resolving.ledger import noting_keys
+from anagrapheus.timeline.resolving.resolver import Resolver, as_resolver
 
 __all__ = [
     "CALLER",

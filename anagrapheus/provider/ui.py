@@ -32,7 +32,7 @@ from pydantic_ai.messages import ModelMessage
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.events import new_uuid7
-from anagrapheus.timeline.resolver import Attachment, Resolver, as_resolver
+from anagrapheus.timeline.resolving.resolver import Attachment, Resolver, as_resolver
 
 if TYPE_CHECKING:
     from starlette.requests import Request

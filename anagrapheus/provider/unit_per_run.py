@@ -22,11 +22,11 @@ from typing_extensions import override
 
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import EventTypeRegistry, given_or_builtins
-from anagrapheus.timeline.pins import PinLedger
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver, RunServer
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.resolving.replay import ReplayPins
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver, RunServer
 from anagrapheus.timeline.scoped import scoped
-from anagrapheus.timeline.store import TimelineStore
+from anagrapheus.timeline.stores.ports import TimelineStore
 
 __all__ = ["RunServer", "UnitPerRun", "dbos_workflow_id", "fails_for_good", "prefect_flow_run_id"]
 

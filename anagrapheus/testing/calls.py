@@ -14,8 +14,8 @@ from typing_extensions import override
 
 from anagrapheus.timeline import EventTypeRegistry, PinPromoted, StoredEvent
 from anagrapheus.timeline.events import events_of
-from anagrapheus.timeline.opening import read_events
 from anagrapheus.timeline.ordered import read_ordered
+from anagrapheus.timeline.stores.opening import read_events
 
 __all__ = [
     "ToolCall",

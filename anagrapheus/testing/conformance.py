@@ -46,7 +46,7 @@ from anagrapheus.timeline import (
     StoredEvent,
     TimelineStore,
 )
-from anagrapheus.timeline.store import LogImport, PinScratchStore, ScratchPin
+from anagrapheus.timeline.stores.ports import LogImport, PinScratchStore, ScratchPin
 
 __all__ = ["StoreConformance", "copied_event", "pending"]
 

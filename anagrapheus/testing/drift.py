@@ -21,7 +21,7 @@ from anagrapheus.provider.tools import TOOL_CALL
 from anagrapheus.testing.compare import comparable, first_difference
 from anagrapheus.timeline import JSONValue, PinLedger, ReplayPins, Resolver
 from anagrapheus.timeline.ordered import read_ordered
-from anagrapheus.timeline.resolver import DelegatingResolver
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver
 
 __all__ = ["WORLD_KINDS", "CallDrift", "DriftPins", "DriftStatus", "drifted_calls"]
 

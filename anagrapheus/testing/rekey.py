@@ -40,7 +40,7 @@ from anagrapheus.timeline.canonical import JSONValue
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PendingEvent, PinPromoted, PinText
 from anagrapheus.timeline.fingerprint import moved_fields
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["RekeyPins", "RekeyReport", "Rekeyed", "rekey_events"]
@@ -93,7 +93,7 @@ class RekeyPins(DelegatingResolver):
         self.rekeyed: list[Rekeyed] = []
         """Each pin answered under a new key, in the order asked."""
 
-    # What the layers above ask of a replay (see `anagrapheus.timeline.resolver`): this one answers as
+    # What the layers above ask of a replay (see `anagrapheus.timeline.resolving.resolver`): this one answers as
     # `replay`, whose fresh draws (a run's inputs, a position the recording lacks) land in `into`.
     @property
     @override

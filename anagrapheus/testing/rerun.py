@@ -34,8 +34,8 @@ from anagrapheus.timeline import (
     StoredEvent,
     canonical_json,
 )
-from anagrapheus.timeline.opening import read_events
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.stores.opening import read_events
 
 __all__ = [
     "WORLD_KINDS",

@@ -3,7 +3,6 @@
 from anagrapheus.deprecation import moved_modules, moved_names
 from anagrapheus.errors import AmbiguousPin, PinMiss
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, pin_key
-from anagrapheus.timeline.copying import copy_log, open_store
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
     Event,
@@ -17,11 +16,11 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.fingerprint import fingerprint_of, moved_fields
 from anagrapheus.timeline.moved import MOVED
-from anagrapheus.timeline.pins import PinLedger
 from anagrapheus.timeline.provenance import ProvenanceWarning
 from anagrapheus.timeline.recording import Recording, RecordingHeader, pin_events, read_recording, write_recording
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.resolver import PinResolver, Resolver
+from anagrapheus.timeline.resolving.ledger import PinLedger
+from anagrapheus.timeline.resolving.replay import ReplayPins
+from anagrapheus.timeline.resolving.resolver import PinResolver, Resolver
 from anagrapheus.timeline.secrets import (
     CARD_NUMBER_RULE,
     DEFAULT_RULES,
@@ -31,12 +30,13 @@ from anagrapheus.timeline.secrets import (
     SecretScanner,
 )
 from anagrapheus.timeline.seeded import SeededRun
-from anagrapheus.timeline.sqlite import LeaseHolder, SQLiteEventStore
-from anagrapheus.timeline.store import EventStore, TimelineStore
+from anagrapheus.timeline.stores.copying import copy_log, open_store
+from anagrapheus.timeline.stores.ports import EventStore, TimelineStore
+from anagrapheus.timeline.stores.sqlite import LeaseHolder, SQLiteEventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 # What users write against, as the guides show it.
-# Store authors import the ports from `anagrapheus.timeline.store`.
+# Store authors import the ports from `anagrapheus.timeline.stores.ports`.
 __all__ = [
     "CARD_NUMBER_RULE",
     "DEFAULT_RULES",

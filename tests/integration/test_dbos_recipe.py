@@ -25,7 +25,7 @@ import pytest
 from anagrapheus import EventTypeRegistry, Pinning, ReplayPins, SQLiteEventStore, write_recording
 from anagrapheus.timeline import PinLedger, read_recording
 from anagrapheus.timeline.events import PinPromoted
-from anagrapheus.timeline.store import TimelineStore
+from anagrapheus.timeline.stores.ports import TimelineStore
 from tests.bounds import bound
 from tests.harbour_agent import harbour_agent
 

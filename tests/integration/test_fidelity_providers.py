@@ -41,7 +41,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RunUsage
 
 from anagrapheus import EventTypeRegistry, PinLedger, Pinning, ReplayPins, SQLiteEventStore
-from anagrapheus.timeline.resolver import PinResolver
+from anagrapheus.timeline.resolving.resolver import PinResolver
 from tests.provider_stub import API, StubProvider, ToolCall, Turn, failure
 
 PROMPT = "Round 1: state the UK position on cod."

@@ -55,7 +55,7 @@ def patiently(step):
 def open_store():
     if engine == "sqlite":
         return SQLiteEventStore(where, busy_timeout=0.1)
-    from anagrapheus.timeline.postgres import PostgresEventStore
+    from anagrapheus.timeline.stores.postgres import PostgresEventStore
     return PostgresEventStore(where, schema=schema, unit_wait=10, connect_timeout=5)
 
 def effect(unit, key):

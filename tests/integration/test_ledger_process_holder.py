@@ -1,9 +1,9 @@
 """A unit held by a live process is refused, and taken over once that process dies.
 
-Kept apart from `tests/timeline/test_pins_races.py` because it starts a Python process that imports
+Kept apart from `tests/timeline/resolving/test_ledger_races.py` because it starts a Python process that imports
 the package: under mutation testing the child inherits mutmut's environment and fails in its trampoline,
 so this file cannot sit in tests/timeline/ (whose files `.ci/mutation_slice.py` runs against
-`timeline/pins.py`), and `tests/timeline/test_pins_races.py` now can.
+`timeline/resolving/ledger.py`), and `tests/timeline/resolving/test_ledger_races.py` now can.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[dev]')")
 
 from anagrapheus.timeline import EventTypeRegistry
-from anagrapheus.timeline.postgres import PostgresEventStore
+from anagrapheus.timeline.stores.postgres import PostgresEventStore
 from tests.fork_server import ForkServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
@@ -28,7 +28,7 @@ WORKER = """
 import json, sys, time
 from anagrapheus.errors import SeqConflict, UnitBusy, UnitClosed
 from anagrapheus.timeline import EventTypeRegistry, PendingEvent, PinLedger
-from anagrapheus.timeline.postgres import PostgresEventStore
+from anagrapheus.timeline.stores.postgres import PostgresEventStore
 from tests.fork_server import ForkServer
 dsn, schema, tag, units, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 types = EventTypeRegistry()
@@ -107,7 +107,7 @@ def test_processes_commit_units_at_once(
 DRAWER = """
 import sys, time
 from anagrapheus.timeline import EventTypeRegistry, PinLedger
-from anagrapheus.timeline.postgres import PostgresEventStore
+from anagrapheus.timeline.stores.postgres import PostgresEventStore
 from tests.fork_server import ForkServer
 dsn, schema, unit_id, pins = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 types = EventTypeRegistry()
@@ -125,7 +125,7 @@ time.sleep(60)
 RESUMER = """
 import json, sys
 from anagrapheus.timeline import EventTypeRegistry, PinLedger
-from anagrapheus.timeline.postgres import PostgresEventStore
+from anagrapheus.timeline.stores.postgres import PostgresEventStore
 from tests.fork_server import ForkServer
 dsn, schema, pins = sys.argv[1], sys.argv[2], int(sys.argv[3])
 types = EventTypeRegistry()

@@ -27,7 +27,7 @@ def run_one_postgres_test(*, ci: bool, require: bool = False) -> subprocess.Comp
             "0",  # one test: no xdist workers to start
             "-q",
             "-rs",
-            "tests/timeline/test_postgres.py::test_injected_clock_and_ids",
+            "tests/timeline/stores/test_postgres.py::test_injected_clock_and_ids",
             *(["--require-postgres"] if require else []),
         ],
         cwd=ROOT,

@@ -1,8 +1,8 @@
 """A SQLite log in a folder nobody may write opens read-only, read by another (unprivileged) process.
 
-Kept apart from `timeline/test_sqlite.py` because it starts a Python process that imports the package: under
+Kept apart from `timeline/stores/test_sqlite.py` because it starts a Python process that imports the package: under
 mutation testing the child inherits mutmut's environment and fails in its trampoline, so this file cannot be
-listed for `timeline/sqlite.py` in `.ci/mutation_slice.py`, and `timeline/test_sqlite.py` now can.
+listed for `timeline/stores/sqlite.py` in `.ci/mutation_slice.py`, and `timeline/stores/test_sqlite.py` now can.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, RecordingHeader, 
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.events import StoredEvent
 from anagrapheus.timeline.recording import read_recording, write_recording
-from anagrapheus.timeline.resolver import as_resolver
+from anagrapheus.timeline.resolving.resolver import as_resolver
 
 
 @dataclass

@@ -34,7 +34,7 @@ from anagrapheus.errors import PinResultError
 from anagrapheus.provider.run_clock import RUN_CLOCK, RUN_ID, RunClocks
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue, pin_key
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolving.resolver import Resolver
 from anagrapheus.timeline.seeded import EPOCH, SeededRun
 from tests.conftest import SaysNothing, Scripted, Verdict
 

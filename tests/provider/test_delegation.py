@@ -36,7 +36,7 @@ from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.provider.failures import FAILURES, did_before_failing, failed_having_done
 from anagrapheus.provider.outputs import DELEGATED, Delegated, delegated_of, delegated_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolving.resolver import Resolver
 
 PROMPT = "Which stock is most at risk?"
 ANSWER = "Hake: spawning biomass below the limit."

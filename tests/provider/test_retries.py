@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from anagrapheus import Pinning
 from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore, read_recording
-from anagrapheus.timeline.resolver import as_resolver
+from anagrapheus.timeline.resolving.resolver import as_resolver
 from tests.conftest import SaysNothing
 from tests.retry_turn import PROMPT, WAYS, Harbour, try_until_done
 

@@ -28,7 +28,7 @@ from anagrapheus.provider.every_run import refuse_model_requests
 from anagrapheus.provider.ui import UI_DRAW, dispatch_pinned
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.canonical import JSONValue
-from anagrapheus.timeline.resolver import Resolver
+from anagrapheus.timeline.resolving.resolver import Resolver
 
 pytestmark = pytest.mark.anyio
 

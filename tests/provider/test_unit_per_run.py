@@ -16,7 +16,7 @@ from anagrapheus.provider import UnitPerRun
 from anagrapheus.provider.unit_per_run import fails_for_good
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import PinPromoted, PinsAbandoned
-from anagrapheus.timeline.resolver import DelegatingResolver, Resolver
+from anagrapheus.timeline.resolving.resolver import DelegatingResolver, Resolver
 from tests.conftest import Scripted
 
 

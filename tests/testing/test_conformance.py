@@ -9,7 +9,7 @@ import pytest
 
 from anagrapheus.testing.conformance import StoreConformance
 from anagrapheus.timeline import PendingEvent, SQLiteEventStore, StoredEvent, TimelineStore
-from anagrapheus.timeline.store import OpenUnit, ScratchPin, UnitOutcome
+from anagrapheus.timeline.stores.ports import OpenUnit, ScratchPin, UnitOutcome
 
 pytest_plugins = ["pytester"]
 

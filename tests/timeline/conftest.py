@@ -8,7 +8,7 @@ import pytest
 
 from anagrapheus.timeline.events import EventTypeRegistry, PinPromoted
 from anagrapheus.timeline.recording import write_recording
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 from tests.timeline.sample_recording import HEADER, TWO_PINS_HEADER, logged_events
 
 

@@ -12,12 +12,12 @@ import pytest
 from anagrapheus.errors import RecordingError
 from anagrapheus.timeline.events import EventTypeRegistry, PinPromoted, PinsAbandoned, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, read_recording
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 
 HEADER = RecordingHeader(
     description="Two pins and an abandoned unit, for the refusals of a recording to the letter.",
     recorded_with="hand-written events appended to a fresh store; no model involved",
-    rerecord="pytest tests/timeline/test_recording_lines.py",
+    rerecord="pytest tests/timeline/recording/test_lines.py",
 )
 
 
@@ -107,7 +107,7 @@ def refused(path: Path, line: int | None, message: str, **options: object) -> Re
 TWO_PINS_HEADER = RecordingHeader(
     description="Two pins, for the type checks of a recording's lines.",
     recorded_with="hand-written pins appended to a fresh store; no model involved",
-    rerecord="pytest tests/timeline/test_recording_header.py",
+    rerecord="pytest tests/timeline/recording/test_header.py",
 )
 
 

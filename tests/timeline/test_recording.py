@@ -22,8 +22,8 @@ from anagrapheus.timeline.recording import (
     read_recording,
     write_recording,
 )
-from anagrapheus.timeline.replay import ReplayPins
-from anagrapheus.timeline.sqlite import SQLiteEventStore
+from anagrapheus.timeline.resolving.replay import ReplayPins
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 from anagrapheus.timeline.upcast import UpcastRegistry
 from tests.timeline.sample_recording import unsealed
 

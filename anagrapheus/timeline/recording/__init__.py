@@ -1,0 +1,31 @@
+"""Recordings: a header line, then the log's own events as canonical JSON lines, in a file for a repository.
+
+The names a recording's reader and writer use, gathered from the modules that hold them: the header
+(`header`), the writer (`writer`), the readers (`reader`, `pins`),
+the line limit (`lines`) and the seal (`seal`).
+"""
+
+from __future__ import annotations
+
+from anagrapheus.timeline.recording.header import RECORDING_FORMAT, RECORDING_VERSION, RecordingHeader
+from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES
+from anagrapheus.timeline.recording.pins import stream_pins
+from anagrapheus.timeline.recording.reader import Recording, read_recording, stream_recording
+from anagrapheus.timeline.recording.seal import Seal, SealCheck, UnitSeal
+from anagrapheus.timeline.recording.writer import pin_events, write_recording
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "RECORDING_FORMAT",
+    "RECORDING_VERSION",
+    "Recording",
+    "RecordingHeader",
+    "Seal",
+    "SealCheck",
+    "UnitSeal",
+    "pin_events",
+    "read_recording",
+    "stream_pins",
+    "stream_recording",
+    "write_recording",
+]

@@ -1,0 +1,1 @@
+"""Where the log lives: the store ports, SQLite and PostgreSQL, and what every store shares."""
