@@ -337,6 +337,12 @@ def test_patches_reach_the_real_module(monkeypatch):
     assert time.time() == importlib.import_module("time").time() == 42.0
     monkeypatch.delattr(os, "anagrapheus_mark")
     assert not hasattr(importlib.import_module("os"), "anagrapheus_mark")
+    kill = importlib.import_module("os").kill
+    with monkeypatch.context() as patched:  # undone on leaving, as at the end of a test
+        patched.setattr(os, "kill", lambda pid, sig: None)
+        assert importlib.import_module("os").kill is not kill
+    # pytest 9.2 undoes a set it did not find in the stand-in's own __dict__ by deleting: the real one stays.
+    assert importlib.import_module("os").kill is kill
 
     time.monotonic = time.monotonic  # a stand-in set back on itself changes nothing
 

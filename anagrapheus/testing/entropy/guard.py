@@ -319,6 +319,10 @@ def _date_class(served: _Serving) -> type:
     return date
 
 
+_ABSENT = object()
+"""What a module held under a name it had not got: deleting it again removes it."""
+
+
 class _Module(types.ModuleType):
     """A stand-in for a module: its own attributes first, the real module's for the rest.
 
@@ -343,6 +347,9 @@ class _Module(types.ModuleType):
         stand_in = self._anagrapheus_stand_ins.get(name)
         saved: dict[str, object] = self._anagrapheus_saved
         if stand_in is None:
+            # What the real module held first is kept: a `del` (pytest 9.2's monkeypatch undoes a set it could not
+            # see in this stand-in's own `__dict__` by deleting) puts it back rather than removing it for good.
+            saved.setdefault(name, getattr(real, name, _ABSENT))
             setattr(real, name, value)
         elif value is stand_in:
             if name in saved:
@@ -355,7 +362,13 @@ class _Module(types.ModuleType):
 
     @override
     def __delattr__(self, name: str) -> None:
-        delattr(self._anagrapheus_real, name)
+        real: types.ModuleType = self._anagrapheus_real
+        saved: dict[str, object] = self._anagrapheus_saved
+        before = saved.pop(name, _ABSENT)
+        if before is _ABSENT or name in self._anagrapheus_stand_ins:
+            delattr(real, name)
+        else:
+            setattr(real, name, before)  # set through this stand-in, so deleting it puts back what was there
 
 
 def _stand_ins(served: _Serving) -> dict[object, object]:
