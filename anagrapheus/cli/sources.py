@@ -27,6 +27,7 @@ from anagrapheus.timeline import (
     read_recording,
 )
 from anagrapheus.timeline.opening import is_postgres, log_kind, open_store
+from anagrapheus.timeline.recording_lookup import read_indexed_units
 from anagrapheus.timeline.recording_seal import SealCheck
 from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.sqlite import read_only_uri
@@ -186,7 +187,12 @@ def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "veri
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
-        if kind == "recording":
+        # Some units of a recording with an index: only their lines are read.
+        indexed = read_indexed_units(path, units, seal=seal) if kind == "recording" and units and not piped else None
+        if indexed is not None:
+            sealed = indexed.seal is not None
+            source = Source(path, "recording", indexed.header, indexed.events, lines=indexed.lines, sealed=sealed)
+        elif kind == "recording":
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
             recording = read_recording(path, provenance="ignore", data=piped, seal=seal)
             lines = tuple(range(2, len(recording.events) + 2))

@@ -15,6 +15,7 @@ from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
+from anagrapheus.timeline.recording_index import INDEX_MIN_EVENTS, keep_index, write_index
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
 
@@ -125,6 +126,7 @@ def write_recording(
     mode: int = 0o600,
     dangerously_keep_secrets: bool = False,
     stamp: ProvenanceStamp | None = None,
+    index: bool | None = None,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -141,6 +143,10 @@ def write_recording(
 
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
+
+    With `index=True` (by default, for `INDEX_MIN_EVENTS` events or more) an index is written beside the file
+    (`run.jsonl.index`), so a replay or `view --unit` opens a large recording without reading it whole; with
+    `index=False` (or below the size) none is, and one left from an earlier write is removed.
     """
     target = Path(path)
     chosen = as_header(header)
@@ -183,7 +189,10 @@ def write_recording(
         chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
+    indexed = len(lines) - 1 >= INDEX_MIN_EVENTS if index is None else index
     if _same_but_versions(target, lines):
+        if indexed:
+            keep_index(target, mode=mode)
         return target
     data = "".join(line + "\n" for line in lines).encode()
     try:
@@ -191,4 +200,5 @@ def write_recording(
     except OSError as e:
         # A directory in the way, a missing folder, a full disk: named, and typed like every other refusal.
         raise RecordingError(f"cannot write the recording ({e.strerror or e})", path=str(target)) from e
+    write_index(target, lines if indexed else None, mode=mode)
     return target
