@@ -166,6 +166,18 @@ def _unit_seal(entry: object) -> UnitSeal | None:
     return UnitSeal(_unit_named(unit), chain, tuple(cast(list[str], shorts)))
 
 
+@dataclass(slots=True)
+class _Tally:
+    """One unit's chain as a reader checks it: the head, how many lines it has seen and the last one's number.
+
+    Nothing per line is kept, so checking a recording holds no more than its seal.
+    """
+
+    head: bytes
+    count: int = 0
+    last: int = 0
+
+
 class _Verifier:
     """Checks each line against the seal as it is read; `finish` checks what no line showed."""
 
@@ -174,7 +186,7 @@ class _Verifier:
         self._sealed = {u.unit: u for u in seal.units}
         self._order = [u.unit for u in seal.units]
         self._begun = 0  # how many of `_order` have shown a line
-        self._chains: dict[str | None, _Chain] = {}
+        self._chains: dict[str | None, _Tally] = {}
         self._read = 1  # the last line read
 
     def _broken(self, message: str, *, line: int | None, unit: str | None, change: str) -> SealBroken:
@@ -194,7 +206,7 @@ class _Verifier:
             )
         chain = self._chains.get(unit)
         if chain is None:
-            chain = self._chains[unit] = _Chain.of(unit)
+            chain = self._chains[unit] = _Tally(_Chain.of(unit).head)
             position = self._order.index(unit)
             if position > self._begun:
                 skipped = self._order[self._begun]
@@ -209,7 +221,7 @@ class _Verifier:
             self._begun = position + 1
         digest = _digest(text)
         short = digest.hex()[:_SHORT]
-        index = len(chain.lines)
+        index = chain.count
         if index >= len(sealed.lines):
             raise self._broken(
                 f"unit {unit!r} was sealed with {len(sealed.lines)} line(s); this one is beyond them: added by hand",
@@ -231,7 +243,9 @@ class _Verifier:
                 unit=unit,
                 change="edited",
             )
-        chain.add(digest, number)
+        chain.head = hashlib.sha256(chain.head + digest).digest()
+        chain.count += 1
+        chain.last = number
 
     def finish(self) -> None:
         """Check, once every line was read, that no sealed line is missing at a unit's end and every chain holds.
@@ -249,12 +263,12 @@ class _Verifier:
                     unit=unit,
                     change="deleted",
                 )
-            if len(chain.lines) < len(sealed.lines):
-                missing = len(sealed.lines) - len(chain.lines)
+            if chain.count < len(sealed.lines):
+                missing = len(sealed.lines) - chain.count
                 raise self._broken(
-                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.numbers[-1]}:"
+                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.last}:"
                     " deleted by hand",
-                    line=chain.numbers[-1] + 1,
+                    line=chain.last + 1,
                     unit=unit,
                     change="deleted",
                 )

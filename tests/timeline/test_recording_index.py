@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shutil
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ HEADER = RecordingHeader(description="indexed", recorded_with="synthetic pins", 
 Pin = tuple[str, str, JSONValue, bool]
 
 
-def events_of(pins: list[Pin], *, other_every: int = 3) -> list[StoredEvent]:
+def events_of(pins: Sequence[Pin], *, other_every: int = 3) -> list[StoredEvent]:
     """The pins as stored events, with an application event between some of them (not a pin: skipped)."""
     events: list[StoredEvent] = []
     for n, (unit, key, result, failed) in enumerate(pins):
