@@ -248,10 +248,9 @@ def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "veri
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
         # Some units of a recording with an index: only their lines are read.
-        indexed = read_indexed_units(path, units, seal=seal) if kind == "recording" and units and not piped else None
+        indexed = read_indexed_units(path, units) if kind == "recording" and units and not piped else None
         if indexed is not None:
-            sealed = indexed.seal is not None
-            source = Source(path, "recording", indexed.header, indexed.events, lines=indexed.lines, sealed=sealed)
+            source = Source(path, "recording", indexed.header, indexed.events, lines=indexed.lines, sealed=True)
         elif kind == "recording" and streamed and not units and not piped and path.stat().st_size > STREAM_ABOVE_BYTES:
             source = _streamed(path, seal)
         elif kind == "recording":

@@ -26,10 +26,12 @@ from struct import Struct
 from typing import Any, cast
 
 from anagrapheus.errors import AnagrapheusError, RecordingError
+from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, is_current_pin
+from anagrapheus.timeline.recording_json import parse_object
 from anagrapheus.timeline.recording_lines import checked_entries
-from anagrapheus.timeline.recording_seal import Seal
+from anagrapheus.timeline.recording_seal import SEAL_DETAIL, read_seal
 
 __all__ = [
     "INDEX_FORMAT",
@@ -58,8 +60,8 @@ INDEX_MIN_EVENTS = 10_000
 """`write_recording(index=None)` writes an index for a recording of this many events or more; a smaller one reads
 whole in well under a second, and a committed fixture keeps to one file."""
 
-_UNIT_ROW = Struct("<QIII")
-_KEY_ROW = Struct("<16sQIII")
+_UNIT_ROW = Struct("<QII4s")
+_KEY_ROW = Struct("<16sQII4s")
 _DIGEST = 32
 
 
@@ -73,12 +75,13 @@ class IndexMismatch(AnagrapheusError):
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """Where one line sits: its byte offset and length (without the newline), its line number and sealed position."""
+    """Where one line sits: its byte offset and length (without the newline), its line number, its sealed digest."""
 
     offset: int
     length: int
     line: int
-    position: int
+    digest: bytes
+    """The first 4 bytes of the line's sha256, as the seal holds them (8 hex digits)."""
 
 
 def index_path(recording: Path) -> Path:
@@ -108,20 +111,32 @@ def _shown_unit(fields: dict[str, Any]) -> str | None:
     return fields["correlation_id"]
 
 
-def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes:
+def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes | None:
     """The index of a recording whose header line is `header` and event lines `lines` (texts without newlines).
 
     Every line is read back as the reader reads it (`checked_entries`, and each pin as `stream_pins` reads it),
-    so what the index says a key answers is what a whole read answers.
+    so what the index says a key answers is what a whole read answers. None (no index) for a recording without
+    a seal, or whose lines do not match it: the index stands on the seal.
     """
     header_bytes = header.encode()
+    fields = parse_object(header, where=where, line=1)
+    details: object = fields.get("details")
+    if not isinstance(details, dict):
+        return None
+    try:
+        seal = read_seal(cast(dict[str, Any], details), where=where)
+    except RecordingError:
+        return None
+    if seal is None:
+        return None
+    sealed = {unit.unit: unit.lines for unit in seal.units}
     offset = len(header_bytes) + 1
     units: dict[str | None, list[Row]] = {}
     positions: dict[str | None, int] = {}
     rows: list[Row] = []
     for text in lines:
         size = len(text) if text.isascii() else len(text.encode())
-        rows.append(Row(offset, size, len(rows) + 2, 0))
+        rows.append(Row(offset, size, len(rows) + 2, b""))
         offset += size + 1
     registry = EventTypeRegistry()
     # Each key's first pin, as a digest of what it answers: a million pins' texts are not held twice.
@@ -130,12 +145,16 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes:
     ambiguous: set[str] = set()
     keyed = True
     numbered = ((row.line, text) for row, text in zip(rows, lines, strict=True))
-    for number, _, fields in checked_entries(numbered, where):
-        sealed = _sealed_unit(fields["correlation_id"])
-        position = positions.get(sealed, 0)
-        positions[sealed] = position + 1
+    for number, text, fields in checked_entries(numbered, where):
+        unit = _sealed_unit(fields["correlation_id"])
+        position = positions.get(unit, 0)
+        positions[unit] = position + 1
+        digest = hashlib.sha256(text.encode()).digest()[:4]
+        held = sealed.get(unit, ())
+        if position >= len(held) or held[position] != digest.hex():
+            return None
         row = rows[number - 2]
-        row = rows[number - 2] = Row(row.offset, row.length, row.line, position)
+        row = rows[number - 2] = Row(row.offset, row.length, row.line, digest)
         units.setdefault(_shown_unit(fields), []).append(row)
         if not keyed or fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != PinPromoted.event_type:
             continue
@@ -158,24 +177,27 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes:
         pinned_by.setdefault(pin.key, [seen[0]]).append(pin.unit_id)
         if seen[1] != answer:
             ambiguous.add(pin.key)
+    if any(positions.get(unit.unit, 0) != len(unit.lines) for unit in seal.units):
+        return None
     table: list[tuple[str | None, int, int]] = []
     unit_rows = bytearray()
     start = 0
-    for unit, held in units.items():
-        table.append((unit, start, len(held)))
-        start += len(held)
-        for row in held:
-            unit_rows += _UNIT_ROW.pack(row.offset, row.length, row.line, row.position)
+    for unit, held_rows in units.items():
+        table.append((unit, start, len(held_rows)))
+        start += len(held_rows)
+        for row in held_rows:
+            unit_rows += _UNIT_ROW.pack(row.offset, row.length, row.line, row.digest)
     key_rows = bytearray()
     if keyed:
         for digest, row in sorted((_key_digest(key), found[2]) for key, found in first.items()):
-            key_rows += _KEY_ROW.pack(digest, row.offset, row.length, row.line, row.position)
+            key_rows += _KEY_ROW.pack(digest, row.offset, row.length, row.line, row.digest)
     meta = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
         "recording_bytes": offset,
         "header_bytes": len(header_bytes) + 1,
         "header_sha256": hashlib.sha256(header_bytes + b"\n").hexdigest(),
+        "header_seal": _seal_span(header, cast(dict[str, Any], details)[SEAL_DETAIL]),
         "events": len(lines),
         "units": [list(entry) for entry in table],
         "keyed": keyed,
@@ -187,14 +209,33 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
+def _seal_span(header: str, seal: object) -> list[int] | None:
+    """Where the header's seal entry sits, a comma beside it included: cut out, the header is read without it.
+
+    A million-line recording's header is mostly its seal; read whole, it is most of the time to a first answer.
+    """
+    member = '"seal":' + canonical_json(seal)
+    at = header.find(member)
+    if at < 0 or header.find(member, at + 1) >= 0:
+        return None
+    end = at + len(member)
+    if header[at - 1] == ",":
+        at -= 1
+    elif header[end] == ",":
+        end += 1
+    # In bytes, as the header is read.
+    return [len(header[:at].encode()), len(header[:end].encode())]
+
+
 def write_index(target: Path, lines: Sequence[str] | None, *, mode: int) -> None:
-    """Write the index of the recording just written to `target` (header first in `lines`); None removes any left."""
+    """Write the index of the recording just written to `target` (header first in `lines`); else remove any left."""
     sidecar = index_path(target)
     try:
-        if lines is None:
+        index = None if lines is None else build_index(lines[0], lines[1:], where=str(target))
+        if index is None:
             sidecar.unlink(missing_ok=True)
         else:
-            replace_durably(sidecar, build_index(lines[0], lines[1:], where=str(target)), mode=mode)
+            replace_durably(sidecar, index, mode=mode)
     except OSError as e:
         raise RecordingError(f"cannot write the recording's index ({e.strerror or e})", path=str(sidecar)) from e
 
@@ -228,6 +269,8 @@ class RecordingIndex:
     """The units of the pins that answer each key, in recorded order (`ReplayPins.units`)."""
     ambiguous: dict[str, tuple[str, ...]]
     """Keys pinned with different results by several units, with every unit that pinned them."""
+    header_without_seal: str | None
+    """The header line with its seal entry cut out (None if the index does not say where it is)."""
     _units: dict[str | None, tuple[int, int]]
     _tables: bytes
     _key_start: int
@@ -263,6 +306,8 @@ class RecordingIndex:
             head = file.read(meta["header_bytes"])
         if hashlib.sha256(head).hexdigest() != meta["header_sha256"]:
             raise ValueError("it indexes a recording with another header (another seal)")
+        span = meta["header_seal"]
+        header = None if span is None else (head[: span[0]] + head[span[1] : -1]).decode()
         units = {entry[0]: (entry[1], entry[2]) for entry in meta["units"]}
         tables = body[end + 1 :]
         unit_rows = sum(count for _, count in units.values())
@@ -277,6 +322,7 @@ class RecordingIndex:
             keys=meta["keys"],
             pin_units=tuple(meta["pin_units"]),
             ambiguous={key: tuple(units_of) for key, units_of in meta["ambiguous"].items()},
+            header_without_seal=header,
             _units=units,
             _tables=tables,
             _key_start=key_start,
@@ -312,16 +358,13 @@ class RecordingIndex:
         found, *row = _KEY_ROW.unpack_from(self._tables, self._key_start + low * _KEY_ROW.size)
         return Row(*row) if found == digest else None
 
-    def entries(self, rows: Sequence[Row], seal: Seal | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    def entries(self, rows: Sequence[Row]) -> Iterator[tuple[int, dict[str, Any]]]:
         """Each row's line number and checked fields, read where the row says; `IndexMismatch` if it is not there.
 
-        Each line is checked as the reader checks it, and against `seal`'s digest of its position in its unit.
+        Each line is checked as the reader checks it, and against the digest the seal holds for it (the index
+        holds the seal's digests, and is bound to the header that holds the seal).
         """
-        if seal is None:
-            raise IndexMismatch("the recording holds no seal to check its lines against")
-        sealed = {unit.unit: unit for unit in seal.units}
         texts: list[tuple[int, str]] = []
-        digests: list[bytes] = []
         try:
             with self.recording.open("rb") as file:
                 for row in rows:
@@ -330,18 +373,16 @@ class RecordingIndex:
                     if len(raw) != row.length + 2 or raw[:1] != b"\n" or raw[-1:] != b"\n":
                         raise IndexMismatch(f"line {row.line} is not where the index says")
                     line = raw[1:-1]
+                    if hashlib.sha256(line).digest()[:4] != row.digest:
+                        raise IndexMismatch(f"line {row.line} does not match the seal")
                     texts.append((row.line, line.decode()))
-                    digests.append(hashlib.sha256(line).digest())
         except (OSError, UnicodeDecodeError) as e:
-            raise IndexMismatch(f"line cannot be read where the index says ({e})") from None
+            raise IndexMismatch(f"a line cannot be read where the index says ({e})") from None
         try:
             checked = list(checked_entries(iter(texts), self.where))
         except RecordingError as e:
             raise IndexMismatch(f"a line read through the index is not one the recording holds ({e})") from None
-        for (number, _, fields), row, digest in zip(checked, rows, digests, strict=True):
-            unit = sealed.get(_sealed_unit(fields["correlation_id"]))
-            if unit is None or row.position >= len(unit.lines) or unit.lines[row.position] != digest.hex()[:8]:
-                raise IndexMismatch(f"line {number} does not match the seal at the place the index gives it")
+        for number, _, fields in checked:
             yield number, fields
 
 

@@ -23,8 +23,8 @@ from anagrapheus.timeline.events import (
     StoredEvent,
     is_current_pin,
 )
-from anagrapheus.timeline.provenance import ProvenanceCheck
-from anagrapheus.timeline.recording_header import RecordingHeader
+from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
+from anagrapheus.timeline.recording_header import RecordingHeader, read_header
 from anagrapheus.timeline.recording_index import (
     IndexMismatch,
     RecordingIndex,
@@ -34,8 +34,6 @@ from anagrapheus.timeline.recording_index import (
 )
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, stored_event
 from anagrapheus.timeline.recording_pins import pins_of_entries
-from anagrapheus.timeline.recording_reader import open_recording
-from anagrapheus.timeline.recording_seal import Seal, SealCheck
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["IndexedPins", "IndexedUnits", "indexed_pins", "indexed_unit_pins", "read_indexed_units"]
@@ -51,30 +49,28 @@ def _mismatch(index: RecordingIndex, problem: IndexMismatch) -> None:
 
 
 def _opened(
-    path: str | os.PathLike[str],
-    *,
-    call_policy: object | None,
-    provenance: ProvenanceCheck,
-    seal: SealCheck,
-) -> tuple[RecordingHeader, Seal | None, RecordingIndex] | None:
-    """The header (its provenance checked), seal and index of a recording with an index that agrees; else None."""
+    path: str | os.PathLike[str], *, call_policy: object | None, provenance: ProvenanceCheck
+) -> tuple[RecordingHeader, RecordingIndex] | None:
+    """The header (its provenance checked) and index of a recording with an index that agrees; else None.
+
+    The header is read without its seal, which the index stands for: bound to the header by its digest, it holds
+    each line's sealed digest, so a line read through it is checked as the seal would check it.
+    """
     source = Path(path)
     where = str(path)
     index = RecordingIndex.open(source, where=where)
-    if index is None:
+    if index is None or index.header_without_seal is None or len(index.header_without_seal) > MAX_LINE_BYTES:
         return None
-    header, sealed, entries = open_recording(source, where, MAX_LINE_BYTES, call_policy, provenance, seal=seal)
-    # Only the header was read; no line is until the index says where (the file closes with the unread iterator).
-    del entries
-    return header, sealed, index
+    header = read_header(index.header_without_seal, where=where)
+    check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
+    return header, index
 
 
 class IndexedPins(Mapping[str, PinText]):
     """A recording's pins by key, each read from its line when first asked; all of them once any walk needs them."""
 
-    def __init__(self, index: RecordingIndex, seal: Seal, whole: Callable[[], dict[str, PinText]]) -> None:
+    def __init__(self, index: RecordingIndex, whole: Callable[[], dict[str, PinText]]) -> None:
         self._index = index
-        self._seal = seal
         self._whole = whole
         self._found: dict[str, PinText] = {}
         self._all: dict[str, PinText] | None = None
@@ -92,7 +88,7 @@ class IndexedPins(Mapping[str, PinText]):
         return self._all
 
     def _read(self, key: str, row: Row) -> PinText:
-        entries = list(self._index.entries([row], self._seal))
+        entries = list(self._index.entries([row]))
         _, fields = entries[0]
         if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != PinPromoted.event_type:
             raise IndexMismatch(f"line {row.line} is not a pin")
@@ -143,17 +139,17 @@ def indexed_pins(
     None too when the index holds no keys (some pin reads through upcasts) or `registry` reads pins otherwise.
     `whole` reads every pin, as a read without the index would, when a walk or a disagreement needs them all.
     """
-    opened = _opened(path, call_policy=call_policy, provenance=provenance, seal="verify")
+    opened = _opened(path, call_policy=call_policy, provenance=provenance)
     if opened is None:
         return None
-    header, sealed, index = opened
+    header, index = opened
     try:
         current = is_current_pin(PinPromoted.schema_version, registry, seq=0)
     except AnagrapheusError:
         current = False
-    if not index.keyed or not current or sealed is None:
+    if not index.keyed or not current:
         return None
-    return header, IndexedPins(index, sealed, whole), dict(index.ambiguous)
+    return header, IndexedPins(index, whole), dict(index.ambiguous)
 
 
 def indexed_unit_pins(
@@ -166,12 +162,12 @@ def indexed_unit_pins(
     provenance: ProvenanceCheck,
 ) -> tuple[RecordingHeader, list[PinText]] | None:
     """One unit's header and pins, read through the recording's index; None without an index (or if it disagrees)."""
-    opened = _opened(path, call_policy=call_policy, provenance=provenance, seal="verify")
+    opened = _opened(path, call_policy=call_policy, provenance=provenance)
     if opened is None:
         return None
-    header, sealed, index = opened
+    header, index = opened
     try:
-        entries = list(index.entries(index.unit_rows([unit_id]), sealed))
+        entries = list(index.entries(index.unit_rows([unit_id])))
     except IndexMismatch as e:
         _mismatch(index, e)
         return None
@@ -181,13 +177,9 @@ def indexed_unit_pins(
 class IndexedUnits:
     """Some units' lines of a recording, read through its index: the header, seal, events and their line numbers."""
 
-    def __init__(
-        self, header: RecordingHeader, seal: Seal | None, entries: list[tuple[int, dict[str, Any]]], where: str
-    ) -> None:
+    def __init__(self, header: RecordingHeader, entries: list[tuple[int, dict[str, Any]]], where: str) -> None:
         self.header = header
-        """The header, without the seal in its details."""
-        self.seal = seal
-        """The recording's seal."""
+        """The header, without the seal in its details (an indexed recording is always sealed)."""
         self.lines = tuple(number for number, _ in entries)
         """The line each event sits on."""
         self.events: tuple[StoredEvent, ...] = tuple(
@@ -196,23 +188,20 @@ class IndexedUnits:
         """The units' events, in file order."""
 
 
-def read_indexed_units(
-    path: str | os.PathLike[str], units: Sequence[str], *, seal: SealCheck = "verify"
-) -> IndexedUnits | None:
+def read_indexed_units(path: str | os.PathLike[str], units: Sequence[str]) -> IndexedUnits | None:
     """The lines of `units` (as `--unit` names them), read through the recording's index; None without one.
 
-    The provenance is not checked: what shows or checks a file reports it. None too when the index disagrees
-    with a line it gives (warning), so the caller reads the file whole.
+    Each line is checked against the seal, whatever the caller's seal check: a line that does not match means
+    the index cannot be trusted. The provenance is not checked: what shows or checks a file reports it. None
+    too when the index disagrees with a line it gives (warning), so the caller reads the file whole.
     """
-    opened = _opened(path, call_policy=None, provenance="ignore", seal=seal)
+    opened = _opened(path, call_policy=None, provenance="ignore")
     if opened is None:
         return None
-    header, sealed, index = opened
-    if sealed is None:
-        return None
+    header, index = opened
     try:
-        entries = list(index.entries(index.unit_rows(units), sealed))
+        entries = list(index.entries(index.unit_rows(units)))
     except IndexMismatch as e:
         _mismatch(index, e)
         return None
-    return IndexedUnits(header, sealed, entries, str(path))
+    return IndexedUnits(header, entries, str(path))

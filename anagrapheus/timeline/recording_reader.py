@@ -13,7 +13,7 @@ from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpire
 from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
 from anagrapheus.timeline.provenance import ProvenanceCheck, check_provenance
-from anagrapheus.timeline.recording_header import RecordingHeader, header_line, read_header
+from anagrapheus.timeline.recording_header import RecordingHeader, header_line, paused_collection, read_header
 from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
 from anagrapheus.timeline.secrets import SecretFinding, SecretPolicy
@@ -160,7 +160,8 @@ def open_recording(
     header = read_header(first[1], where=where)
     check_provenance(header.provenance, path=where, rerecord=header.rerecord, call_policy=call_policy, check=provenance)
     try:
-        sealed = read_seal(header.details, where=where)
+        with paused_collection():
+            sealed = read_seal(header.details, where=where)
     except RecordingError:
         if seal != "ignore":
             raise

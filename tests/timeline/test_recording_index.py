@@ -224,6 +224,6 @@ def test_opening_reads_only_the_lines_it_answers_from(tmp_path: Path) -> None:
     assert _outcome(ReplayPins.from_recording(path, unit_id="u1"), "m1") == ("answer", 1)
     # A walk over every pin reads them all, and finds the line as a whole read does.
     replay = ReplayPins.from_recording(path)
-    warned = pytest.warns(RecordingIndexWarning, match="not one the recording holds")
+    warned = pytest.warns(RecordingIndexWarning, match="line 4 does not match the seal")
     with warned, pytest.raises(AnagrapheusError, match=r"run\.jsonl:4: line is not valid JSON"):
         _outcome_raw(replay, "m2")
