@@ -78,3 +78,23 @@ def test_show_of_a_unit_reads_only_its_lines(indexed: Path, capsys: pytest.Captu
     indexed.write_bytes(b"\n".join(lines))
     assert _run(capsys, "show", str(indexed), "--unit", UNITS[0])[0] == 0
     assert _run(capsys, "show", str(indexed))[0] == 2
+
+
+def test_a_page_of_the_whole_recording_shows_its_first_pins_and_counts_the_rest(
+    indexed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    held = read_recording(indexed, provenance="ignore")
+    total = sum(1 for event in held.events if event.type == "pin_promoted")
+    page = indexed.with_suffix(".html")
+    code, out, _ = _run(capsys, "view", str(indexed), "-o", str(page), "--max-pins", "3", "--json")
+    facts = json.loads(out)
+    assert code == 0 and (facts["pins"], facts["shown"]) == (total, 3)
+    shown = page.read_text()
+    assert shown.count("<article ") == 3
+    assert f"{total} pin(s); this page shows the first 3 (view --max-pins)" in shown
+    assert "more pin(s) not on this page" in shown
+    # A unit's page shows every one of its pins, whatever --max-pins says.
+    code, out, _ = _run(capsys, "view", str(indexed), "--unit", UNITS[0], "-o", str(page), "--max-pins", "1", "--json")
+    facts = json.loads(out)
+    assert facts["pins"] == facts["shown"] > 1
+    assert page.read_text().count("<article ") == facts["pins"]
