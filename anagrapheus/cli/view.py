@@ -20,9 +20,10 @@ from anagrapheus.timeline.ordered import read_ordered
 
 __all__ = ["COMMAND", "MAX_PINS", "run", "units_of"]
 
-MAX_PINS = 5_000
-"""The pins a page of a whole recording shows by default (`--max-pins`); the rest are counted, unit by unit, so a
-page stays a few megabytes whatever the recording's size. A `--unit` page shows all of its units' pins."""
+MAX_PINS = 10_000
+"""The pins a page of a whole recording shows by default (`--max-pins`): as many as a browser opens in under 2 s
+(`benchmarks/view.py`). The rest are counted, unit by unit, so a page stays about 25 MB whatever the recording's
+size. A `--unit` page shows all of its units' pins."""
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

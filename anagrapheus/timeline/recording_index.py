@@ -7,10 +7,12 @@ every line), and to itself by a trailing sha256; every line read through it is c
 is believed. An index that disagrees with its recording is ignored with a `RecordingIndexWarning`, and the whole
 file is read as it would be without one: the index changes how fast an answer comes, never what it is.
 
-The file: one JSON line (what the index covers: the recording's size and header digest, each unit's rows, the keys'
-count, the units answering and the ambiguous keys), then each unit's line rows (`<QIII`: offset, length, line
-number, position in its sealed unit), then one row per distinct pin key sorted by the key's digest (`<16sQIII`: the
-key's blake2b-128, then the row of the line that pins it first), then the sha256 of all that.
+The file: one JSON line (what the index covers: the recording's size, its header's length and digest, where the seal
+sits in the header, each unit's rows, the keys' count, the units answering and the ambiguous keys), then each unit's
+line rows (`<QII4s`: offset, length, line number, the seal's short digest of the line), then one row per distinct pin
+key sorted by the key's digest (`<16sQII4s`: the key's blake2b-128, then the row of the line that pins it first),
+then the sha256 of all that. The index is written only for a recording whose lines match its seal, so a line that
+matches its row's digest matches the seal.
 """
 
 from __future__ import annotations
