@@ -15,7 +15,7 @@ from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, stamp_provenance
 from anagrapheus.timeline.recording_header import RecordingHeader, as_header, header_line
-from anagrapheus.timeline.recording_index import INDEX_MIN_EVENTS, keep_index, write_index
+from anagrapheus.timeline.recording_index import INDEX_MIN_EVENTS, index_path, keep_index, write_index
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretPolicy, split_private_keys
 
@@ -144,9 +144,9 @@ def write_recording(
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
 
-    With `index=True` (by default, for `INDEX_MIN_EVENTS` events or more) an index is written beside the file
-    (`run.jsonl.index`), so a replay or `view --unit` opens a large recording without reading it whole; with
-    `index=False` (or below the size) none is, and one left from an earlier write is removed.
+    With `index=True` an index is written beside the file (`run.jsonl.index`), so a replay or `view --unit` opens a
+    large recording without reading it whole; by default one is for `INDEX_MIN_EVENTS` events or more, or when an
+    index is there already. With `index=False` none is, and one left from an earlier write is removed.
     """
     target = Path(path)
     chosen = as_header(header)
@@ -189,10 +189,13 @@ def write_recording(
         chosen = chosen.model_copy(update={"provenance": stamped(results, call_policy=call_policy)})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
-    indexed = len(lines) - 1 >= INDEX_MIN_EVENTS if index is None else index
+    # By default: a large recording, or one indexed before (its index must not go stale: `reseal`, a re-recording).
+    indexed = len(lines) - 1 >= INDEX_MIN_EVENTS or index_path(target).exists() if index is None else index
     if _same_but_versions(target, lines):
         if indexed:
             keep_index(target, mode=mode)
+        else:
+            write_index(target, None, mode=mode)
         return target
     data = "".join(line + "\n" for line in lines).encode()
     try:

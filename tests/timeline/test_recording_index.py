@@ -137,10 +137,17 @@ def test_the_index_leaves_the_recording_byte_for_byte_as_without_it(tmp_path: Pa
     assert not index_path(plain).exists() and index_path(indexed).is_file()
 
 
-def test_only_large_recordings_get_an_index_by_default_and_a_write_without_one_removes_it(tmp_path: Path) -> None:
+def test_large_or_indexed_recordings_get_an_index_by_default_and_index_false_removes_it(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
+    write_recording(path, events_of([("u1", "m1", 1, False)]), header=HEADER)
+    assert not index_path(path).exists()
     write_recording(path, events_of([("u1", "m1", 1, False)]), header=HEADER, index=True)
+    # Written again (a re-recording, `reseal`): the index is kept, and agrees with the new file.
     write_recording(path, events_of([("u1", "m1", 2, False)]), header=HEADER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecordingIndexWarning)
+        assert _outcome(ReplayPins.from_recording(path), "m1") == ("answer", 2)
+    write_recording(path, events_of([("u1", "m1", 2, False)]), header=HEADER, index=False)
     assert not index_path(path).exists()
     many = [("u1", f"m{n}", n, False) for n in range(INDEX_MIN_EVENTS)]
     write_recording(path, events_of(many, other_every=INDEX_MIN_EVENTS), header=HEADER)
