@@ -32,7 +32,7 @@ from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, is_current_pin
 from anagrapheus.timeline.recording_json import parse_object
-from anagrapheus.timeline.recording_lines import checked_entries
+from anagrapheus.timeline.recording_lines import MAX_LINE_BYTES, checked_entries
 from anagrapheus.timeline.recording_seal import SEAL_DETAIL, read_seal
 
 __all__ = [
@@ -118,7 +118,8 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes | Non
 
     Every line is read back as the reader reads it (`checked_entries`, and each pin as `stream_pins` reads it),
     so what the index says a key answers is what a whole read answers. None (no index) for a recording without
-    a seal, or whose lines do not match it: the index stands on the seal.
+    a seal, or whose lines do not match it (the index stands on the seal), or with a line a reader refuses as too
+    long.
     """
     header_bytes = header.encode()
     fields = parse_object(header, where=where, line=1)
@@ -138,6 +139,8 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes | Non
     rows: list[Row] = []
     for text in lines:
         size = len(text) if text.isascii() else len(text.encode())
+        if size > MAX_LINE_BYTES:
+            return None  # a whole read refuses it; the index must not let a reader take it
         rows.append(Row(offset, size, len(rows) + 2, b""))
         offset += size + 1
     registry = EventTypeRegistry()

@@ -118,7 +118,7 @@ class ReplayPins(Resolver):
     def _answering_from(
         cls,
         pins: Mapping[str, PinText],
-        conflicts: dict[str, tuple[str, ...]],
+        conflicts: Conflicts,
         *,
         on_miss: Literal["strict", "record"],
         into: PinLedger | None,
@@ -171,7 +171,8 @@ class ReplayPins(Resolver):
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it.
         A recording with an index beside it (`write_recording` writes one for large recordings) is opened, not
         read: with `unit_id`, only that unit's lines are read; without, each pin's line when its key is first
-        asked (a miss, `unused()` or `len()`-free walks read them all). The answers and errors are the same.
+        asked (a miss, `unused()` and any other walk over every pin read them all). The answers and errors are a
+        whole read's; an index that disagrees with its recording warns (`RecordingIndexWarning`) and is not used.
         """
         types = given_or_builtins(registry)
 
