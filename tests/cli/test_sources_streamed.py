@@ -1,4 +1,4 @@
-"""`show` and `check` stream a large recording: their peak memory per pin does not grow with the pins' size or count."""
+"""`open_source(streamed=True)`: `show` and `check` stream a large recording, their peak per pin flat as it grows."""
 
 from __future__ import annotations
 

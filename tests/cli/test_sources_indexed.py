@@ -1,4 +1,4 @@
-"""`show --unit` and `view --unit` of a recording with an index: the same output as without it, only the unit read."""
+"""`open_source` through a recording's index: `show --unit` and `view --unit` say what a whole read says, reading one unit."""
 
 from __future__ import annotations
 
