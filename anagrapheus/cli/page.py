@@ -55,6 +55,8 @@ class UnitView:
     """Why an abandoned unit was abandoned."""
     diverged: list[str] = field(default_factory=list[str])
     """What each record-mode replay that left the recording in this unit said."""
+    elided: int = 0
+    """How many more pins the unit holds than the page shows (a page past `view --max-pins`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,7 +410,13 @@ def render_page(
     w = _Writer()
     tools = _tool_names(units)
     pins = sum(len(u.pins) for u in units)
-    summary = f"{len(units)} unit(s), {pins} pin(s)"
+    elided = sum(u.elided for u in units)
+    summary = f"{len(units)} unit(s), {pins + elided} pin(s)"
+    if elided:
+        summary += (
+            f"; this page shows the first {pins} (view --max-pins), each unit's count in full: write a unit's page"
+            " with view --unit UNIT"
+        )
     w.add(
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">',
@@ -428,7 +436,7 @@ def render_page(
     for unit in units:
         w.add(
             f'<li><a href="#unit-{unit_slug(unit.unit_id)}">{w.text(unit.unit_id)}</a>'
-            f' <span class="badge {unit.state}">{unit.state}</span> {len(unit.pins)} pin(s)</li>'
+            f' <span class="badge {unit.state}">{unit.state}</span> {len(unit.pins) + unit.elided} pin(s)</li>'
         )
     w.add("</ul></nav>")
     for unit in units:
@@ -441,6 +449,11 @@ def render_page(
         for said in unit.diverged:
             w.add(f'<p class="dim">a record-mode replay left the recording here: {w.text(said)}</p>')
         w.add(*(_pin(w, pin, tools) for pin in unit.pins))
+        if unit.elided:
+            w.add(
+                f'<p class="dim">{unit.elided} more pin(s) not on this page: <code>anagrapheus view PATH --unit'
+                f" {w.text(unit.unit_id)}</code> writes them all</p>"
+            )
         w.add("</section>")
     w.add(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(w.parts)

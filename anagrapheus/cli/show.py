@@ -190,7 +190,7 @@ def _figures(usage: dict[str, Any]) -> list[object]:
 
 def run(args: argparse.Namespace) -> Outcome:
     """Show one recording or database."""
-    facts = summarise(open_source(args.path, units=args.unit, seal="ignore"), args)
+    facts = summarise(open_source(args.path, units=args.unit, seal="ignore", streamed=True), args)
     return Outcome(Exit.OK, render(facts), facts)
 
 

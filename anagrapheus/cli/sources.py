@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import select
 import sqlite3
@@ -11,9 +12,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, overload
 
 import sqlite_utils
+from typing_extensions import override
 
 from anagrapheus import importing
 from anagrapheus.cli.report import BadInput, bad_input
@@ -26,6 +28,9 @@ from anagrapheus.timeline import (
     UpcastRegistry,
     read_recording,
 )
+from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES, stored_event
+from anagrapheus.timeline.recording.lookup import read_indexed_units
+from anagrapheus.timeline.recording.reader import open_recording, stream_recording
 from anagrapheus.timeline.recording.seal import SealCheck
 from anagrapheus.timeline.secrets import masked_dsn
 from anagrapheus.timeline.stores.opening import is_postgres, log_kind, open_store
@@ -33,7 +38,9 @@ from anagrapheus.timeline.stores.ports import ScratchPin
 from anagrapheus.timeline.stores.sqlite import read_only_uri
 
 __all__ = [
+    "STREAM_ABOVE_BYTES",
     "Source",
+    "StreamedEvents",
     "add_registry_options",
     "event_types",
     "is_log",
@@ -64,11 +71,11 @@ class Source:
     """What the file is."""
     header: RecordingHeader | None
     """The recording's header; None for a database."""
-    events: tuple[StoredEvent, ...]
-    """The events in log order, narrowed to the chosen units."""
+    events: Sequence[StoredEvent]
+    """The events in log order, narrowed to the chosen units (a large recording's read again at each pass)."""
     scratch: tuple[ScratchPin, ...] = ()
     """A database's pins still in scratch: units open, never committed nor abandoned (for example after a crash)."""
-    lines: tuple[int, ...] = ()
+    lines: Sequence[int] = ()
     """For a recording, the line each event sits on."""
     sealed: bool = False
     """Whether a recording holds a seal (its lines were checked against it, unless read with `seal="ignore"`)."""
@@ -166,11 +173,65 @@ def _read_pipe(path: Path, name: str) -> bytes:
         os.close(fd)
 
 
-def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "verify") -> Source:
+STREAM_ABOVE_BYTES = 64 * 1024 * 1024
+"""A recording larger than this (64 MiB) is streamed by `open_source(..., streamed=True)`: read again at each
+pass over its events, a line at a time, rather than held whole (`show` and `check`)."""
+
+
+class StreamedEvents(Sequence[StoredEvent]):
+    """A recording's events, read again from the file at each pass: a command holds one line at a time."""
+
+    def __init__(self, path: Path, count: int, seal: SealCheck) -> None:
+        self._path = path
+        self._count = count
+        self._seal: SealCheck = seal
+
+    @override
+    def __iter__(self) -> Iterator[StoredEvent]:
+        try:
+            _, events = stream_recording(self._path, provenance="ignore", seal=self._seal)
+            yield from events
+        except AnagrapheusError as e:
+            # Read whole once already, so only a file changed since is refused here.
+            raise bad_input(e, path=str(self._path)) from e
+
+    @override
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> StoredEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StoredEvent]: ...
+    @override
+    def __getitem__(self, index: int | slice) -> StoredEvent | Sequence[StoredEvent]:
+        # A pass to the event asked for: only a problem's report asks, once.
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return next(itertools.islice(self, index % self._count, None))
+
+
+def _streamed(path: Path, seal: SealCheck) -> Source:
+    """A large recording read once, a line at a time, as `read_recording` reads it; its events read again as asked."""
+    where = str(path)
+    header, sealed, entries = open_recording(path, where, MAX_LINE_BYTES, None, "ignore", seal=seal)
+    count = 0
+    for number, fields in entries:
+        stored_event(fields, where=where, line=number)  # refused as a whole read refuses it, then let go
+        count += 1
+    events = StreamedEvents(path, count, seal)
+    return Source(path, "recording", header, events, lines=range(2, count + 2), sealed=sealed is not None)
+
+
+def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "verify", streamed: bool = False) -> Source:
     """Read a recording or a database's log, keeping only `units` when some are named.
 
     A sealed recording whose lines no longer match its seal is refused (`seal="verify"`), naming the
     first line that does not; the commands that only look at a file (`show`, `diff`, `view`) pass "ignore".
+    Some units of a recording with an index beside it are read alone. With `streamed`, a recording larger
+    than `STREAM_ABOVE_BYTES` is read a line at a time at each pass over its events, never held whole.
 
     What `name` holds is told as `open_store` tells it (`log_kind`); a pipe is read once, whole, as a
     recording (a sniff would eat its first bytes, and SQLite cannot read a pipe).
@@ -186,7 +247,13 @@ def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "veri
     except OSError as e:
         raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     try:
-        if kind == "recording":
+        # Some units of a recording with an index: only their lines are read.
+        indexed = read_indexed_units(path, units) if kind == "recording" and units and not piped else None
+        if indexed is not None:
+            source = Source(path, "recording", indexed.header, indexed.events, lines=indexed.lines, sealed=True)
+        elif kind == "recording" and streamed and not units and not piped and path.stat().st_size > STREAM_ABOVE_BYTES:
+            source = _streamed(path, seal)
+        elif kind == "recording":
             # Showing, diffing or checking a file replays nothing: what made it is reported, not refused.
             recording = read_recording(path, provenance="ignore", data=piped, seal=seal)
             lines = tuple(range(2, len(recording.events) + 2))
@@ -199,6 +266,8 @@ def open_source(name: str, *, units: Sequence[str] = (), seal: SealCheck = "veri
             with open_store(name, read_only=True) as store:
                 scratch = tuple(pin for unit in store.open_units() for pin in store.scratch_list(unit.unit_id))
                 source = Source(path, "database", None, tuple(store.read()), scratch)
+    except OSError as e:
+        raise BadInput(f"cannot read ({e.strerror or e})", path=name) from e
     except AnagrapheusError as e:
         # A URI is named without its password.
         raise bad_input(e, path=masked_dsn(name) if kind == "postgresql" else name) from e

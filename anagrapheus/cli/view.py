@@ -18,7 +18,12 @@ from anagrapheus.timeline import JSONValue, PinPromoted, PinsAbandoned, ReplayDi
 from anagrapheus.timeline.ordered import read_ordered
 from anagrapheus.timeline.resolving.failures import stored_kind
 
-__all__ = ["COMMAND", "run", "units_of"]
+__all__ = ["COMMAND", "MAX_PINS", "run", "units_of"]
+
+MAX_PINS = 10_000
+"""The pins a page of a whole recording shows by default (`--max-pins`): as many as a browser opens in under 2 s
+(`benchmarks/view.py`). The rest are counted, unit by unit, so a page stays about 25 MB whatever the recording's
+size. A `--unit` page shows all of its units' pins."""
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,21 +35,37 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--miss", metavar="MISS.json", help="a miss file (the pytest plugin writes one beside a recording that missed)"
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write the page (default: PATH + .html)")
+    parser.add_argument(
+        "--max-pins",
+        type=int,
+        default=MAX_PINS,
+        metavar="N",
+        help=f"a page of the whole recording shows its first N pins and counts the rest (default {MAX_PINS:,});"
+        " --unit pages show every pin",
+    )
     add_registry_options(parser)
 
 
-def units_of(source: Source, args: argparse.Namespace) -> list[UnitView]:
-    """Each unit of `source` with its pins in draw order, units in the order they first appear."""
+def units_of(source: Source, args: argparse.Namespace, *, budget: int | None = None) -> list[UnitView]:
+    """Each unit of `source` with its pins in draw order, units in the order they first appear.
+
+    Past `budget` pins, a unit's further pins are counted (`UnitView.elided`), not shown.
+    """
     units: dict[str, UnitView] = {}
+    shown = 0
     for index, event in source.decoded(event_types(args.events), upcasts_of(args.upcasts)):
         if isinstance(event, PinPromoted):
             unit = units.setdefault(event.unit_id, UnitView(event.unit_id))
+            if budget is not None and shown >= budget:
+                unit.elided += 1
+                continue
+            shown += 1
             # An answer pinned as ordered text is shown by what it says.
             raw: JSONValue = read_ordered(event.raw)  # pyright: ignore[reportArgumentType]
             unit.pins.append(
                 PinView(
                     unit=event.unit_id,
-                    position=len(unit.pins) + 1,
+                    position=len(unit.pins) + unit.elided + 1,
                     kind=event.kind,
                     key=event.key,
                     attempts=event.attempts,
@@ -130,8 +151,12 @@ def run(args: argparse.Namespace) -> Outcome:
         # A page written over the log or recording it shows would destroy it (issue #35): refused before reading.
         if given is not None and output.exists() and output.resolve() == Path(given).resolve():
             raise BadInput("view never writes over its own input: name another -o FILE", path=str(output))
+    if args.max_pins < 1:
+        raise BadInput(f"--max-pins must be a positive number of pins, not {args.max_pins}", path=path)
     source = open_source(path, units=args.unit, seal="ignore")
-    units = units_of(source, args)
+    # A page of the whole file shows its first pins and counts the rest; --against compares every pin.
+    budget = None if args.unit or args.against is not None else args.max_pins
+    units = units_of(source, args, budget=budget)
     header: dict[str, Any] | None = source.header.model_dump(mode="json") if source.header is not None else None
     changes: list[Change] | None = None
     title = f"anagrapheus: {path}"
@@ -151,10 +176,20 @@ def run(args: argparse.Namespace) -> Outcome:
         output.write_text(page, encoding="utf-8")
     except OSError as e:
         raise BadInput(f"cannot write the page ({e.strerror or e})", path=str(output)) from e
-    pins = sum(len(u.pins) for u in units)
+    pins = sum(len(u.pins) + u.elided for u in units)
+    elided = sum(u.elided for u in units)
     differing = bool(changes) or miss is not None
-    data = {"path": path, "output": str(output), "units": len(units), "pins": pins, "differences": len(changes or [])}
+    data = {
+        "path": path,
+        "output": str(output),
+        "units": len(units),
+        "pins": pins,
+        "shown": pins - elided,
+        "differences": len(changes or []),
+    }
     text = f"wrote {output}: {len(units)} unit(s), {pins} pin(s)"
+    if elided:
+        text += f" (the first {pins - elided} shown, --max-pins {args.max_pins}; a unit's page: --unit UNIT)"
     if changes is not None:
         text += f", {len(changes)} difference(s) against {args.against}"
     if miss is not None:

@@ -147,3 +147,10 @@ def test_stream_benchmark_runs() -> None:
     out = run_quick("stream.py")
     assert "bytes per 100 deltas" in out
     assert "replayed from its pin" in out
+
+
+def test_large_recording_benchmark_runs() -> None:
+    out = run_quick("large_recording.py")
+    assert "baseline: read the recording's bytes whole" in out
+    assert "first answer: indexed / whole read" in out
+    assert "view --unit: indexed / whole read" in out

@@ -2,12 +2,13 @@
 
 The names a recording's reader and writer use, gathered from the modules that hold them: the header
 (`header`), the writer (`writer`), the readers (`reader`, `pins`),
-the line limit (`lines`) and the seal (`seal`).
+the line limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
 """
 
 from __future__ import annotations
 
 from anagrapheus.timeline.recording.header import RECORDING_FORMAT, RECORDING_VERSION, RecordingHeader
+from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, RecordingIndexWarning, index_path
 from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES
 from anagrapheus.timeline.recording.pins import stream_pins
 from anagrapheus.timeline.recording.reader import Recording, read_recording, stream_recording
@@ -15,14 +16,17 @@ from anagrapheus.timeline.recording.seal import Seal, SealCheck, UnitSeal
 from anagrapheus.timeline.recording.writer import pin_events, write_recording
 
 __all__ = [
+    "INDEX_MIN_EVENTS",
     "MAX_LINE_BYTES",
     "RECORDING_FORMAT",
     "RECORDING_VERSION",
     "Recording",
     "RecordingHeader",
+    "RecordingIndexWarning",
     "Seal",
     "SealCheck",
     "UnitSeal",
+    "index_path",
     "pin_events",
     "read_recording",
     "stream_pins",

@@ -23,7 +23,7 @@ from anagrapheus.timeline.recording.reader import open_recording
 from anagrapheus.timeline.recording.seal import SealCheck
 from anagrapheus.timeline.upcast import UpcastRegistry
 
-__all__ = ["stream_pins"]
+__all__ = ["pins_of_entries", "stream_pins"]
 
 
 def stream_pins(
@@ -48,15 +48,16 @@ def stream_pins(
     header, _, entries = open_recording(
         Path(path), where, max_line_bytes, call_policy, provenance, seal=seal, stamping=stamping
     )
-    return header, _pins(entries, where, given_or_builtins(registry), upcasts)
+    return header, pins_of_entries(entries, where, given_or_builtins(registry), upcasts)
 
 
-def _pins(
+def pins_of_entries(
     entries: Iterator[tuple[int, dict[str, Any]]],
     where: str,
     registry: EventTypeRegistry,
     upcasts: UpcastRegistry | None,
 ) -> Iterator[PinText]:
+    """The pins among checked event lines, as texts: a current pin's from its parsed line, an older one upcast."""
     for number, fields in entries:
         if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != PinPromoted.event_type:
             continue

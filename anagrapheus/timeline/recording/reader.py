@@ -14,7 +14,7 @@ from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpire
 from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
 from anagrapheus.timeline.provenance import ProvenanceCheck, Stamping, check_provenance
-from anagrapheus.timeline.recording.header import RecordingHeader, header_line, read_header
+from anagrapheus.timeline.recording.header import RecordingHeader, header_line, paused_collection, read_header
 from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
 from anagrapheus.timeline.secrets import SecretFinding, SecretScanner
@@ -184,7 +184,8 @@ def open_recording(
         stamping=stamping,
     )
     try:
-        sealed = read_seal(header.details, where=where)
+        with paused_collection():
+            sealed = read_seal(header.details, where=where)
     except RecordingError:
         if seal != "ignore":
             raise

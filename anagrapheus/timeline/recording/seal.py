@@ -150,20 +150,36 @@ def read_seal(details: dict[str, Any], *, where: str) -> Seal | None:
     return Seal(tuple(units))
 
 
+_UNIT_FIELDS = frozenset(("unit", "chain", "lines"))
+
+
 def _unit_seal(entry: object) -> UnitSeal | None:
     """One unit's seal as the header holds it; None when it is not one."""
     if not isinstance(entry, dict):
         return None
     fields = cast(dict[str, Any], entry)
     unit, chain, lines = fields.get("unit"), fields.get("chain"), fields.get("lines")
-    if fields.keys() != {"unit", "chain", "lines"} or not (unit is None or isinstance(unit, str)):
+    if fields.keys() != _UNIT_FIELDS or not (unit is None or isinstance(unit, str)):
         return None
     if not isinstance(chain, str) or not isinstance(lines, list):
         return None
     shorts = cast(list[object], lines)
-    if not all(isinstance(short, str) for short in shorts):
+    # Every line's type at once (a million lines' seal is read before a replay's first answer): only strings.
+    if not set(map(type, shorts)) <= {str}:
         return None
     return UnitSeal(_unit_named(unit), chain, tuple(cast(list[str], shorts)))
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One unit's chain as a reader checks it: the head, how many lines it has seen and the last one's number.
+
+    Nothing per line is kept, so checking a recording holds no more than its seal.
+    """
+
+    head: bytes
+    count: int = 0
+    last: int = 0
 
 
 class _Verifier:
@@ -174,7 +190,7 @@ class _Verifier:
         self._sealed = {u.unit: u for u in seal.units}
         self._order = [u.unit for u in seal.units]
         self._begun = 0  # how many of `_order` have shown a line
-        self._chains: dict[str | None, _Chain] = {}
+        self._chains: dict[str | None, _Tally] = {}
         self._read = 1  # the last line read
 
     def _broken(self, message: str, *, line: int | None, unit: str | None, change: str) -> SealBroken:
@@ -194,7 +210,7 @@ class _Verifier:
             )
         chain = self._chains.get(unit)
         if chain is None:
-            chain = self._chains[unit] = _Chain.of(unit)
+            chain = self._chains[unit] = _Tally(_Chain.of(unit).head)
             position = self._order.index(unit)
             if position > self._begun:
                 skipped = self._order[self._begun]
@@ -209,7 +225,7 @@ class _Verifier:
             self._begun = position + 1
         digest = _digest(text)
         short = digest.hex()[:_SHORT]
-        index = len(chain.lines)
+        index = chain.count
         if index >= len(sealed.lines):
             raise self._broken(
                 f"unit {unit!r} was sealed with {len(sealed.lines)} line(s); this one is beyond them: added by hand",
@@ -231,7 +247,9 @@ class _Verifier:
                 unit=unit,
                 change="edited",
             )
-        chain.add(digest, number)
+        chain.head = hashlib.sha256(chain.head + digest).digest()
+        chain.count += 1
+        chain.last = number
 
     def finish(self) -> None:
         """Check, once every line was read, that no sealed line is missing at a unit's end and every chain holds.
@@ -249,12 +267,12 @@ class _Verifier:
                     unit=unit,
                     change="deleted",
                 )
-            if len(chain.lines) < len(sealed.lines):
-                missing = len(sealed.lines) - len(chain.lines)
+            if chain.count < len(sealed.lines):
+                missing = len(sealed.lines) - chain.count
                 raise self._broken(
-                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.numbers[-1]}:"
+                    f"the last {missing} sealed line(s) of unit {unit!r} are missing after line {chain.last}:"
                     " deleted by hand",
-                    line=chain.numbers[-1] + 1,
+                    line=chain.last + 1,
                     unit=unit,
                     change="deleted",
                 )

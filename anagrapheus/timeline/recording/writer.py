@@ -15,6 +15,7 @@ from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
 from anagrapheus.timeline.recording.header import RecordingHeader, as_header, header_line
+from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, index_path, keep_index, write_index
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretScanner, split_private_keys
 
@@ -125,6 +126,7 @@ def write_recording(
     mode: int = 0o600,
     dangerously_keep_secrets: bool = False,
     stamp: ProvenanceStamp | Stamping | None = None,
+    index: bool | None = None,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -141,6 +143,10 @@ def write_recording(
 
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
+
+    With `index=True` an index is written beside the file (`run.jsonl.index`), so a replay or `view --unit` opens a
+    large recording without reading it whole; by default one is for `INDEX_MIN_EVENTS` events or more, or when an
+    index is there already. With `index=False` none is, and one left from an earlier write is removed.
     """
     target = Path(path)
     chosen = as_header(header)
@@ -186,7 +192,13 @@ def write_recording(
         chosen = chosen.model_copy(update={"provenance": stamped})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
     lines.insert(0, writer.text(header_line(chosen), seq=None))
+    # By default: a large recording, or one indexed before (its index must not go stale: `reseal`, a re-recording).
+    indexed = len(lines) - 1 >= INDEX_MIN_EVENTS or index_path(target).exists() if index is None else index
     if _same_but_versions(target, lines):
+        if indexed:
+            keep_index(target, mode=mode)
+        else:
+            write_index(target, None, mode=mode)
         return target
     data = "".join(line + "\n" for line in lines).encode()
     try:
@@ -194,4 +206,5 @@ def write_recording(
     except OSError as e:
         # A directory in the way, a missing folder, a full disk: named, and typed like every other refusal.
         raise RecordingError(f"cannot write the recording ({e.strerror or e})", path=str(target)) from e
+    write_index(target, lines if indexed else None, mode=mode)
     return target

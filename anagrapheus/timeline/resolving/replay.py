@@ -24,6 +24,8 @@ from anagrapheus.timeline.events import (
     given_or_builtins,
 )
 from anagrapheus.timeline.provenance import Provenance, ProvenanceCheck, Stamping, versions_note
+from anagrapheus.timeline.recording.header import RecordingHeader
+from anagrapheus.timeline.recording.lookup import IndexedPins, indexed_pins, indexed_unit_pins
 from anagrapheus.timeline.recording.pins import stream_pins
 from anagrapheus.timeline.resolving.failures import answered, answered_stream
 from anagrapheus.timeline.resolving.ledger import PinLedger
@@ -36,6 +38,8 @@ __all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
 
 T = TypeVar("T")
 S = TypeVar("S")
+Conflicts = dict[str, tuple[str, ...]]
+"""Keys pinned with different results by several units, each with those units."""
 
 
 class AmbiguousPinWarning(UserWarning):
@@ -64,7 +68,7 @@ class ReplayPins(Resolver):
             raise UsageError("on_miss='record' needs into=PinLedger(...): the fresh draws belong to a unit of work")
         if on_miss == "strict" and into is not None:
             raise UsageError("into= is only for on_miss='record'; strict replay never draws")
-        self._pins = dict(pins)
+        self._pins: Mapping[str, PinText] = dict(pins)
         self._ambiguous = dict(ambiguous or {})
         self._into = into
         self._hits = 0
@@ -109,41 +113,30 @@ class ReplayPins(Resolver):
         on_miss: Literal["strict", "record"],
         into: PinLedger | None,
     ) -> ReplayPins:
-        pins: dict[str, PinText] = {}
-        # Only keys pinned by more than one unit get a list of units: most logs have none.
-        units: dict[str, list[str]] = {}
-        ambiguous: set[str] = set()
-        for pin in texts:
-            if unit_id is not None and pin.unit_id != unit_id:
-                continue
-            key = pin.key
-            # Interned: a log repeats a handful of kinds and unit ids across thousands of pins. The fingerprint
-            # stays text, parsed only when a miss compares fingerprints, so a replay that hits never pays.
-            found = PinText(
-                unit_id=sys.intern(pin.unit_id),
-                key=key,
-                kind=sys.intern(pin.kind),
-                raw_text=pin.raw_text,
-                attempts=pin.attempts,
-                fingerprint=pin.fingerprint,
-                failed=pin.failed,
-            )
-            seen = pins.get(key)
-            if seen is None:
-                pins[key] = found
-                continue
-            units.setdefault(key, [seen.unit_id]).append(found.unit_id)
-            if seen.raw_text != found.raw_text or seen.failed != found.failed:
-                ambiguous.add(key)
-        conflicts = {key: tuple(units[key]) for key in sorted(ambiguous)}
+        pins, conflicts = _gathered(texts, unit_id)
+        return cls._answering_from(pins, conflicts, on_miss=on_miss, into=into, stacklevel=4)
+
+    @classmethod
+    def _answering_from(
+        cls,
+        pins: Mapping[str, PinText],
+        conflicts: Conflicts,
+        *,
+        on_miss: Literal["strict", "record"],
+        into: PinLedger | None,
+        stacklevel: int,
+    ) -> ReplayPins:
+        """A replay answering from `pins` as they are (a dict, or a recording's pins read as asked)."""
         if conflicts:
             warnings.warn(
                 f"{len(conflicts)} key(s) were pinned with different results by different units; resolving one"
                 " raises AmbiguousPin (replay one unit with unit_id=... to answer it exactly)",
                 AmbiguousPinWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
-        return cls(pins, ambiguous=conflicts, on_miss=on_miss, into=into)
+        replay = cls({}, ambiguous=conflicts, on_miss=on_miss, into=into)
+        replay._pins = pins
+        return replay
 
     @classmethod
     def from_store(
@@ -180,16 +173,46 @@ class ReplayPins(Resolver):
 
         The header's provenance is checked first, against `call_policy`, as `read_recording` checks it, under
         `stamping` (the provider layer's if None), which a miss also names the versions with.
+        A recording with an index beside it (`write_recording` writes one for large recordings) is opened, not
+        read: with `unit_id`, only that unit's lines are read; without, each pin's line when its key is first
+        asked (a miss, `unused()` and any other walk over every pin read them all). The answers and errors are a
+        whole read's; an index that disagrees with its recording warns (`RecordingIndexWarning`) and is not used.
         """
-        header, pins = stream_pins(
-            path,
-            given_or_builtins(registry),
-            upcasts=upcasts,
-            call_policy=call_policy,
-            provenance=provenance,
-            stamping=stamping,
-        )
-        replay = cls._collect(pins, unit_id=unit_id, on_miss=on_miss, into=into)
+        types = given_or_builtins(registry)
+
+        def whole(checked: ProvenanceCheck = provenance) -> tuple[RecordingHeader, dict[str, PinText], Conflicts]:
+            header, pins = stream_pins(
+                path, types, upcasts=upcasts, call_policy=call_policy, provenance=checked, stamping=stamping
+            )
+            return (header, *_gathered(pins, unit_id))
+
+        if unit_id is not None:
+            unit = indexed_unit_pins(
+                path,
+                types,
+                unit_id,
+                upcasts=upcasts,
+                call_policy=call_policy,
+                provenance=provenance,
+                stamping=stamping,
+            )
+            header, pins, conflicts = whole() if unit is None else (unit[0], *_gathered(unit[1], unit_id))
+            replay = cls._answering_from(pins, conflicts, on_miss=on_miss, into=into, stacklevel=3)
+        else:
+            opened = indexed_pins(
+                path,
+                types,
+                call_policy=call_policy,
+                provenance=provenance,
+                whole=lambda: whole("ignore")[1],
+                stamping=stamping,
+            )
+            if opened is None:
+                header, pins, conflicts = whole()
+                replay = cls._answering_from(pins, conflicts, on_miss=on_miss, into=into, stacklevel=3)
+            else:
+                header, lazy, conflicts = opened
+                replay = cls._answering_from(lazy, conflicts, on_miss=on_miss, into=into, stacklevel=3)
         replay.recorded_with = header.provenance
         replay._stamping = stamping
         return replay
@@ -242,7 +265,10 @@ class ReplayPins(Resolver):
     def units(self) -> tuple[str, ...]:
         """The ids of the units of work whose pins this replay answers from, in recorded order."""
         if self._units is None:
-            self._units = tuple(dict.fromkeys(pin.unit_id for pin in self._pins.values()))
+            pins = self._pins
+            # A recording opened through its index knows its units without reading every pin.
+            units = pins.units if isinstance(pins, IndexedPins) else dict.fromkeys(pin.unit_id for pin in pins.values())
+            self._units = tuple(units)
         return self._units
 
     @property
@@ -440,3 +466,34 @@ class ReplayPins(Resolver):
             )
             async with answer as draw:
                 yield draw
+
+
+def _gathered(texts: Iterable[PinText], unit_id: str | None) -> tuple[dict[str, PinText], Conflicts]:
+    """The pins by key (the first of a key answers; all, or one unit's) and the keys several units pinned otherwise."""
+    pins: dict[str, PinText] = {}
+    # Only keys pinned by more than one unit get a list of units: most logs have none.
+    units: dict[str, list[str]] = {}
+    ambiguous: set[str] = set()
+    for pin in texts:
+        if unit_id is not None and pin.unit_id != unit_id:
+            continue
+        key = pin.key
+        # Interned: a log repeats a handful of kinds and unit ids across thousands of pins. The fingerprint
+        # stays text, parsed only when a miss compares fingerprints, so a replay that hits never pays.
+        found = PinText(
+            unit_id=sys.intern(pin.unit_id),
+            key=key,
+            kind=sys.intern(pin.kind),
+            raw_text=pin.raw_text,
+            attempts=pin.attempts,
+            fingerprint=pin.fingerprint,
+            failed=pin.failed,
+        )
+        seen = pins.get(key)
+        if seen is None:
+            pins[key] = found
+            continue
+        units.setdefault(key, [seen.unit_id]).append(found.unit_id)
+        if seen.raw_text != found.raw_text or seen.failed != found.failed:
+            ambiguous.add(key)
+    return pins, {key: tuple(units[key]) for key in sorted(ambiguous)}
