@@ -56,6 +56,7 @@ from anagrapheus.errors import (
 from anagrapheus.provider.in_workflow import PinningInWorkflow
 from anagrapheus.provider.keying.caller import HiddenField
 from anagrapheus.timeline.divergence import Divergence, MovedValue
+from anagrapheus.timeline.recording.index import IndexMismatch
 
 # One instance of every error class, built as the package builds it (keyword arguments and all).
 SAMPLES: list[AnagrapheusError] = [
@@ -110,6 +111,7 @@ SAMPLES: list[AnagrapheusError] = [
     RemoteConnectionRefused(("example.com", 443)),
     BadInput("not a recording", path="x.jsonl", line=None, seq=4),
     PinningInWorkflow("wrap_run"),
+    IndexMismatch("line 7 is not the line the index promised"),
 ]
 
 
