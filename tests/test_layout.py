@@ -81,3 +81,13 @@ def test_a_file_named_for_a_round_or_for_no_module_is_caught(tmp_path: Path, mon
 def test_every_allowed_file_gives_its_reason() -> None:
     assert all(reason.strip() for reason in ALLOWED.values())
     assert all(path.split("/")[0] in {f.split("/")[0] for f in MIRRORED} for path in ALLOWED)
+
+
+def test_every_test_path_the_ci_script_names_exists() -> None:
+    """A test moved or renamed must not drop out of a CI step silently (the floor step named two moved files)."""
+    import re
+
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"\btests/[\w/]+\.py\b", script)))
+    assert named, "the CI script names test files"
+    assert [path for path in named if not (ROOT / path).is_file()] == []
