@@ -436,19 +436,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "drawn = None",
         "drawn is only read as record_durable_unit's executed flag, where None counts as False does",
     ),
-    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1rebuild__mutmut_34": (
+    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1_rebuilt__mutmut_34": (
         "recipe = cast(None, reduced)",
         "the first argument of typing.cast is for the type checker only; cast returns its value unchanged",
     ),
-    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1rebuild__mutmut_38": (
+    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1_rebuilt__mutmut_38": (
         'recipe = cast("XXdict[str, Any]XX", reduced)',
         "the same argument, as another string",
     ),
-    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1rebuild__mutmut_39": (
+    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1_rebuilt__mutmut_39": (
         'recipe = cast("dict[str, any]", reduced)',
         "the same argument, as another string",
     ),
-    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1rebuild__mutmut_40": (
+    "anagrapheus.provider.failures.x\u01c1ExceptionCodec\u01c1_rebuilt__mutmut_40": (
         'recipe = cast("DICT[STR, ANY]", reduced)',
         "the same argument, as another string",
     ),
@@ -739,14 +739,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "anagrapheus.provider.keying.history.x_split_material__mutmut_13": (
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
-    ),
-    "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁread__mutmut_35": (
-        'query = sql.SQL("select {c} from {e} where {w} order by seq limit %s").format(',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
-    ),
-    "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁread__mutmut_41": (
-        'c=sql.SQL(_EVENT_COLUMNS), e=self._events, w=sql.SQL(" and ").join(where)',
-        "SQL keywords are case-insensitive in PostgreSQL, and the store's names are lowercase: the same statement",
     ),
     "anagrapheus.timeline.stores.postgres.xǁPostgresEventStoreǁ_release__mutmut_1": (
         "self._leases.held.discard(None)",
