@@ -141,7 +141,7 @@ class RunClocks:
             position = self._take(number, apart=f"{number}:started")
         else:
             position = self._take(self._placed(resolver, place, occurrence, number), apart=_apart(place, occurrence))
-        key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
+        key = _run_id_key(self.unit, position)
         answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
             run_id = _run_id(new_id())
@@ -351,7 +351,7 @@ class RunClocks:
         """The key of the run's next stamp point; a named run's, as a recording made before named runs kept it."""
 
         def at(place: int | str) -> str:
-            return pin_key(RUN_CLOCK, {"unit": self.unit, "run": place, "stamp": run.stamps, "slots": slots})
+            return _clock_key_of(self.unit, place, run.stamps, slots)
 
         key = at(run.position)
         if isinstance(run.position, str) and not resolver.asked(key):
@@ -465,6 +465,19 @@ def _times(raw: JSONValue) -> list[datetime]:
         return [datetime.fromisoformat(item) for item in raw]  # pyright: ignore[reportArgumentType]
     except ValueError as e:
         raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e
+
+
+# The run-level keys are positions: every run through a unit asks the same few, so each is canonicalised once.
+@functools.lru_cache(maxsize=1024)
+def _run_id_key(unit: str | None, position: int | str) -> str:
+    """The key of the id of the run at `position` among `unit`'s runs."""
+    return pin_key(RUN_ID, {"unit": unit, "run": position})
+
+
+@functools.lru_cache(maxsize=1024)
+def _clock_key_of(unit: str | None, position: int | str, stamp: int, slots: int) -> str:
+    """The key of the `stamp`th stamp point of the run at `position` among `unit`'s runs, which stamped `slots`."""
+    return pin_key(RUN_CLOCK, {"unit": unit, "run": position, "stamp": stamp, "slots": slots})
 
 
 @functools.lru_cache(maxsize=256)  # asked twice per run: where it was placed is read, then pinned
