@@ -277,7 +277,8 @@ class Pinning(AbstractCapability[Any]):
         if resolver is self.resolver and self._own_clocks is not None:
             return self._own_clocks  # asked at every hook of a run; a resolver's clocks, once made, never change
         clocks = RunClocks.of(resolver)
-        clocks = self._unpinned_clocks if clocks is None else clocks
+        if clocks is None:
+            return self._unpinned_clocks
         if resolver is self.resolver:
             self._own_clocks = clocks
         return clocks

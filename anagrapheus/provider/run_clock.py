@@ -467,17 +467,27 @@ def _times(raw: JSONValue) -> list[datetime]:
         raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e
 
 
-# The run-level keys are positions: every run through a unit asks the same few, so each is canonicalised once.
-@functools.lru_cache(maxsize=1024)
 def _run_id_key(unit: str | None, position: int | str) -> str:
     """The key of the id of the run at `position` among `unit`'s runs."""
-    return pin_key(RUN_ID, {"unit": unit, "run": position})
+    return _position_key(RUN_ID, {"unit": unit, "run": position})
 
 
-@functools.lru_cache(maxsize=1024)
 def _clock_key_of(unit: str | None, position: int | str, stamp: int, slots: int) -> str:
     """The key of the `stamp`th stamp point of the run at `position` among `unit`'s runs, which stamped `slots`."""
-    return pin_key(RUN_CLOCK, {"unit": unit, "run": position, "stamp": stamp, "slots": slots})
+    return _position_key(RUN_CLOCK, {"unit": unit, "run": position, "stamp": stamp, "slots": slots})
+
+
+def _position_key(kind: str, material: dict[str, int | str | None]) -> str:
+    """`pin_key` of a position's material, written as it is when the walk would leave it unchanged (the usual case).
+
+    Asked several times a run, each time for a new position: a unit id, a run's id and a small integer are
+    canonical as they are unless a string is not ASCII (NFC then decides) or an integer is past what is exact.
+    """
+    plain = all(
+        value is None or (type(value) is int and value.bit_length() <= 53) or (type(value) is str and value.isascii())
+        for value in material.values()
+    )
+    return pin_key(kind, material, normalised=plain)
 
 
 @functools.lru_cache(maxsize=256)  # asked twice per run: where it was placed is read, then pinned

@@ -719,7 +719,9 @@ def test_the_fast_path_reads_a_sound_pin_as_validation_does() -> None:
     assert PinPromoted.read(event, EventTypeRegistry()) == EventTypeRegistry().decode(event)
 
 
-def test_a_held_pin_is_answered_counted_and_adopted_as_any_pin(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+def test_a_held_pin_is_answered_counted_and_adopted_as_any_pin(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
     # Issue #43: a run-level pin (an id, a place, a clock) is answered on replay without the path `resolve` takes;
     # it is still a hit, used, and adopted into the new unit, and a miss is still a miss.
     record(store, types, ["one", "two"])
@@ -728,7 +730,9 @@ def test_a_held_pin_is_answered_counted_and_adopted_as_any_pin(store: SQLiteEven
     replay = ReplayPins.from_events(events, types, on_miss="record", into=ledger)
     one, two = call("one")[0], call("two")[0]
     assert replay.resolve_held(one, kind="model_call", effect=never, interpret=identity) == "answer to one"
-    assert asyncio.run(replay.aresolve_held(two, kind="model_call", effect=never, interpret=identity)) == "answer to two"
+    assert (
+        asyncio.run(replay.aresolve_held(two, kind="model_call", effect=never, interpret=identity)) == "answer to two"
+    )
     assert (replay.hits, replay.unused()) == (2, {})
     assert [PinPromoted.read(event, types).key for event in ledger.commit()] == [one, two]
     strict = ReplayPins.from_events(events, types)
