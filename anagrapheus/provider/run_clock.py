@@ -483,11 +483,11 @@ def _position_key(kind: str, material: dict[str, int | str | None]) -> str:
     Asked several times a run, each time for a new position: a unit id, a run's id and a small integer are
     canonical as they are unless a string is not ASCII (NFC then decides) or an integer is past what is exact.
     """
-    plain = all(
-        value is None or (type(value) is int and value.bit_length() <= 53) or (type(value) is str and value.isascii())
-        for value in material.values()
-    )
-    return pin_key(kind, material, normalised=plain)
+    for value in material.values():
+        plain = (type(value) is int and value.bit_length() <= 53) or (type(value) is str and value.isascii())
+        if not (plain or value is None):
+            return pin_key(kind, material)
+    return pin_key(kind, material, normalised=True)
 
 
 @functools.lru_cache(maxsize=256)  # asked twice per run: where it was placed is read, then pinned
