@@ -18,11 +18,14 @@ baseline's in the same round, the variants interleaved in a rotated order.
     python benchmarks/capability.py --long     # more rounds
     python benchmarks/capability.py --quick    # smoke test: one round of a few runs
     python benchmarks/capability.py --part recording|replay
+    python benchmarks/capability.py --part calls   # Python calls per replayed run (cProfile): a count, not a time
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import pstats
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -33,6 +36,7 @@ from typing import Any, Literal
 
 from _measure import Aim, Variant, compare, machine_line, options, print_table, summarise, use_options
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -282,9 +286,56 @@ def replay_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: 
     models.store.close()
 
 
+class NoHooks(AbstractCapability[Any]):
+    """A capability that overrides no hook: what pydantic-ai's dispatch costs for any capability."""
+
+
+def calls_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
+    """Item 3, as a count: the Python calls a replayed run makes, against the bare run's (no load moves a count)."""
+    runs = 10 + n
+
+    def recorded(name: str, agent_of: Callable[[PinLedger], Agent[None, str]]) -> ReplayPins:
+        pins = Pins(root / f"calls-{name}.db")
+        ledger = pins.ledger()
+        agent = agent_of(ledger)
+        for _ in range(runs):
+            loop.run_until_complete(agent.run(PROMPT))
+        ledger.commit()
+        replay = pins.replay()
+        pins.store.close()
+        return replay
+
+    def scripted(**kw: Any) -> Agent[None, str]:
+        return Agent(FunctionModel(Scripted(), model_name="scripted"), tools=[lookup], **kw)
+
+    capability = recorded("capability", lambda ledger: scripted(capabilities=[Pinning(ledger)]))
+    model = recorded("model", lambda ledger: Agent(PinnedModel(NullModel(), ledger), tools=[lookup]))
+    agents: list[tuple[str, Agent[None, str]]] = [
+        ("bare FunctionModel (async)", scripted()),
+        ("a capability that overrides no hook", scripted(capabilities=[NoHooks()])),
+        ("replay: Pinning + ReplayPins", scripted(capabilities=[Pinning(capability)])),
+        ("null model (answers the script, nothing else)", Agent(NullModel(), tools=[lookup])),
+        ("replay: PinnedModel(null model) + ReplayPins", Agent(PinnedModel(NullModel(), model), tools=[lookup])),
+    ]
+    print("\nPython calls per replayed run (cProfile), ours = in anagrapheus")
+    print(f"  {'variant':<52} {'calls/run':>10} {'ours/run':>9}")
+    for name, agent in agents:
+        for _ in range(min(10, runs // 2)):
+            loop.run_until_complete(agent.run(PROMPT))
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(n):
+            loop.run_until_complete(agent.run(PROMPT))
+        profile.disable()
+        stats: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        total = sum(calls for calls, *_ in stats.values())
+        ours = sum(calls for (path, _, _), (calls, *_) in stats.items() if "/anagrapheus/" in path)
+        print(f"  {name:<52} {total / n:>10,.0f} {ours / n:>9,.0f}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=25, synchronous_help="of the pin stores")
-    parser.add_argument("--part", choices=["recording", "replay", "all"], default="all")
+    parser.add_argument("--part", choices=["recording", "replay", "calls", "all"], default="all")
     args = parser.parse_args(argv)
     rounds = use_options(args)
     SYNCHRONOUS[0] = args.synchronous
@@ -298,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 recording_part(loop, Path(tmp), n=n, rounds=rounds)
             if args.part in ("replay", "all"):
                 replay_part(loop, Path(tmp), n=n, rounds=rounds)
+            if args.part in ("calls", "all"):
+                calls_part(loop, Path(tmp), n=20 if args.quick else 200)
     finally:
         loop.close()
 

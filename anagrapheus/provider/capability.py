@@ -145,6 +145,7 @@ class Pinning(AbstractCapability[Any]):
         self._outputs = DrawSequence()
         # The runs' ids and times through a resolver that keeps no clocks: drawn fresh, stamped with `clock`, unpinned.
         self._unpinned_clocks = RunClocks.unpinned()
+        self._own_clocks: RunClocks | None = None
 
     @classmethod
     @override
@@ -273,8 +274,14 @@ class Pinning(AbstractCapability[Any]):
 
     def _clocks(self, resolver: Resolver) -> RunClocks:
         """The clocks of the runs through `resolver`: its own, or this capability's unpinned ones if it keeps none."""
+        if resolver is self.resolver and self._own_clocks is not None:
+            return self._own_clocks  # asked at every hook of a run; a resolver's clocks, once made, never change
         clocks = RunClocks.of(resolver)
-        return self._unpinned_clocks if clocks is None else clocks
+        if clocks is None:
+            return self._unpinned_clocks
+        if resolver is self.resolver:
+            self._own_clocks = clocks
+        return clocks
 
     def _clocked(self, ctx: RunContext[Any]) -> Resolver:
         """The resolver the run's ids and times are positions in: the run's unit's ledger under UnitPerRun."""
@@ -532,12 +539,25 @@ def _keyed_arguments(function: Callable[..., Any] | None, tool_args: dict[str, A
     if function is None:
         return tool_args
     try:
-        bound = inspect.signature(function).bind_partial(**tool_args)
+        bound = _signature(function).bind_partial(**tool_args)
     except (TypeError, ValueError):
         # A signature Python cannot bind by name (positional-only, say): key what the model sent.
         return tool_args
     bound.apply_defaults()
     return dict(bound.arguments)
+
+
+def _signature(function: Callable[..., Any]) -> inspect.Signature:
+    """The function's signature, read once per function: it is bound at every call of its tool."""
+    try:
+        return _signature_of(function)
+    except TypeError:  # a callable that cannot be hashed (or has no signature, which is read again to raise)
+        return inspect.signature(function)
+
+
+@functools.lru_cache(maxsize=512)
+def _signature_of(function: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(function)
 
 
 def _jsonable(tool: str, result: object) -> object:

@@ -141,7 +141,7 @@ class RunClocks:
             position = self._take(number, apart=f"{number}:started")
         else:
             position = self._take(self._placed(resolver, place, occurrence, number), apart=_apart(place, occurrence))
-        key = pin_key(RUN_ID, {"unit": self.unit, "run": position})
+        key = _run_id_key(self.unit, position)
         answering = resolver.answering_position(key) if self.pinned else None
         if answering is None:
             run_id = _run_id(new_id())
@@ -351,7 +351,7 @@ class RunClocks:
         """The key of the run's next stamp point; a named run's, as a recording made before named runs kept it."""
 
         def at(place: int | str) -> str:
-            return pin_key(RUN_CLOCK, {"unit": self.unit, "run": place, "stamp": run.stamps, "slots": slots})
+            return _clock_key_of(self.unit, place, run.stamps, slots)
 
         key = at(run.position)
         if isinstance(run.position, str) and not resolver.asked(key):
@@ -465,6 +465,29 @@ def _times(raw: JSONValue) -> list[datetime]:
         return [datetime.fromisoformat(item) for item in raw]  # pyright: ignore[reportArgumentType]
     except ValueError as e:
         raise PinResultError(f"a {RUN_CLOCK} pin holds {raw!r}, not a list of timestamps ({e})") from e
+
+
+def _run_id_key(unit: str | None, position: int | str) -> str:
+    """The key of the id of the run at `position` among `unit`'s runs."""
+    return _position_key(RUN_ID, {"unit": unit, "run": position})
+
+
+def _clock_key_of(unit: str | None, position: int | str, stamp: int, slots: int) -> str:
+    """The key of the `stamp`th stamp point of the run at `position` among `unit`'s runs, which stamped `slots`."""
+    return _position_key(RUN_CLOCK, {"unit": unit, "run": position, "stamp": stamp, "slots": slots})
+
+
+def _position_key(kind: str, material: dict[str, int | str | None]) -> str:
+    """`pin_key` of a position's material, written as it is when the walk would leave it unchanged (the usual case).
+
+    Asked several times a run, each time for a new position: a unit id, a run's id and a small integer are
+    canonical as they are unless a string is not ASCII (NFC then decides) or an integer is past what is exact.
+    """
+    for value in material.values():
+        plain = (type(value) is int and value.bit_length() <= 53) or (type(value) is str and value.isascii())
+        if not (plain or value is None):
+            return pin_key(kind, material)
+    return pin_key(kind, material, normalised=True)
 
 
 @functools.lru_cache(maxsize=256)  # asked twice per run: where it was placed is read, then pinned

@@ -21,7 +21,17 @@ from typing_extensions import override
 from anagrapheus.timeline.scoped import scoped
 from anagrapheus.timeline.secrets import SecretScanner
 
-__all__ = ["KEY_CHARS", "Outcome", "PinSpan", "answers_untraced", "pin_span", "short_key", "traced_to", "unit_span"]
+__all__ = [
+    "KEY_CHARS",
+    "Outcome",
+    "PinSpan",
+    "answers_untraced",
+    "pin_span",
+    "short_key",
+    "spans_made",
+    "traced_to",
+    "unit_span",
+]
 
 Outcome = Literal["drawn", "answered", "reused", "missed", "failed"]
 """What became of one resolve: drawn live, answered from the log, reused from scratch, missed, or failed."""
@@ -108,6 +118,11 @@ class _NoSpan(PinSpan):
 
 # One reusable context for every resolve while no provider is set: no generator, no span, nothing kept.
 _UNTRACED: AbstractContextManager[PinSpan] = nullcontext(_NoSpan(None))
+
+
+def spans_made() -> bool:
+    """Whether a pin's span would be made now (a tracer provider is set): a replay answers a hit without one."""
+    return _tracer() is not None
 
 
 def pin_span(kind: str, key: str, unit_id: str | None, *, current: bool = True) -> AbstractContextManager[PinSpan]:

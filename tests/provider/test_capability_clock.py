@@ -258,6 +258,28 @@ def test_positions_are_keyed_on_the_unit_the_run_and_the_stamp_point(
     assert RunClocks.of(ledger).by_id == {}
 
 
+@pytest.mark.parametrize("unit", ["talks", "cafe\u0301", "\uf900 talks"])
+def test_a_position_key_is_the_canonical_key_of_its_material_whatever_the_text(
+    store: SQLiteEventStore, types: EventTypeRegistry, unit: str
+) -> None:
+    # Issue #43: a position's key is written without the walk when the walk would leave it unchanged. A unit id or
+    # run id that is not ASCII (not NFC, or NFC changes it) is walked: the key stays the canonical one, NFC applied.
+    ledger = PinLedger(store, types, unit_id=unit)
+    pinning = Pinning(ledger)
+    for run_id in (None, "chat-e\u0301"):
+        agent(pinning).run_sync(PROMPT, run_id=run_id)
+    positions = [pin for pin in ledger.pins() if pin.kind in (RUN_ID, RUN_CLOCK)]
+    expected = {pin_key(RUN_ID, {"unit": unit, "run": 0})} | {
+        pin_key(RUN_CLOCK, {"unit": unit, "run": run, "stamp": stamp, "slots": slots})
+        for run in (0, "chat-e\u0301")
+        for stamp, slots in ((0, 2), (1, 2))
+    }
+    assert {pin.key for pin in positions} == expected
+    ledger.commit()
+    replayed = agent(Pinning(ReplayPins.from_events(store.read(), types))).run_sync(PROMPT)
+    assert replayed.run_id == next(json.loads(pin.raw_text) for pin in positions if pin.kind == RUN_ID)
+
+
 def test_a_resolver_keeps_its_clocks_and_they_go_with_it(store: SQLiteEventStore, types: EventTypeRegistry) -> None:
     # The resolver holds its clocks (no registry outside it): the same clocks whoever asks, gone when it is.
     def clocks_of_a_ledger_that_ran() -> weakref.ref[RunClocks]:

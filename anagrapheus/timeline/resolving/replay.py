@@ -31,7 +31,7 @@ from anagrapheus.timeline.resolving.failures import answered, answered_stream
 from anagrapheus.timeline.resolving.ledger import PinLedger
 from anagrapheus.timeline.resolving.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.stores.ports import EventStore
-from anagrapheus.timeline.tracing import PinSpan, pin_span
+from anagrapheus.timeline.tracing import PinSpan, pin_span, spans_made
 from anagrapheus.timeline.upcast import UpcastRegistry
 
 __all__ = ["AmbiguousPinWarning", "Divergence", "ReplayPins"]
@@ -340,6 +340,23 @@ class ReplayPins(Resolver):
             self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
         return pin
 
+    def _untraced_hit(self, key: str) -> PinText | None:
+        """The pin answering `key`, counted as `_answer` counts it, when no span is to be made; else None.
+
+        A replay's hits are most of what it does: answered here they skip the span's context and its generator.
+        An ambiguous key, a miss or a traced resolve returns None, for `_answering` to say so in its span.
+        """
+        if key in self._ambiguous:
+            return None
+        pin = self._pins.get(key)
+        if pin is None or spans_made():
+            return None
+        self._hits += 1
+        self._used.add(key)
+        if self._into is not None:
+            self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
+        return pin
+
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
         if self._into is not None and self._divergence is not None:
             # Record mode past its divergence: only the first miss is described, so later ones skip the comparison.
@@ -410,6 +427,9 @@ class ReplayPins(Resolver):
         failure: FailureCodec | None = None,
     ) -> T:
         """Answer `key` from the recording; on a miss raise `PinMiss` (strict) or draw through the ledger (record)."""
+        hit = self._untraced_hit(key)
+        if hit is not None:
+            return answered(hit.raw_text, failed=hit.failed, interpret=interpret, codec=failure)
         with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
                 return answered(found.raw_text, failed=found.failed, interpret=interpret, codec=failure)
@@ -429,12 +449,35 @@ class ReplayPins(Resolver):
         failure: FailureCodec | None = None,
     ) -> T:
         """Like `resolve`, with an asynchronous effect."""
+        hit = self._untraced_hit(key)
+        if hit is not None:
+            return answered(hit.raw_text, failed=hit.failed, interpret=interpret, codec=failure)
         with self._answering(key, kind, fingerprint) as found:
             if isinstance(found, PinText):
                 return answered(found.raw_text, failed=found.failed, interpret=interpret, codec=failure)
             return await found.aresolve(
                 key, kind=kind, effect=effect, interpret=interpret, fingerprint=fingerprint, failure=failure
             )
+
+    @override
+    def resolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """Answer a run-level pin (a run's id, its place) as `resolve` does, with no closure around its effect."""
+        hit = self._untraced_hit(key)
+        if hit is not None:
+            return answered(hit.raw_text, failed=hit.failed, interpret=interpret, codec=None)
+        return self.resolve(key, kind=kind, effect=effect, interpret=interpret)
+
+    @override
+    async def aresolve_held(
+        self, key: str, *, kind: str, effect: Callable[[], object], interpret: Callable[[JSONValue], T]
+    ) -> T:
+        """Answer a run's timestamps as `aresolve` does; a hit without wrapping the effect in a coroutine."""
+        hit = self._untraced_hit(key)
+        if hit is not None:
+            return answered(hit.raw_text, failed=hit.failed, interpret=interpret, codec=None)
+        return await super().aresolve_held(key, kind=kind, effect=effect, interpret=interpret)
 
     @override
     @asynccontextmanager

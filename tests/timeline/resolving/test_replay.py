@@ -717,3 +717,27 @@ def test_a_corrupt_pin_is_refused_on_the_fast_path(payload: str, message: str) -
 def test_the_fast_path_reads_a_sound_pin_as_validation_does() -> None:
     event = stored(with_())
     assert PinPromoted.read(event, EventTypeRegistry()) == EventTypeRegistry().decode(event)
+
+
+def test_a_held_pin_is_answered_counted_and_adopted_as_any_pin(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # Issue #43: a run-level pin (an id, a place, a clock) is answered on replay without the path `resolve` takes;
+    # it is still a hit, used, and adopted into the new unit, and a miss is still a miss.
+    record(store, types, ["one", "two"])
+    events = list(store.read())
+    ledger = PinLedger(store, types, unit_id="rerun")
+    replay = ReplayPins.from_events(events, types, on_miss="record", into=ledger)
+    one, two = call("one")[0], call("two")[0]
+    assert replay.resolve_held(one, kind="model_call", effect=never, interpret=identity) == "answer to one"
+    assert (
+        asyncio.run(replay.aresolve_held(two, kind="model_call", effect=never, interpret=identity)) == "answer to two"
+    )
+    assert (replay.hits, replay.unused()) == (2, {})
+    assert [PinPromoted.read(event, types).key for event in ledger.commit()] == [one, two]
+    strict = ReplayPins.from_events(events, types)
+    with pytest.raises(PinMiss):
+        strict.resolve_held(call("three")[0], kind="model_call", effect=never, interpret=identity)
+    with pytest.raises(PinMiss):
+        asyncio.run(strict.aresolve_held(call("three")[0], kind="model_call", effect=never, interpret=identity))
+    assert strict.hits == 0
