@@ -29,7 +29,7 @@ from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.compat import fill_response_cost, watch_provider_events
 from anagrapheus.provider.failures import FAILURES, DrawSequence
 from anagrapheus.provider.keying.material import new_fields_set
-from anagrapheus.provider.occurrence import ask
+from anagrapheus.provider.occurrence import Asking, ask
 from anagrapheus.provider.policy import MODEL_CALL, CallPin, CallPolicy, SemanticCallPolicy, call_pin
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import (
@@ -305,6 +305,21 @@ def stream_from_raw(raw: JSONValue, *, key: str | None = None) -> StreamAnswer:
     )
 
 
+@dataclass(slots=True)
+class _Asked:
+    """One model request as it is asked: the request, what its pin is keyed on, and its asking in the run."""
+
+    messages: list[ModelMessage]
+    settings: ModelSettings | None
+    parameters: ModelRequestParameters
+    call: CallPin
+    """The key and fingerprint of what was asked (the call policy's material)."""
+    asking: Asking
+    """Its asking in the run: the run's place, the occurrence, and the key it is resolved under."""
+    drawn: bool = False
+    """Whether it was drawn from the wrapped model, rather than answered from a pin."""
+
+
 @dataclass(init=False)
 class PinnedModel(WrapperModel):
     """Wraps any pydantic-ai model so that each request is pinned through a resolver.
@@ -403,6 +418,19 @@ class PinnedModel(WrapperModel):
             self._streams_answered[run_id] = count - 1
         return count > 0
 
+    def _asked(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> _Asked:
+        """What one request asks: its call's key and fingerprint, then its asking in the run (place, occurrence)."""
+        call = self.pin_for(messages, model_settings, model_request_parameters)
+        per_run = not self.dedupe_repeats
+        asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=per_run)
+        return _Asked(messages, model_settings, model_request_parameters, call, asking)
+
     @override
     async def request(
         self,
@@ -411,40 +439,41 @@ class PinnedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         """Answer the request from its pin, or draw it from the wrapped model and pin the response."""
-        call = self.pin_for(messages, model_settings, model_request_parameters)
-        drawn = False
-
-        async def draw() -> JSONValue:
-            nonlocal drawn
-            drawn = True
-            # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
-            return self._answer(await self.wrapped.request(messages, model_settings, model_request_parameters))
-
-        asking = ask(call.key, kind=MODEL_CALL, resolver=self.resolver, per_run=not self.dedupe_repeats)
+        asked = self._asked(messages, model_settings, model_request_parameters)
         try:
             response = await self._draws.resolve(
                 self.resolver,
-                asking.key,
+                asked.asking.key,
                 kind=MODEL_CALL,
-                effect=draw,
-                interpret=functools.partial(response_from_raw, key=asking.key),
-                fingerprint=call.fingerprint,
+                effect=functools.partial(self._draw, asked),
+                interpret=functools.partial(response_from_raw, key=asked.asking.key),
+                fingerprint=asked.call.fingerprint,
             )
         except PinMiss as miss:
             self._refuse_inexact_fallback()
             raise explained(miss, messages, model_request_parameters) from None
         except BaseException as e:
-            asking.failed()
-            if not drawn and isinstance(e, Exception):
+            asked.asking.failed()
+            if not asked.drawn and isinstance(e, Exception):
                 self._refuse_inexact_fallback()
             raise
-        asking.arrived()
-        time_from_pins(response, messages, always=not self.pin_timing)
-        if not drawn:
+        return self._received(asked, response)
+
+    async def _draw(self, asked: _Asked) -> JSONValue:
+        """Draw a request from the wrapped model: the effect its pin is resolved with."""
+        asked.drawn = True
+        # Pinned as the wrapped model returned it: the agent stamps run ids only on the copy it receives.
+        return self._answer(await self.wrapped.request(asked.messages, asked.settings, asked.parameters))
+
+    def _received(self, asked: _Asked, response: ModelResponse) -> ModelResponse:
+        """The response the run receives, once its pin answered: counted in, timed from the pins, checked whole."""
+        asked.asking.arrived()
+        time_from_pins(response, asked.messages, always=not self.pin_timing)
+        if not asked.drawn:
             if response.state in PARTIAL_STATES:
                 # Pinned by a stream that stopped before completing: returning it would pass a truncated answer off
                 # as the whole one.
-                raise PartialPin(call.key, state=response.state)
+                raise PartialPin(asked.call.key, state=response.state)
             self._mark_answered(response)
         return response
 
@@ -458,7 +487,8 @@ class PinnedModel(WrapperModel):
     ) -> AsyncGenerator[StreamedResponse]:
         """Stream the live response through as it arrives and pin what it accumulated, or replay the pinned one."""
         # Streaming is how a response is received, not what is asked: the key is the plain request's.
-        call = self.pin_for(messages, model_settings, model_request_parameters)
+        asked = self._asked(messages, model_settings, model_request_parameters, run_context)
+        call, asking = asked.call, asked.asking
 
         watched: _Watched | None = None
 
@@ -476,9 +506,6 @@ class PinnedModel(WrapperModel):
                 return response_answer(stream.get())
             return watched.answer(stream)
 
-        asking = ask(
-            call.key, kind=MODEL_CALL, resolver=self.resolver, ctx=run_context, per_run=not self.dedupe_repeats
-        )
         # Until a live stream is drawn, a failure is a pinned one (or the resolver's own).
         live = False
         try:

@@ -65,12 +65,15 @@ def call_pin(
     """
     if isinstance(policy, SemanticCallPolicy):
         return policy.pin(messages, settings, parameters, model_id=model_id)
-    return _walked_pin(policy, policy.material(messages, settings, parameters, model_id=model_id))
+    material = policy.material(messages, settings, parameters, model_id=model_id)
+    return _walked_pin(policy, material)
 
 
 def _walked_pin(policy: object, material: Mapping[str, object]) -> CallPin:
     """The pin of a policy's material, walked as every key's material is."""
-    return CallPin(*key_of(MODEL_CALL, walked(material), values=getattr(policy, "keep_values", False) is True))
+    # Walked first, then keyed: written in the order it runs.
+    material = walked(material)
+    return CallPin(*key_of(MODEL_CALL, material, values=getattr(policy, "keep_values", False) is True))
 
 
 class SemanticCallPolicy:

@@ -9,7 +9,7 @@ from typing import Literal, TypeVar, cast
 
 from typing_extensions import override
 
-from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UsageError
+from anagrapheus.errors import UsageError
 from anagrapheus.timeline.canonical import JSONValue, stored_json
 from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import (
@@ -26,9 +26,9 @@ from anagrapheus.timeline.events import (
 )
 from anagrapheus.timeline.resolving.failures import answered, answered_stream, failed_raw, scratch_kind, stored_kind
 from anagrapheus.timeline.resolving.gate import Draw, Held, gate_for, noting_keys
+from anagrapheus.timeline.resolving.held import HeldDraws
 from anagrapheus.timeline.resolving.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.stores.ports import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
-from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
 __all__ = ["LedgerState", "PinLedger", "noting_keys"]
@@ -39,17 +39,6 @@ LedgerState = Literal["open", "committed", "abandoned"]
 T = TypeVar("T")
 R = TypeVar("R")
 S = TypeVar("S")
-
-
-def raw_text_of(result: object, *, key: str, kind: str) -> str:
-    """Return an effect's result as the log stores it, or raise `PinResultError` saying why it cannot be pinned."""
-    try:
-        return stored_json(result)
-    except CanonicalError as e:
-        raise PinResultError(
-            f"the {kind} effect for {key} returned a result that is not JSON-shaped ({e});"
-            " return JSON types, or convert the value deliberately before pinning"
-        ) from e
 
 
 def _digests_text(fingerprint: Mapping[str, str] | None) -> str | None:
@@ -95,6 +84,7 @@ class PinLedger(Resolver):
         # The constructor itself touches no store, so it never waits on one.
         self._gate = gate_for(store, self.unit_id)
         self._lock = self._gate.lock
+        self._held = HeldDraws(store, self._gate)
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
 
@@ -133,141 +123,19 @@ class PinLedger(Resolver):
 
     def _look(self, key: str) -> ScratchPin | None:
         """The pin of `key` found without drawing (held results written first), its attempt counted; None if none."""
-        if (held := self._flush_for(key)) is not None:
+        if (held := self._held.flush_for(key)) is not None:
             return held
-        if (held := self._held_answer(key)) is not None:
+        if (held := self._held.answer(key)) is not None:
             # Held, and being written by another caller right now (the flush passed it over): scratch has no
             # pin yet, and drawing now would run the effect a second time (issue #35). Answered from memory.
             return held
         # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
         return self._store.scratch_reuse(self.unit_id, key)
 
-    def _flush_for(self, key: str) -> ScratchPin | None:
-        """Write the held results before a claim; if the store still fails, answer a held `key` from memory."""
-        try:
-            self._flush()
-        except StoreError:
-            held = self._held_answer(key)
-            if held is None:
-                raise
-            return held
-        return None
-
-    def _held_answer(self, key: str) -> ScratchPin | None:
-        """`key`'s held result as its pin, its attempt counted in memory (the write carries it); None if not held."""
-        with self._lock:
-            held = self._gate.held.get(key)
-            if held is None:
-                return None
-            held.attempts += 1
-            return ScratchPin(self.unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
-
-    def _flush(self) -> None:
-        """Write every held result, in draw order; raise the store's error (the rest stay held) if one fails."""
-        if not self._gate.held:
-            return
-        with self._lock:
-            pending = [(key, held) for key, held in self._gate.held.items() if not held.writing]
-            for _, held in pending:
-                held.writing = True
-        try:
-            for key, held in self._written_together(pending):
-                self._write_held(key, held, checked=True)
-        finally:
-            with self._lock:
-                for _, held in pending:
-                    held.writing = False
-
-    def _written_together(self, pending: list[tuple[str, Held]]) -> list[tuple[str, Held]]:
-        """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
-
-        Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
-        caller writes each on its own as before (looking in scratch first, in case the commit landed after all).
-        """
-        store = self._store
-        if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
-            return pending
-        # The unit's lease first, in a transaction of its own: taken inside this one, it would wait for the leases'
-        # lock while holding the connection that another thread taking a lease waits for.
-        store.hold_unit(self.unit_id)
-        try:
-            with store.transaction():
-                for key, held in pending:
-                    self._write_once(key, held, checked=True)
-        except StoreError:
-            return pending
-        for key, held in pending:
-            self._let_go(key, held)
-        return []
-
-    def _keep(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> Held:
-        """Hold a drawn result in memory, before it is written: from here on, no failure or interrupt loses it."""
-        held = Held(scratch_kind(kind, failed=failed), raw_text_of(result, key=key, kind=kind), digests)
-        with self._lock:
-            self._gate.held[key] = held
-        return held
-
-    def _put(self, key: str, kind: str, result: object, digests: str | None, *, failed: bool = False) -> ScratchPin:
-        """Pin a draw; the pin returned is the key's pin in the unit, which another store may have written first."""
-        return self._write(key, self._keep(key, kind, result, digests, failed=failed))
-
-    def _write(self, key: str, held: Held) -> ScratchPin:
-        """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
-        with self._lock:
-            held.writing = True
-        try:
-            return self._write_held(key, held, checked=False)
-        except StoreError as e:
-            e.drawn = held.raw_text
-            e.add_note(
-                f"anagrapheus: the result drawn for {key} is kept on this error as .drawn (canonical JSON), and held"
-                f" by the ledger of unit {self.unit_id}, which writes it on its next resolve or commit"
-            )
-            raise
-        finally:
-            with self._lock:
-                held.writing = False
-
-    def _write_held(self, key: str, held: Held, *, checked: bool) -> ScratchPin:
-        """Write one held result (a second, fresh attempt if the first fails) and let it go once the store has it.
-
-        `checked` first looks for the pin in scratch: a write cut short may have landed all the same, and
-        writing it again would count an attempt too many.
-        """
-        try:
-            pin = self._write_once(key, held, checked=checked)
-        except StoreError:
-            # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
-            pin = self._write_once(key, held, checked=True)
-        self._let_go(key, held)
-        return pin
-
-    def _write_once(self, key: str, held: Held, *, checked: bool) -> ScratchPin:
-        """One try at writing a held result, with the attempts it was asked for from memory."""
-        # Found in scratch already: the write that seemed to fail landed (or another store's draw of the key
-        # did, which is then the key's answer, as `scratch_put` would make it).
-        # Never tried (held by `resolve_held`): no write can have landed, so there is nothing to look for.
-        pin = self._store.scratch_get(self.unit_id, key) if checked and held.tried else None
-        held.tried = True
-        if pin is None:
-            pin = self._store.scratch_put(
-                self.unit_id, key, kind=held.kind, raw=held.raw_text, fingerprint=held.fingerprint
-            )
-        for _ in range(held.attempts - 1):
-            # The pin is there: counting an attempt at it is what reusing it does.
-            pin = self._store.scratch_reuse(self.unit_id, key) or pin
-        return pin
-
-    def _let_go(self, key: str, held: Held) -> None:
-        """Forget a held result once written (or refused for good)."""
-        with self._lock:
-            if self._gate.held.get(key) is held:
-                del self._gate.held[key]
-
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
         with suppress(Exception):
-            self._put(key, kind, failed, digests, failed=True)
+            self._held.put(key, kind, failed, digests, failed=True)
 
     def _draw_now(
         self,
@@ -282,7 +150,7 @@ class PinLedger(Resolver):
         try:
             with self._gate.drawing(key):
                 drawn.append(effect())
-            return self._keep(key, kind, drawn[0], digests)
+            return self._held.keep(key, kind, drawn[0], digests)
         except Exception as e:
             if not drawn and (failed := _failed_draw(e, failure)) is not None:
                 self._put_failure(key, kind, failed, digests)
@@ -290,9 +158,9 @@ class PinLedger(Resolver):
         except BaseException:
             # A KeyboardInterrupt (or SystemExit) after the effect returned: what was paid for is held, and
             # written on the next resolve or commit, before the interrupt goes on.
-            if drawn and key not in self._gate.held:
+            if drawn and key not in self._held:
                 with suppress(Exception):
-                    self._keep(key, kind, drawn[0], digests)
+                    self._held.keep(key, kind, drawn[0], digests)
             raise
 
     @override
@@ -331,7 +199,7 @@ class PinLedger(Resolver):
             if pin is None:
                 digests = _digests_text(fingerprint)
                 # Normally this draw's own pin; if another store object drew the key first, its pin is the answer.
-                pin = self._write(key, self._draw_now(key, kind, effect, digests, failure))
+                pin = self._held.write(key, self._draw_now(key, kind, effect, digests, failure))
                 span.set("drawn", attempts=pin.attempts)
             else:
                 span.set("reused", attempts=pin.attempts)
@@ -373,7 +241,7 @@ class PinLedger(Resolver):
                     if (failed := _failed_draw(e, failure)) is not None:
                         await _written(self._put_failure, key, kind, failed, digests)
                     raise
-                pin = await _written(self._put, key, kind, result, digests)
+                pin = await _written(self._held.put, key, kind, result, digests)
                 span.set("drawn", attempts=pin.attempts)
             finally:
                 self._gate.release(key)
@@ -429,7 +297,7 @@ class PinLedger(Resolver):
                                     if failed is not None:
                                         await _written(self._put_failure, key, kind, failed, digests)
                                     else:
-                                        await _written(self._put, key, kind, capture(live), digests)
+                                        await _written(self._held.put, key, kind, capture(live), digests)
                                 except Exception:
                                     if error is None:
                                         raise
@@ -462,30 +330,12 @@ class PinLedger(Resolver):
         asked_before = key in self._gate.asked
         self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            draw = self._gate.draw_at_once(key, asked_before=asked_before)
-            held: Held | None = None
-            if draw is not None:
-                try:
-                    # Drawn by an earlier run of this unit? A read on the calling thread says (it writes nothing).
-                    if not self._may_be_in_scratch(key):
-                        with self._gate.drawing(key):
-                            result = effect()
-                        held = self._keep(key, kind, result, None)
-                finally:
-                    self._gate.release(key, [draw])
+            held = self._held.draw_at_once(key, kind, effect, asked_before=asked_before)
             if held is None:
                 # Asked for before, drawn by another caller right now, or in scratch: the general path answers it.
                 return self._resolve(span, key, kind, effect, interpret, None, None)
             span.set("drawn", attempts=1)
         return _answered(ScratchPin(self.unit_id, key, held.kind, held.raw_text, 1, 0, None), interpret, None)
-
-    def _may_be_in_scratch(self, key: str) -> bool:
-        """Whether scratch may hold `key`, never asked for in this process: read once per unit, then per key."""
-        if self._gate.began_empty is None:
-            self._gate.began_empty = not self._store.scratch_list(self.unit_id)
-        if self._gate.began_empty:
-            return False
-        return self._store.scratch_get(self.unit_id, key) is not None
 
     @override
     async def aresolve_held(
@@ -498,12 +348,12 @@ class PinLedger(Resolver):
     @override
     def holding(self) -> bool:
         """Whether it holds drawn results in memory the store has not taken yet (see `resolve_held`)."""
-        return bool(self._gate.held)
+        return bool(self._held)
 
     @override
     def flush_held(self) -> None:
         """Write the results held in memory (`resolve_held`'s, or a failed write's) durably; for a worker thread."""
-        self._flush()
+        self._held.flush()
 
     # Used by ReplayPins in record mode.
 
@@ -565,7 +415,7 @@ class PinLedger(Resolver):
             # From here until the store answers, a new draw is refused before its effect runs.
             self._gate.closing = "committing" if outcome == "committed" else "abandoning"
         try:
-            self._flush_before(action)
+            self._held.flush_before(action)
             stored = self._store.settle_unit(self.unit_id, outcome=outcome, events=events)
         finally:
             with self._lock:
@@ -573,20 +423,6 @@ class PinLedger(Resolver):
         with self._lock:
             self._gate.closed = outcome
         return stored
-
-    def _flush_before(self, action: str) -> None:
-        """Write the held results before a close; if the store cannot take them, the close fails and they stay held."""
-        try:
-            self._flush()
-        except StoreError as e:
-            with self._lock:
-                keys = list(self._gate.held)
-            e.add_note(
-                f"anagrapheus: cannot {action} unit {self.unit_id}: {len(keys)} drawn result(s) the store has not"
-                f" taken yet are held in memory ({', '.join(keys)}); the unit stays open: {action} again once the"
-                " store is back"
-            )
-            raise
 
     def commit(self) -> list[StoredEvent]:
         """Promote every scratch pin to the log as `PinPromoted`, and clear scratch, atomically.
