@@ -704,7 +704,9 @@ def test_a_retry_of_a_failed_run_takes_the_same_place_recorded_and_replayed(proj
     # The retry rule (#40) under the plugin: the retry resumes the failed run live; a replay takes the same places.
     project.makepyfile(test_retry=RETRYING_TEST)
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
-    assert calls(project) == ["model", "tool", "radio", "radio", "model"]
+    made = calls(project)
+    # The tool and the radio run at once, so either may reach the world first; each is counted, in its run.
+    assert (made[0], sorted(made[1:-1]), made[-1]) == ("model", ["radio", "radio", "tool"], "model")
     recorded = (project.path / "recordings/test_retry/test_booking_retried.jsonl").read_bytes()
     project.runpytest().assert_outcomes(passed=1)
     assert calls(project) == []
