@@ -83,10 +83,14 @@ def without_new_defaults(
     absence would load otherwise (a discriminator, say) is never dropped. Under the release the key scheme was
     frozen at nothing is new, so nothing is checked.
     """
-    if not _prune(value, dumped, False):
+    # A second dump is the copy to prune: pydantic writes it faster than `copy.deepcopy` copies the first, and
+    # pruning it at once says whether anything was new, without a first walk that only looks.
+    pruned = dump(value)
+    if pruned != dumped:
+        # Not the same dump twice (a `dump` that is not `load`'s inverse on `value`): prune a copy of the first.
+        pruned = copy.deepcopy(dumped)
+    if not _prune(value, pruned, True):
         return dumped
-    pruned = copy.deepcopy(dumped)
-    _prune(value, pruned, True)
     try:
         same = dump(load(pruned)) == dumped
     except Exception:
