@@ -44,18 +44,29 @@ def _at_default(value: object, default: object) -> bool:
     return value is default or (type(value) is type(default) and value == default)
 
 
+@cache
+def _shape(cls: type[Any]) -> tuple[tuple[tuple[str, object], ...] | None, tuple[str, ...]] | None:
+    """A dataclass's new fields at their defaults (`_new_with_defaults`) and all its field names; None if not one."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return _new_with_defaults(cls), tuple(field.name for field in dataclasses.fields(cls))
+
+
 def _prune(value: object, dumped: Any, drop: bool) -> bool:
     """Whether `dumped`, the JSON dump of `value`, holds new fields at their default; dropped from it if `drop`."""
+    # Only a list or an object can hold a field: a scalar is never walked into (one call less per leaf).
     pruned = False
     if isinstance(dumped, list) and isinstance(value, list | tuple):
         items = cast(list[object], value)
         if len(items) == len(cast(list[Any], dumped)):
             for item, dumped_item in zip(items, cast(list[Any], dumped), strict=True):
-                pruned |= _prune(item, dumped_item, drop)
+                if isinstance(dumped_item, list | dict):
+                    pruned |= _prune(item, dumped_item, drop)
     elif isinstance(dumped, dict):
         fields = cast(dict[str, Any], dumped)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            new = _new_with_defaults(type(value))
+        shape = None if isinstance(value, type) else _shape(type(value))
+        if shape is not None:
+            new, names = shape
             if new is None:
                 return False
             for name, default in new:
@@ -64,13 +75,13 @@ def _prune(value: object, dumped: Any, drop: bool) -> bool:
                         return True
                     del fields[name]
                     pruned = True
-            for field in dataclasses.fields(value):
-                if field.name in fields:
-                    pruned |= _prune(getattr(value, field.name), fields[field.name], drop)
+            for name in names:
+                if isinstance(dumped_field := fields.get(name), list | dict):
+                    pruned |= _prune(getattr(value, name), dumped_field, drop)
         elif isinstance(value, dict):
             for name, item in cast(dict[object, object], value).items():
-                if isinstance(name, str) and name in fields:
-                    pruned |= _prune(item, fields[name], drop)
+                if isinstance(name, str) and isinstance(dumped_item := fields.get(name), list | dict):
+                    pruned |= _prune(item, dumped_item, drop)
     return pruned
 
 
@@ -83,10 +94,14 @@ def without_new_defaults(
     absence would load otherwise (a discriminator, say) is never dropped. Under the release the key scheme was
     frozen at nothing is new, so nothing is checked.
     """
-    if not _prune(value, dumped, False):
+    # A second dump is the copy to prune: pydantic writes it faster than `copy.deepcopy` copies the first, and
+    # pruning it at once says whether anything was new, without a first walk that only looks.
+    pruned = dump(value)
+    if pruned != dumped:
+        # Not the same dump twice (a `dump` that is not `load`'s inverse on `value`): prune a copy of the first.
+        pruned = copy.deepcopy(dumped)
+    if not _prune(value, pruned, True):
         return dumped
-    pruned = copy.deepcopy(dumped)
-    _prune(value, pruned, True)
     try:
         same = dump(load(pruned)) == dumped
     except Exception:

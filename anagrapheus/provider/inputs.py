@@ -20,7 +20,7 @@ from anagrapheus.errors import CorruptEvent
 from anagrapheus.provider.additions import known_dump
 from anagrapheus.provider.run_clock import RUN_ID, RUN_PLACE
 from anagrapheus.provider.tools import WHOLE_DEPS, CallerRule, asking_as, run_caller
-from anagrapheus.timeline.canonical import CanonicalError, JSONValue, canonical_json, pin_key
+from anagrapheus.timeline.canonical import CanonicalError, JSONValue, canonical_json, pin_key, stored_json
 from anagrapheus.timeline.events import (
     BUILTIN_NAMESPACE,
     EventTypeRegistry,
@@ -215,8 +215,11 @@ class InputsRecorder:
 
     def _event(self, unit_id: str, run_id: str, inputs: dict[str, JSONValue]) -> PendingEvent:
         """The `RunInputs` event, its inputs bounded: the history goes first, then the prompt."""
+        # Written once and measured from that text: the payload holds it as it is (see `run_inputs_payload`).
+        text = stored_json(inputs)
         for dropped in ("history", "prompt"):
-            size = len(canonical_json(inputs).encode())
+            # An ASCII text is its canonical form too; otherwise the bound is measured as it always was (NFC).
+            size = len(text) if text.isascii() else len(canonical_json(inputs).encode())
             if size <= self.limit:
                 break
             value = inputs.get(dropped)
@@ -226,7 +229,20 @@ class InputsRecorder:
             inputs[f"{dropped}_left_out"] = len(canonical_json(value).encode())
             if dropped == "history" and inputs.pop("history_from", None) is not None:
                 inputs["format"] = _WHOLE_FORMAT  # nothing refers to an earlier run any more
-        return _REGISTRY.encode(RunInputs(unit_id=unit_id, run_id=run_id, inputs=inputs), correlation_id=unit_id)
+            text = stored_json(inputs)
+        return PendingEvent(
+            namespace=RunInputs.namespace,
+            type=RunInputs.event_type,
+            schema_version=RunInputs.schema_version,
+            payload=run_inputs_payload(unit_id=unit_id, run_id=run_id, inputs_text=text),
+            correlation_id=unit_id,
+        )
+
+
+def run_inputs_payload(*, unit_id: str, run_id: str, inputs_text: str) -> str:
+    """`RunInputs`' payload from its inputs already written (`stored_json`), byte-equal to the registry's encoding."""
+    # Keys in sorted order, as `stored_json` writes an object: inputs, run_id, unit_id.
+    return f'{{"inputs":{inputs_text},"run_id":{stored_json(run_id)},"unit_id":{stored_json(unit_id)}}}'
 
 
 class _LatestRuns:

@@ -421,3 +421,18 @@ def test_a_run_that_shares_no_start_with_the_runs_before_it_refers_to_none(tmp_p
     inputs = [json.loads(event.payload)["inputs"] for event in events if event.type == "run_inputs"]
     assert [one.get("history_from") for one in inputs] == [None] * 4
     assert [run.message_history for run in recorded_runs(events)] == [None, first, None, other]
+
+
+def test_the_inputs_event_is_written_as_the_registry_encodes_it(tmp_path: Path) -> None:
+    # The payload is written from the inputs' own text (no second encoding): byte for byte the registry's encoding,
+    # over non-ASCII text (kept as drawn, not NFC), floats and integers.
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        ledger = PinLedger(store, EventTypeRegistry(), unit_id="unicode-1")
+        agent = _agent(Scripted("m").model, Pinning(ledger, record_deps=lambda deps: {"who": deps, "n": [1, 2.5, 3.0]}))
+        agent.run_sync("Caf\u0065\u0301 \uf900 \u2603?", deps="ann\u00e9", model_settings={"temperature": 0.25})
+        events = ledger.commit()
+
+    (stored,) = [event for event in events if event.type == "run_inputs"]
+    registry = EventTypeRegistry()
+    assert stored.payload == registry.encode(registry.decode(stored)).payload
+    assert "\uf900" in stored.payload and "e\u0301" in stored.payload

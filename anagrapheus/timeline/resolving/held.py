@@ -103,7 +103,8 @@ class HeldDraws:
     def flush_for(self, key: str) -> ScratchPin | None:
         """Write the held results before a claim; if the store still fails, answer a held `key` from memory."""
         try:
-            self.flush()
+            # Unsynced: the claim's draw (or reuse) writes next, synced, and so syncs these with it.
+            self.flush(synced=False)
         except StoreError:
             held = self.answer(key)
             if held is None:
@@ -124,7 +125,7 @@ class HeldDraws:
             )
             raise
 
-    def flush(self) -> None:
+    def flush(self, *, synced: bool = True) -> None:
         """Write every held result, in draw order; raise the store's error (the rest stay held) if one fails."""
         if not self._gate.held:
             return
@@ -133,14 +134,14 @@ class HeldDraws:
             for _, held in pending:
                 held.writing = True
         try:
-            for key, held in self._written_together(pending):
+            for key, held in self._written_together(pending, synced=synced):
                 self._write_held(key, held, checked=True)
         finally:
             with self._lock:
                 for _, held in pending:
                     held.writing = False
 
-    def _written_together(self, pending: list[tuple[str, Held]]) -> list[tuple[str, Held]]:
+    def _written_together(self, pending: list[tuple[str, Held]], *, synced: bool) -> list[tuple[str, Held]]:
         """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
 
         Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
@@ -153,7 +154,7 @@ class HeldDraws:
         # lock while holding the connection that another thread taking a lease waits for.
         store.hold_unit(self._unit_id)
         try:
-            with store.transaction():
+            with store.transaction() if synced else store.unsynced_transaction():
                 for key, held in pending:
                     self._write_once(key, held, checked=True)
         except StoreError:

@@ -209,6 +209,9 @@ class SQLiteEventStore:
         """Opened for reading only (replay, inspection): every write is refused with `StoreError`."""
         self._owner = Ownership(where=str(self.path), timeout=busy_timeout)
         self._depth = 0
+        self._synchronous = synchronous
+        # Whether the connection may be at NORMAL for an unsynced transaction (see `unsynced_transaction`).
+        self._unsynced = False
         with self._sql("opening the database"):
             self._conn = sqlite3.connect(
                 self._read_only_uri() if read_only else self.path,
@@ -299,10 +302,28 @@ class SQLiteEventStore:
         and the worker threads it hands work to. Another task or thread waits until it ends, and
         never becomes part of it.
         """
+        with self._transaction(synced=True):
+            yield
+
+    @contextmanager
+    def unsynced_transaction(self) -> Generator[None]:
+        """`transaction`, its commit not synced to disk on its own: the next synced commit syncs it, in WAL order.
+
+        For writes nothing durable is built on before a later synced commit (a unit's lease, a run's ids and
+        clocks held until the run's next draw, whose own synced write comes after them in the log's WAL). A
+        killed process loses nothing (the operating system has the write); a power cut loses it together with
+        everything after it. At `synchronous="NORMAL"`, and nested in another transaction, it is `transaction`.
+        """
+        with self._transaction(synced=False):
+            yield
+
+    @contextmanager
+    def _transaction(self, *, synced: bool) -> Generator[None]:
         if self.read_only:
             raise StoreError(f"{self.path}: opened read_only, so it takes no writes (open it without read_only)")
         with self._owner.held(exclusive=False) as outermost:
             if outermost:
+                relaxed = not synced and self._synchronous == "FULL"
                 # Whatever ends the block, KeyboardInterrupt and CancelledError included, and wherever it
                 # falls (in the block, or just after BEGIN returned, or before COMMIT ran), the transaction is
                 # rolled back: left open, it would refuse every later write on this connection ("cannot start
@@ -310,6 +331,8 @@ class SQLiteEventStore:
                 try:
                     # The block may span awaits; only its own statements need the connection to itself.
                     with self._owner.held(), self._sql("beginning a transaction"):
+                        if relaxed or self._unsynced:
+                            self._relax_sync(relaxed)
                         self._conn.execute("BEGIN IMMEDIATE")
                     self._depth = 1
                     yield
@@ -321,6 +344,10 @@ class SQLiteEventStore:
                     with self._owner.held():
                         self._roll_back_open()
                     raise
+                finally:
+                    if relaxed:
+                        with self._owner.held(), self._sql("setting synchronous back to FULL"):
+                            self._relax_sync(False)
             else:
                 # A savepoint holds the connection to this thread for the whole block, so two threads of
                 # one holder never interleave savepoints.
@@ -337,6 +364,20 @@ class SQLiteEventStore:
                         raise
                     self._depth -= 1
                     self._finish(f"RELEASE {name}")
+
+    def _relax_sync(self, relaxed: bool) -> None:
+        """Set the connection's `synchronous` for the next commit: NORMAL for an unsynced one, else back to FULL.
+
+        Set outside a transaction (SQLite reads it at the commit), by the context holding the connection, which it
+        holds until it is set back: no other commit runs unsynced. Marked before it is set and cleared after it is
+        set back, so a restore cut short (Ctrl-C) is made by the next synced transaction, before its BEGIN.
+        """
+        if relaxed:
+            self._unsynced = True
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        else:
+            self._conn.execute("PRAGMA synchronous = FULL")
+            self._unsynced = False
 
     def _roll_back(self, *statements: str) -> None:
         # A failed rollback must not mask the error that caused it.
@@ -468,7 +509,8 @@ class SQLiteEventStore:
     # that another is drawing, so the second could run an effect just before the first closes the unit.
 
     def _try_lease(self, unit_id: str) -> bool:
-        with self.transaction(), self._sql(f"taking the lease of unit {unit_id}"):
+        # Unsynced: a lease guards a live process's draws; one lost in a power cut went with the process holding it.
+        with self.unsynced_transaction(), self._sql(f"taking the lease of unit {unit_id}"):
             if self._outcome(unit_id) is not None:
                 return True  # a closed unit needs no lease: the caller refuses it
             row = self._conn.execute(

@@ -319,6 +319,30 @@ def test_synchronous_normal_is_taken_and_anything_else_refused(tmp_path: Path) -
     assert str(raised.value) == "synchronous must be 'FULL' or 'NORMAL', not 'normal'"
 
 
+def test_an_unsynced_transaction_commits_and_leaves_the_connection_synced(tmp_path: Path) -> None:
+    # A lease and a run's held ids are written without their own sync; the store's durability stays FULL after
+    # them, committed or rolled back, for every write that follows (read on the store's own connection: the
+    # setting is per connection).
+    def synchronous(store: SQLiteEventStore) -> int:
+        return store._conn.execute("PRAGMA synchronous").fetchone()[0]  # pyright: ignore[reportPrivateUsage]
+
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        assert synchronous(store) == 2  # FULL
+        with store.unsynced_transaction():
+            store.append([pending(1)])
+        assert synchronous(store) == 2
+        with pytest.raises(RuntimeError), store.unsynced_transaction():
+            store.append([pending(2)])
+            raise RuntimeError("rolled back")
+        assert synchronous(store) == 2
+        assert [event.seq for event in store.read()] == [1]
+    with SQLiteEventStore(tmp_path / "log.db", synchronous="NORMAL") as store:
+        with store.unsynced_transaction():
+            store.append([pending(3)])
+        assert synchronous(store) == 1  # NORMAL, as opened
+        assert [event.seq for event in store.read()] == [1, 2]
+
+
 def test_a_path_with_a_nul_is_refused_naming_it(tmp_path: Path) -> None:
     path = f"{tmp_path}/log\0.db"
     with pytest.raises(UsageError) as raised:
