@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResult
@@ -205,19 +206,23 @@ def test_provider_details_keep_their_types_pinned_live_and_replayed(
 _texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6) | st.sampled_from(
     ["\uf900", "cafe\u0301", "\u212a", "\u00c5\u212b"]
 )
+# A field named like a credential (`SECRET`, `token`, `passwd`) is refused by the recording's secret scanner, by
+# design, whatever it holds: such names stay out of what this property draws.
+_names = _texts.filter(lambda name: re.search(r"(?i)secret|token|pass|pwd|key|auth|sig", name) is None)
 _json = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**53), 2**53)
     | st.floats(allow_nan=False, allow_infinity=False)
     | _texts,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts, inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_names, inner, max_size=3),
     max_leaves=8,
 )
 
 
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(details=st.dictionaries(_texts, _json, max_size=3), result=_json, text=_texts)
+@given(details=st.dictionaries(_names, _json, max_size=3), result=_json, text=_texts)
+@example(details={"z": {"secret": False}}, result=None, text="\uf900")  # searched as NFC, kept as drawn
 def test_any_json_in_provider_details_tool_results_and_messages_comes_back_exactly(
     tmp_path_factory: pytest.TempPathFactory, details: dict[str, Any], result: Any, text: str
 ) -> None:

@@ -46,6 +46,7 @@ class _LineWriter:
     def text(self, line: dict[str, JSONValue], *, seq: int | None) -> str:
         line = cast(dict[str, JSONValue], stored_value(line))
         text = encode_normalised(line)
+        as_stored = text
         if not text.isascii() and not unicodedata.is_normalized("NFC", text):
             # Searched as NFC, which turns a look-alike (U+212A KELVIN SIGN) into the very letter a rule looks for.
             # The line is written as stored (its strings as drawn) unless a rule may find something there: then its
@@ -56,6 +57,13 @@ class _LineWriter:
             if not any(scanner is not None and scanner.may_hold(searched_text) for scanner in scanners):
                 return text
             line, text = searched, searched_text
+        written = self._scanned(line, text, seq)
+        # A line searched as NFC that no redaction changed is written as stored: NFC is for searching, never for
+        # what a recording keeps (#45). Only a redacted line is written in the form it was redacted in.
+        return as_stored if written == text else written
+
+    def _scanned(self, line: dict[str, JSONValue], text: str, seq: int | None) -> str:
+        """`text`, or the line redacted, once the refusal scanner finds nothing in what is written."""
         # Each scanner first searches the whole line once; only a line that may hold a match is walked.
         if self._redact is not None and self._redactor is not None:
             if not self._redact.may_hold(text):
