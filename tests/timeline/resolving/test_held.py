@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from typing_extensions import override
@@ -37,16 +37,28 @@ class CountingStore(SQLiteEventStore):
         self.puts: list[tuple[str, int | None]] = []
         super().__init__(path)
 
-    @override
     @contextmanager
-    def transaction(self) -> Generator[None]:
+    def _counted(self, opened: AbstractContextManager[None]) -> Generator[None]:
         self.depth += 1
         self.opened += self.depth == 1
         try:
-            with super().transaction():
+            with opened:
                 yield
         finally:
             self.depth -= 1
+
+    @override
+    @contextmanager
+    def transaction(self) -> Generator[None]:
+        with self._counted(super().transaction()):
+            yield
+
+    @override
+    @contextmanager
+    def unsynced_transaction(self) -> Generator[None]:
+        # Held draws are written unsynced before a claim: the claim's own synced write syncs them (#43).
+        with self._counted(super().unsynced_transaction()):
+            yield
 
     @override
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
