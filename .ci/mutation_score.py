@@ -186,15 +186,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'given = cast("OBJECT", max_line_bytes)',
         "the same argument, as another string",
     ),
-    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_64": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁ_scanned__mutmut_32": (
         "raise UsageError(None)",
         "unreachable: redacting an object returns an object",
     ),
-    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_65": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁ_scanned__mutmut_33": (
         'raise UsageError("XXa redacted line is not an objectXX")',
         "the same",
     ),
-    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁtext__mutmut_66": (
+    "anagrapheus.timeline.recording.writer.xǁ_LineWriterǁ_scanned__mutmut_34": (
         'raise UsageError("A REDACTED LINE IS NOT AN OBJECT")',
         "the same",
     ),
