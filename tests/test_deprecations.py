@@ -241,7 +241,8 @@ def test_a_moved_module_imports_by_its_old_path_as_the_new_module_warning_once(o
     assert module is importlib.import_module(new)
     assert module.__name__ == module.__spec__.name == new
     if fresh:
-        assert [str(w.message) for w in caught] == [
+        # A ResourceWarning the garbage collector raises meanwhile (another test's event loop) is not the import's.
+        assert [str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)] == [
             f"the module {old} is deprecated and goes in the next release: import {new}"
         ]
 
