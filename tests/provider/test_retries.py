@@ -24,6 +24,16 @@ from tests.retry_turn import PROMPT, WAYS, Harbour, try_until_done
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
+def tide_read(way: str, reached: dict[str, int], expected: int) -> bool:
+    """Whether the tide was read `expected` times: exactly with `pinned_tool`; under `Pinning`, give or take one.
+
+    The radio's failure cancels the sync tide call beside it. Under `Pinning`, on a loaded machine, that may land
+    before its body runs (one read fewer in that run) or while it runs in pydantic-ai's worker thread, which drops
+    what it returned (one more read by the retry): the known gap docs/explanation/design.md names.
+    """
+    return reached["tide"] == expected if way == "pinned" else abs(reached["tide"] - expected) <= 1
+
+
 @pytest.mark.parametrize("way", WAYS)
 def test_a_retry_after_a_failure_is_answered_from_the_failed_runs_pins(
     way: str, store: SQLiteEventStore, types: EventTypeRegistry
@@ -35,7 +45,7 @@ def test_a_retry_after_a_failure_is_answered_from_the_failed_runs_pins(
 
     assert (failures, output) == (1, "berth 4 at high tide, pilot told")
     # Before the rule: the model 3 times and the tide twice (the retry drew its first request again).
-    assert harbour.reached == {"model": 2, "tide": 1, "radio": 2}
+    assert (harbour.reached["model"], harbour.reached["radio"]) == (2, 2) and tide_read(way, harbour.reached, 1)
 
     # The same turn and its retry replay from the log, reaching nothing.
     replayed = Harbour(refusing=True, drops=0)
@@ -72,7 +82,7 @@ def test_a_run_after_a_finished_run_is_new_and_each_failure_is_taken_up_once(way
     try_until_done(agent)
     # The failed run was taken up by its retry, which finished: the next run is a run of its own (#34).
     agent.run_sync(PROMPT)
-    assert harbour.reached == {"model": 4, "tide": 2, "radio": 3}
+    assert (harbour.reached["model"], harbour.reached["radio"]) == (4, 3) and tide_read(way, harbour.reached, 2)
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -164,7 +174,7 @@ def test_a_failed_run_resumed_by_its_id_is_no_longer_there_for_a_retry(ledger: P
         agent.run_sync(PROMPT, run_id=seen[0])
     # ... and being its caller's now, it is no retry's to take up: a later unnamed run asked the same is a new run.
     assert agent.run_sync(PROMPT).output == "berth 4 at high tide, pilot told"
-    assert harbour.reached == {"model": 3, "tide": 2, "radio": 2}
+    assert (harbour.reached["model"], harbour.reached["radio"]) == (3, 2) and tide_read("pinning", harbour.reached, 2)
 
 
 def _asking_radio_seen(harbour: Harbour) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
