@@ -81,7 +81,7 @@ def take_up(resolver: Resolver, run_id: str, asked_as: str) -> bool:
 
 def _left_its_recording(resolver: Resolver) -> bool:
     """Whether a replay in record mode met its first miss: what follows is drawn, as a live run draws it."""
-    return getattr(resolver, "divergence", None) is not None
+    return resolver.divergence is not None
 
 
 def noted_failure(resolver: Resolver | None, key: str) -> None:

@@ -387,6 +387,7 @@ class PinLedger(Resolver):
             self._noted.append(event)
 
     @property
+    @override
     def divergence(self) -> Divergence | None:
         """The divergence noted by a record-mode replay, if any."""
         return self._divergence

@@ -324,6 +324,7 @@ class ReplayPins(Resolver):
         return dict(self._ambiguous)
 
     @property
+    @override
     def divergence(self) -> Divergence | None:
         """The first miss, if the run has left the recording."""
         return self._divergence

@@ -14,6 +14,7 @@ from typing_extensions import override
 from anagrapheus.deprecation import deprecated
 from anagrapheus.errors import ResolverNotPicklable
 from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import PendingEvent
 
 __all__ = [
@@ -198,6 +199,11 @@ class Resolver(ProcessBound, ABC):
     def replays(self) -> bool:
         """Whether it replays a recording, and so says how many times the recording asked for a key (`asked`)."""
         return False
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where a replay left its recording (its first miss), or the one noted on a ledger; None before it has."""
+        return None
 
     def answering_position(self, key: str) -> Resolver | None:
         """Who answers a pin keyed on a position in the unit (a run's id, its clock), never leaving a recording.
@@ -387,6 +393,12 @@ class _Adapted(Resolver):
     def replays(self) -> bool:
         """Whether it says how many times a recording asked for a key (an `asked` method)."""
         return callable(getattr(self._said, "asked", None))
+
+    @property
+    @override
+    def divergence(self) -> Divergence | None:
+        """What it says, else none."""
+        return getattr(self._said, "divergence", None)
 
     @override
     def answering_position(self, key: str) -> Resolver | None:

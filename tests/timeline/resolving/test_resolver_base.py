@@ -20,6 +20,7 @@ from typing_extensions import override
 import anagrapheus
 from anagrapheus import PinnedModel, Pinning, mint_entity_id, pinned_tool
 from anagrapheus.timeline import EventTypeRegistry, JSONValue, PinLedger, PinResolver, Resolver
+from anagrapheus.timeline.divergence import Divergence
 from anagrapheus.timeline.events import PendingEvent, RunInputs
 from anagrapheus.timeline.resolving.resolver import FailureCodec, StreamDraw, as_resolver
 from tests.conftest import SaysNothing, Scripted
@@ -90,7 +91,7 @@ def test_every_member_but_the_three_ways_has_a_default_a_live_resolver_with_no_u
     assert (resolver.draws_live, resolver.unit, resolver.draws_into, resolver.replays) == (True, None, None, False)
     assert resolver.answering_position("k") is resolver
     assert resolver.asked("k") == 0 and resolver.recorded("k") is None
-    assert resolver.serves_each_run is None
+    assert resolver.serves_each_run is None and resolver.divergence is None
     resolver.answered_within(["k"])  # nothing to take note of
     resolver.note_event(_event())  # dropped: it records nothing
     held = resolver.attachments
@@ -164,6 +165,7 @@ class SaysAll:
     draws_live = False
     unit = "its-unit"
     serves_each_run = None
+    divergence = Divergence(key="p1:model_call:k", kind="model_call", after_hits=2)
 
     @property
     def draws_into(self) -> object:
@@ -209,6 +211,7 @@ def test_an_old_protocol_resolver_that_says_its_traits_is_read_through_the_adapt
     adapted.note_event(event)
     assert says.noted == ["k1", event]
     assert adapted.serves_each_run is None
+    assert adapted.divergence is says.divergence
 
 
 def _package_classes() -> list[type]:
@@ -244,6 +247,9 @@ def test_no_module_but_the_adapter_reads_a_resolver_trait_with_getattr() -> None
         "note_event",
         "attachments",
         "serves_each_run",
+        "replays",
+        "divergence",
+        "holding",
     }
     package = Path(anagrapheus.__file__).parent
     reading: list[str] = []
