@@ -333,8 +333,10 @@ class ReplayPins(Resolver):
         if key in self._ambiguous:
             raise AmbiguousPin(key, unit_ids=list(self._ambiguous[key]))
         pin = self._pins.get(key)
-        if pin is None:
-            return None
+        return None if pin is None else self._taken(key, pin)
+
+    def _taken(self, key: str, pin: PinText) -> PinText:
+        """Count `pin` as the answer to `key`, and adopt it into the new unit under `on_miss="record"`."""
         self._hits += 1
         self._used.add(key)
         if self._into is not None:
@@ -350,13 +352,7 @@ class ReplayPins(Resolver):
         if key in self._ambiguous:
             return None
         pin = self._pins.get(key)
-        if pin is None or spans_made():
-            return None
-        self._hits += 1
-        self._used.add(key)
-        if self._into is not None:
-            self._into.adopt(key, kind=pin.kind, raw=pin.raw_text, fingerprint=pin.fingerprint, failed=pin.failed)
-        return pin
+        return None if pin is None or spans_made() else self._taken(key, pin)
 
     def _miss(self, key: str, kind: str, fingerprint: Mapping[str, str] | None) -> PinLedger:
         if self._into is not None and self._divergence is not None:
