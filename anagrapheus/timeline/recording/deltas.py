@@ -1,0 +1,157 @@
+"""A pin's fingerprint as a recording line holds it: what changed since the last one of its kind in its unit.
+
+A conversation's n-th model call is fingerprinted with one digest per message of its request, so a fingerprint
+written whole costs every earlier message again and the recording grows with the square of the conversation
+(issue #43). In memory, in a log and in every event a reader returns, a fingerprint is whole. Only the recording
+file writes a pin's fingerprint as a delta, `"fingerprint_delta": {"set": {...}, "drop": [...]}` in place of
+`"fingerprint"`: the entries that differ from (or are not in) the last fingerprint of a pin of the same kind in the
+same unit (`unit_id`), and the names of those that are gone. Its base is a line of the same unit, so a read of one
+unit's lines (`view --unit`, the index) expands it as a read of the whole file does. A delta is written only where
+it is shorter than the whole fingerprint, and only in a version 3 recording, which an older reader refuses by its
+version rather than read a delta as a fingerprint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NoReturn, cast
+
+from anagrapheus.errors import RecordingError
+from anagrapheus.timeline.canonical import encode_normalised
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted
+from anagrapheus.timeline.recording.strict_json import parse_object
+
+__all__ = ["DELTA_FIELD", "FingerprintDeltas", "FingerprintExpander", "expanded"]
+
+DELTA_FIELD = "fingerprint_delta"
+"""The payload field of a pin line whose fingerprint is written as a delta (it sorts where `fingerprint` did)."""
+
+_LONGER = len(DELTA_FIELD) - len("fingerprint")
+
+_SET = "set"
+_DROP = "drop"
+
+Bases = dict[tuple[str, str], dict[str, str]]
+"""The last whole fingerprint of each (unit, kind): all a writer or a reader of deltas holds."""
+
+
+def _is_pin(fields: dict[str, Any]) -> bool:
+    return fields["namespace"] == BUILTIN_NAMESPACE and fields["type"] == PinPromoted.event_type
+
+
+def _scope(payload: dict[str, Any]) -> tuple[str, str] | None:
+    """The (unit, kind) a pin's fingerprint is a base within; None when its payload names no such pair."""
+    unit, kind = payload.get("unit_id"), payload.get("kind")
+    return (unit, kind) if isinstance(unit, str) and isinstance(kind, str) else None
+
+
+def _flat(fingerprint: object) -> dict[str, str] | None:
+    """`fingerprint` when it is an object of strings (what a base or a delta's entries must be); else None."""
+    if not isinstance(fingerprint, dict):
+        return None
+    entries = cast(dict[object, object], fingerprint)
+    return cast(dict[str, str], entries) if all(type(value) is str for value in entries.values()) else None
+
+
+class FingerprintDeltas:
+    """The writer's side: each pin line's fingerprint written as a delta against its base, where that is shorter."""
+
+    def __init__(self) -> None:
+        self._bases: Bases = {}
+        self.written = False
+        """Whether any line so far was written with a delta (the recording is then version 3)."""
+
+    def line(self, text: str) -> str:
+        """The line `text` (a whole event line, as written and searched for secrets) as the recording holds it.
+
+        The delta is taken from `text` as it stands, redacted or not, so a reader that expands it gets `text` back.
+        """
+        if '"fingerprint":{' not in text:  # no pin with a fingerprint: nothing to parse
+            return text
+        fields = parse_object(text, where="<writing>", line=0)
+        if not _is_pin(fields):
+            return text
+        payload = cast(dict[str, Any], fields["payload"])
+        scope = _scope(payload)
+        whole = _flat(payload.get("fingerprint"))
+        if scope is None or whole is None:
+            return text
+        base = self._bases.get(scope)
+        self._bases[scope] = whole
+        if base is None or fields["schema_version"] != PinPromoted.schema_version:
+            return text
+        delta: dict[str, Any] = {}
+        changed = {name: digest for name, digest in whole.items() if base.get(name) != digest}
+        dropped = sorted(name for name in base if name not in whole)
+        if changed:
+            delta[_SET] = changed
+        if dropped:
+            delta[_DROP] = dropped
+        if len(encode_normalised(delta)) + _LONGER >= len(encode_normalised(whole)):
+            return text
+        del payload["fingerprint"]
+        payload[DELTA_FIELD] = delta
+        self.written = True
+        # `text` is the encoder's own writing of what it parsed back, so the rest of the line keeps its bytes.
+        return encode_normalised(fields)
+
+
+class FingerprintExpander:
+    """The reader's side: each pin line's fingerprint made whole again, in file order, holding only the bases."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._bases: Bases = {}
+
+    def expand(self, number: int, fields: dict[str, Any]) -> None:
+        """Make line `number`'s fingerprint whole in `fields`, in place, or refuse a delta with nothing to apply to."""
+        if not _is_pin(fields):
+            return
+        payload = cast(dict[str, Any], fields["payload"])
+        scope = _scope(payload)
+        if DELTA_FIELD not in payload:
+            whole = _flat(payload.get("fingerprint"))
+            if scope is not None and whole is not None:
+                self._bases[scope] = whole
+            return
+        delta = payload.pop(DELTA_FIELD)
+        if "fingerprint" in payload:
+            self._refuse(number, f"a pin holds both fingerprint and {DELTA_FIELD}")
+        if fields["schema_version"] != PinPromoted.schema_version:
+            self._refuse(number, f"{DELTA_FIELD} on a pin of schema version {fields['schema_version']!r}")
+        base = None if scope is None else self._bases.get(scope)
+        if scope is None or base is None:
+            self._refuse(
+                number,
+                f"{DELTA_FIELD} with no earlier fingerprint of its kind in its unit to apply to (a line deleted?)",
+            )
+        changed, dropped = self._parts(number, delta)
+        if not dropped <= base.keys():
+            self._refuse(number, f"{DELTA_FIELD} drops {sorted(dropped - base.keys())}, which its base does not hold")
+        whole = {name: digest for name, digest in base.items() if name not in dropped}
+        whole.update(changed)
+        payload["fingerprint"] = self._bases[scope] = whole
+
+    def _parts(self, number: int, delta: object) -> tuple[dict[str, str], frozenset[str]]:
+        """The entries a delta sets and the names it drops, refusing any other shape."""
+        parts = cast(dict[str, object], delta) if isinstance(delta, dict) else None
+        if parts is None or not parts.keys() <= {_SET, _DROP}:
+            self._refuse(number, f"{DELTA_FIELD} must be an object of {_SET!r} and {_DROP!r}")
+        changed = _flat(parts.get(_SET, {}))
+        dropped: object = parts.get(_DROP, [])
+        if changed is None:
+            self._refuse(number, f"{DELTA_FIELD}.{_SET} must be an object of strings")
+        if not isinstance(dropped, list) or not all(type(name) is str for name in cast(list[object], dropped)):
+            self._refuse(number, f"{DELTA_FIELD}.{_DROP} must be a list of strings")
+        return changed, frozenset(cast(list[str], dropped))
+
+    def _refuse(self, number: int, message: str) -> NoReturn:
+        raise RecordingError(message, path=self._where, line=number)
+
+
+def expanded(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each checked line's number and fields, every pin's fingerprint whole (see `FingerprintExpander`)."""
+    expander = FingerprintExpander(where)
+    for number, fields in entries:
+        expander.expand(number, fields)
+        yield number, fields
