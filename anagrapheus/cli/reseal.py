@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import stat
 from pathlib import Path
@@ -12,8 +11,7 @@ from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import canonical_json, read_recording, write_recording
-from anagrapheus.timeline.recording.deltas import FingerprintDeltas
-from anagrapheus.timeline.recording.header import RECORDING_VERSION
+from anagrapheus.timeline.recording.deltas import FingerprintDeltas, holds_deltas
 from anagrapheus.timeline.recording.seal import Sealer, seal_changes
 
 __all__ = ["COMMAND", "run"]
@@ -37,7 +35,7 @@ def run(args: argparse.Namespace) -> Outcome:
     # The lines as `write_recording` writes them: canonical, so what is listed is what the new seal holds.
     # The file keeps its form: fingerprints as deltas in a version 3 file, whole in an older one (which an older
     # anagrapheus still reads), so what is listed is what changed by hand, never the format.
-    compact = _holds_deltas(path)
+    compact = holds_deltas(path)
     sealer = Sealer()
     deltas = FingerprintDeltas()
     for line, event in enumerate(recording.events, start=2):
@@ -64,13 +62,6 @@ def run(args: argparse.Namespace) -> Outcome:
         raise bad_input(e, path=args.path) from e
     data["written"] = True
     return Outcome(Exit.OK, "\n".join([*text, f"sealed {path}"]), data)
-
-
-def _holds_deltas(path: Path) -> bool:
-    """Whether the recording's header says it may hold fingerprint deltas (version 3); it was read already."""
-    with path.open("rb") as file:
-        first = json.loads(file.readline())
-    return first.get("version") == RECORDING_VERSION
 
 
 COMMAND = Command(

@@ -13,15 +13,18 @@ version rather than read a delta as a fingerprint.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from anagrapheus.errors import RecordingError
 from anagrapheus.timeline.canonical import encode_normalised
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted
+from anagrapheus.timeline.recording.header import RECORDING_VERSION
 from anagrapheus.timeline.recording.strict_json import parse_object
 
-__all__ = ["DELTA_FIELD", "FingerprintDeltas", "FingerprintExpander", "expanded"]
+__all__ = ["DELTA_FIELD", "FingerprintDeltas", "FingerprintExpander", "expanded", "holds_deltas"]
 
 DELTA_FIELD = "fingerprint_delta"
 """The payload field of a pin line whose fingerprint is written as a delta (it sorts where `fingerprint` did)."""
@@ -155,3 +158,16 @@ def expanded(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Itera
     for number, fields in entries:
         expander.expand(number, fields)
         yield number, fields
+
+
+def holds_deltas(path: Path) -> bool:
+    """Whether the recording at `path` is of the version that may hold deltas; a file that cannot tell, as if so.
+
+    What rewrites a file as it stands (`reseal`, `upcast`) keeps its form: one an older reader reads stays so.
+    """
+    try:
+        with path.open("rb") as file:
+            header: object = json.loads(file.readline())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(header, dict) or cast(dict[str, Any], header).get("version") == RECORDING_VERSION
