@@ -6,14 +6,16 @@ written whole costs every earlier message again and the recording grows with the
 file writes a pin's fingerprint as a delta, `"fingerprint_delta": {"set": {...}, "drop": [...]}` in place of
 `"fingerprint"`: the entries that differ from (or are not in) the last fingerprint of a pin of the same kind in the
 same unit (`unit_id`), and the names of those that are gone. Its base is a line of the same unit, so a read of one
-unit's lines (`view --unit`, the index) expands it as a read of the whole file does. A delta is written only where
-it is shorter than the whole fingerprint, and only in a version 3 recording, which an older reader refuses by its
-version rather than read a delta as a fingerprint.
+unit's lines (`view --unit`, the index) expands it as a read of the whole file does. Only a pin of the current
+event version is a base or a delta: an older one (read through upcasts) is written whole and left unread. A delta
+is written only where it is shorter than the whole fingerprint, and only in a version 3 recording, which an older
+reader refuses by its version rather than read a delta as a fingerprint.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn, cast
@@ -69,20 +71,44 @@ class FingerprintDeltas:
 
         The delta is taken from `text` as it stands, redacted or not, so a reader that expands it gets `text` back.
         """
-        if '"fingerprint":{' not in text:  # no pin with a fingerprint: nothing to parse
+        # Only a current pin's fingerprint is a base or a delta: any other line is written as it is, unread.
+        tail = _PIN_TAIL.search(text, max(0, len(text) - 128))
+        if tail is None or '"fingerprint":{' not in text:
             return text
+        found = _located(text, tail.start())
+        if found is None:
+            return self._parsed(text)
+        start, end, scope, whole = found
+        delta = self._delta(scope, whole)
+        if delta is None:
+            return text
+        # The field sorts where `fingerprint` did, so the line stays canonical with the rest of it as it was.
+        return f'{text[:start]}"{DELTA_FIELD}":{encode_normalised(delta)}{text[end:]}'
+
+    def _parsed(self, text: str) -> str:
+        """`line` for a line not laid out as `_located` reads a current pin: parsed whole."""
         fields = parse_object(text, where="<writing>", line=0)
-        if not _is_pin(fields):
+        if not _is_pin(fields) or fields["schema_version"] != PinPromoted.schema_version:
             return text
         payload = cast(dict[str, Any], fields["payload"])
         scope = _scope(payload)
         whole = _flat(payload.get("fingerprint"))
         if scope is None or whole is None:
             return text
+        delta = self._delta(scope, whole)
+        if delta is None:
+            return text
+        del payload["fingerprint"]
+        payload[DELTA_FIELD] = delta
+        # `text` is the encoder's own writing of what it parsed back, so the rest of the line keeps its bytes.
+        return encode_normalised(fields)
+
+    def _delta(self, scope: tuple[str, str], whole: dict[str, str]) -> dict[str, Any] | None:
+        """What `whole` changes in its scope's base (which it then becomes); None to write it whole."""
         base = self._bases.get(scope)
         self._bases[scope] = whole
-        if base is None or fields["schema_version"] != PinPromoted.schema_version:
-            return text
+        if base is None:
+            return None
         delta: dict[str, Any] = {}
         changed = {name: digest for name, digest in whole.items() if base.get(name) != digest}
         dropped = sorted(name for name in base if name not in whole)
@@ -91,12 +117,48 @@ class FingerprintDeltas:
         if dropped:
             delta[_DROP] = dropped
         if len(encode_normalised(delta)) + _LONGER >= len(encode_normalised(whole)):
-            return text
-        del payload["fingerprint"]
-        payload[DELTA_FIELD] = delta
+            return None
         self.written = True
-        # `text` is the encoder's own writing of what it parsed back, so the rest of the line keeps its bytes.
-        return encode_normalised(fields)
+        return delta
+
+
+# A current pin's line as the writer writes it (sorted keys, compact): its envelope's scalars, then the payload's
+# `attempts`, `failed` and `fingerprint`, ..., `unit_id`, then the envelope's last three. A quote inside a string is
+# escaped, so neither pattern can match inside one; a line laid out otherwise is parsed whole.
+_PIN_HEAD = re.compile(
+    r',"namespace":"anagrapheus","payload":\{"attempts":-?\d+,"failed":(?:true|false),"fingerprint":\{'
+)
+_PIN_TAIL = re.compile(
+    rf'\}},"schema_version":{PinPromoted.schema_version},"seq":\d+,"type":"{PinPromoted.event_type}"\}}\Z'
+)
+_decode_at = json.JSONDecoder().raw_decode
+
+
+def _located(text: str, tail: int) -> tuple[int, int, tuple[str, str], dict[str, str]] | None:
+    """Where a current pin line's `"fingerprint":{...}` starts and ends, its (unit, kind) and fingerprint.
+
+    Read from those fields alone, not the whole line (whose result may be most of it); None for any other layout.
+    `tail` is where `_PIN_TAIL` matched: the payload's end.
+    """
+    head = _PIN_HEAD.search(text)
+    if head is None:
+        return None
+    try:
+        fingerprint, end = _decode_at(text, head.end() - 1)
+        if not text.startswith(',"key":', end):
+            return None
+        _, after_key = _decode_at(text, end + len(',"key":'))
+        if not text.startswith(',"kind":', after_key):
+            return None
+        kind, _ = _decode_at(text, after_key + len(',"kind":'))
+        at = text.rfind(',"unit_id":', end, tail)
+        unit, unit_end = _decode_at(text, at + len(',"unit_id":'))
+    except ValueError:
+        return None
+    whole = _flat(fingerprint)
+    if at < 0 or unit_end != tail or whole is None or not isinstance(unit, str) or not isinstance(kind, str):
+        return None
+    return head.end() - len('"fingerprint":{'), end, (unit, kind), whole
 
 
 class FingerprintExpander:
@@ -114,7 +176,7 @@ class FingerprintExpander:
         scope = _scope(payload)
         if DELTA_FIELD not in payload:
             whole = _flat(payload.get("fingerprint"))
-            if scope is not None and whole is not None:
+            if scope is not None and whole is not None and fields["schema_version"] == PinPromoted.schema_version:
                 self._bases[scope] = whole
             return
         delta = payload.pop(DELTA_FIELD)
