@@ -111,6 +111,8 @@ class FingerprintDeltas:
             return None
         delta: dict[str, Any] = {}
         changed = {name: digest for name, digest in whole.items() if base.get(name) != digest}
+        if len(changed) == len(whole):
+            return None  # every entry again, and more: never shorter
         dropped = sorted(name for name in base if name not in whole)
         if changed:
             delta[_SET] = changed
