@@ -5,8 +5,10 @@ written whole costs every earlier message again and the recording grows with the
 (issue #43). In memory, in a log and in every event a reader returns, a fingerprint is whole. Only the recording
 file writes a pin's fingerprint as a delta, `"fingerprint_delta": {"set": {...}, "drop": [...]}` in place of
 `"fingerprint"`: the entries that differ from (or are not in) the last fingerprint of a pin of the same kind in the
-same unit (`unit_id`), and the names of those that are gone. Its base is a line of the same unit, so a read of one
-unit's lines (`view --unit`, the index) expands it as a read of the whole file does. Only a pin of the current
+same unit (`unit_id`), and the names of those that are gone. Its base is a line of the same unit in the same run of
+that unit's pin lines: a pin of another unit in between ends the run, and the next pin of each kind is written whole.
+So a read of one unit's lines (`view --unit`, the index) expands it as a read of the whole file does, and a reader
+holds the bases of one unit only, however many units the file holds. Only a pin of the current
 event version is a base or a delta: an older one (read through upcasts) is written whole and left unread. A delta
 is written only where it is shorter than the whole fingerprint, and only in a version 3 recording, which an older
 reader refuses by its version rather than read a delta as a fingerprint.
@@ -44,7 +46,7 @@ _PIN_TYPE = PinPromoted.event_type
 _CURRENT = PinPromoted.schema_version
 
 Bases = dict[tuple[str, str], dict[str, str]]
-"""The last whole fingerprint of each (unit, kind): all a writer or a reader of deltas holds."""
+"""The last whole fingerprint of each (unit, kind) in the current run of one unit's pins: all either side holds."""
 
 
 def _is_pin(fields: dict[str, Any]) -> bool:
@@ -75,6 +77,7 @@ class FingerprintDeltas:
 
     def __init__(self) -> None:
         self._bases: Bases = {}
+        self._unit: str | None = None
         self.written = False
         """Whether any line so far was written with a delta (the recording is then version 3)."""
 
@@ -117,6 +120,10 @@ class FingerprintDeltas:
 
     def _delta(self, scope: tuple[str, str], whole: dict[str, str]) -> dict[str, Any] | None:
         """What `whole` changes in its scope's base (which it then becomes); None to write it whole."""
+        if scope[0] != self._unit:
+            # Another unit's pin ended the run: no base before it is used again (the reader drops them too).
+            self._bases.clear()
+            self._unit = scope[0]
         base = self._bases.get(scope)
         self._bases[scope] = whole
         if base is None:
@@ -181,6 +188,14 @@ class FingerprintExpander:
     def __init__(self, where: str) -> None:
         self._where = where
         self._bases: Bases = {}
+        self._unit: str | None = None
+
+    def _in_run(self, unit: str) -> Bases:
+        """The bases of the run of `unit`'s pin lines this line belongs to: none held once another unit's pin came."""
+        if unit != self._unit:
+            self._bases.clear()
+            self._unit = unit
+        return self._bases
 
     def expand(self, number: int, fields: dict[str, Any]) -> None:
         """Make line `number`'s fingerprint whole in `fields`, in place, or refuse a delta with nothing to apply to."""
@@ -194,18 +209,19 @@ class FingerprintExpander:
             whole = _flat(payload.get("fingerprint"))
             scope = _scope(payload)
             if whole is not None and scope is not None and current:
-                self._bases[scope] = whole
+                self._in_run(scope[0])[scope] = whole
             return
         if "fingerprint" in payload:
             self._refuse(number, f"a pin holds both fingerprint and {DELTA_FIELD}")
         if not current:
             self._refuse(number, f"{DELTA_FIELD} on a pin of schema version {fields['schema_version']!r}")
         scope = _scope(payload)
-        base = None if scope is None else self._bases.get(scope)
+        base = None if scope is None else self._in_run(scope[0]).get(scope)
         if scope is None or base is None:
             self._refuse(
                 number,
-                f"{DELTA_FIELD} with no earlier fingerprint of its kind in its unit to apply to (a line deleted?)",
+                f"{DELTA_FIELD} with no earlier fingerprint of its kind in its run of its unit's pins to apply to"
+                " (a line deleted or moved?)",
             )
         changed, dropped = self._parts(number, delta)
         if dropped:

@@ -161,6 +161,25 @@ def test_writing_whole_fingerprints_when_asked_gives_a_file_an_older_reader_read
     assert path.read_bytes() == WHOLE.read_bytes()
 
 
+def test_a_delta_is_taken_only_within_a_run_of_its_units_pins_so_a_reader_holds_one_units_bases(
+    tmp_path: Path,
+) -> None:
+    grown = {"a": "1", "b": "2", "c": "3", "d": "4"}
+    events = [
+        _pin(1, "u", "model_call", {"a": "1", "b": "2", "c": "3"}),
+        _pin(2, "v", "model_call", {"a": "1", "b": "2", "c": "3"}),
+        _pin(3, "u", "model_call", grown),  # its unit's run was ended by v's pin: written whole
+        _pin(4, "u", "model_call", {**grown, "e": "5"}),  # a delta against the line before
+    ]
+    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, index=True)
+    payloads = [json.loads(line)["payload"] for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+    assert [("fingerprint_delta" in payload) for payload in payloads] == [False, False, False, True]
+    assert payloads[3]["fingerprint_delta"] == {"set": {"e": "5"}}
+    assert read_recording(path).events == tuple(events)
+    alone = read_indexed_units(path, ["u"])
+    assert alone is not None and alone.events == (events[0], events[2], events[3])
+
+
 def test_a_delta_with_nothing_to_apply_to_or_of_another_shape_is_refused_naming_its_line(tmp_path: Path) -> None:
     events = [
         _pin(1, "u", "model_call", {"a": "1", "b": "2", "c": "3"}),
@@ -176,10 +195,15 @@ def test_a_delta_with_nothing_to_apply_to_or_of_another_shape_is_refused_naming_
             read_recording(tmp_path / "edited.jsonl", seal="ignore")
         assert raised.value.line == line
 
-    refused([lines[0], lines[2]], "with no earlier fingerprint of its kind in its unit", line=2)
+    refused([lines[0], lines[2]], "with no earlier fingerprint of its kind in its run", line=2)
     refused([lines[0], lines[1], lines[2].replace('{"set":{"d":"4"}}', '{"drop":["x"]}')], r"drops \['x'\]")
     refused([lines[0], lines[1], lines[2].replace('{"set":{"d":"4"}}', '{"set":{"d":4}}')], "object of strings")
     refused([lines[0], lines[1], lines[2].replace('{"set":{"d":"4"}}', '{"add":{}}')], "must be an object of")
+    # A pin of another unit moved between the delta and its base ends the run the base belonged to.
+    other = lines[1].replace('"unit_id":"u"', '"unit_id":"v"').replace('"seq":1,', '"seq":2,')
+    other = other.replace("8000-000000000001", "8000-000000000009")
+    moved = lines[2].replace('"seq":2,', '"seq":3,')
+    refused([lines[0], lines[1], other, moved], "with no earlier fingerprint of its kind in its run", line=4)
     # The seal names a delta edited by hand, as it names any line.
     (tmp_path / "edited.jsonl").write_text("\n".join([lines[0], lines[1], lines[2].replace('"4"', '"5"')]) + "\n")
     with pytest.raises(RecordingError, match="edited by hand"):
