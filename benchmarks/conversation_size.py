@@ -4,8 +4,10 @@ Each turn asks the scripted model of `agent.py` (a tool call, then an answer), c
 history (`message_history=result.all_messages()`), under one ledger for the whole conversation; the unit is
 committed and written with `write_recording`. `PinnedModel` pins the model calls alone; `Pinning` pins the tool
 calls, the runs' ids and times too, and records each run's inputs (`RunInputs`), whose history refers to the
-run before it instead of copying it. A vcrpy cassette of the same conversation over an OpenAI-compatible stub is
-measured where the bench extra (vcrpy, openai) is installed. Sizes are bytes on disk: no machine load moves them.
+run before it instead of copying it. Under both, the recording writes each pin's fingerprint as what changed
+since the last of its kind in its unit (a model call's holds a digest per message of its request). A vcrpy
+cassette of the same conversation over an OpenAI-compatible stub is measured where the bench extra (vcrpy,
+openai) is installed. Sizes are bytes on disk: no machine load moves them.
 
     python benchmarks/conversation_size.py            # 10 and 100 turns, a few seconds
     python benchmarks/conversation_size.py --quick    # smoke test: 3 and 12 turns

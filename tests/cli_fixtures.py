@@ -12,6 +12,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
+from anagrapheus.timeline.recording.deltas import DELTA_FIELD, FingerprintExpander
 from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation
 
 
@@ -22,9 +23,29 @@ def _unsealed(lines: list[str]) -> list[str]:
     return [lines[0].replace(seal + ",", "", 1), *lines[1:]]
 
 
-# The committed negotiation, unsealed: the files derived from it are edited by hand, and the tests on them are
-# about what a command says of the edit. What the seal says of one is tested in tests/cli/test_reseal.py.
-NEGOTIATION_LINES = _unsealed(RECORDING.read_text(encoding="utf-8").splitlines(keepends=True))
+def whole_fingerprints(lines: list[str]) -> list[str]:
+    """The lines with each fingerprint written as a delta written whole instead (a version 2 file), the rest as was.
+
+    An edit to a line's fingerprint then stays its own: a delta's edit would move every later fingerprint of its
+    kind in its unit, which is built upon it.
+    """
+    expander = FingerprintExpander("negotiation")
+    # A file with no delta left is one of the version before deltas, as a reader before them reads it.
+    whole = [lines[0].replace(',"version":3}', ',"version":2}', 1)]
+    for number, line in enumerate(lines[1:], start=2):
+        fields = json.loads(line)
+        delta = DELTA_FIELD in fields["payload"]
+        expander.expand(number, fields)
+        whole.append(
+            json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" if delta else line
+        )
+    return whole
+
+
+# The committed negotiation, unsealed and its fingerprints whole: the files derived from it are edited by hand, and
+# the tests on them are about what a command says of the edit. What the seal says of one is tested in
+# tests/cli/test_reseal.py; the deltas a reader expands, in tests/timeline/recording/test_deltas.py.
+NEGOTIATION_LINES = whole_fingerprints(_unsealed(RECORDING.read_text(encoding="utf-8").splitlines(keepends=True)))
 
 
 def builtin_types() -> EventTypeRegistry:

@@ -88,7 +88,7 @@ recordings/negotiation.jsonl
   models         EU=function:scripted-eu UK=function:scripted-uk
   details        seed=2022 tools=["stock_survey", "market_price"] units=["eu-uk-talks-round-1",
                  "eu-uk-talks-round-2", "eu-uk-talks-round-3", "eu-uk-talks-round-4"]
-  provenance     anagrapheus=0.1.0 pydantic_ai=2.68.0 python=3.11.7 key_scheme=p1 call_policy=semantic
+  provenance     anagrapheus=0.2.0 pydantic_ai=2.78.0 python=3.11.7 key_scheme=p1 call_policy=semantic
                  call_policy_version=1 models=["scripted-eu", "scripted-uk"] providers=[]
 
 unit                 state      pins  attempts  entity_id  model_call  run_clock  run_id  run_place  tool_call
@@ -724,7 +724,7 @@ def test_check_refuses_a_recording_made_under_another_key_scheme_and_notes_other
 
     assert code == 2
     assert out.replace(str(tmp_path) + "/", "") == snapshot("""\
-scheme.jsonl:1: [provenance] recorded under pin-key scheme 'p0', but this anagrapheus keys with 'p1': none of its pins can answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with `python -m examples.negotiation --record --seed 2022`; until then, replay it with the anagrapheus that wrote it (0.1.0)
+scheme.jsonl:1: [provenance] recorded under pin-key scheme 'p0', but this anagrapheus keys with 'p1': none of its pins can answer, and keys are digests of what was asked, so they cannot be converted. Re-record it with `python -m examples.negotiation --record --seed 2022`; until then, replay it with the anagrapheus that wrote it (0.2.0)
 scheme.jsonl:1: [seal] note: unsealed: a line edited by hand would pass unnoticed; seal it as it stands with `anagrapheus reseal`
 older.jsonl: ok, 67 event(s) (format, events, keys, provenance, secrets, seal)
 older.jsonl:1: [provenance] note: recorded with anagrapheus 0.0.9, loaded with anagrapheus 0.2.0; a call the new version asks differently will miss its pin. If the replay misses, re-record it with `python -m examples.negotiation --record --seed 2022`

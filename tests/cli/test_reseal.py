@@ -15,6 +15,8 @@ from examples.negotiation.runs import RECORDING
 
 ROOT = Path(__file__).resolve().parents[2]
 UNSEALED = ROOT / "tests" / "data" / "negotiation-unsealed.jsonl"
+WHOLE = ROOT / "tests" / "data" / "negotiation-whole-fingerprints.jsonl"
+"""The committed negotiation as written before fingerprint deltas (version 2), sealed."""
 LINES = RECORDING.read_text(encoding="utf-8").splitlines(keepends=True)
 ANSWER = max(n for n, text in enumerate(LINES, start=1) if '"kind":"model_call"' in text)
 
@@ -144,7 +146,9 @@ def test_reseal_seals_an_unsealed_recording_keeping_its_events_and_permissions(
 
     assert code == 0
     assert out.splitlines()[1] == "  unsealed: sealing 4 unit(s), 67 line(s), as they stand"
-    assert path.read_bytes() == RECORDING.read_bytes()  # the committed file is the old one, sealed
+    # Its fingerprints stay whole (a version 2 file, as it was): the committed file before deltas, sealed.
+    assert path.read_bytes() == WHOLE.read_bytes()
+    assert read_recording(path).events == read_recording(RECORDING).events
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 

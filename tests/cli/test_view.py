@@ -27,6 +27,7 @@ from anagrapheus.timeline import (
     write_recording,
 )
 from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered_json, read_ordered
+from tests.cli_fixtures import whole_fingerprints
 
 ROOT = Path(__file__).resolve().parents[2]
 NEGOTIATION = ROOT / "recordings" / "negotiation.jsonl"
@@ -71,7 +72,7 @@ def test_the_default_page_sits_beside_the_recording(tmp_path: Path, capsys: pyte
 
 def changed_copy(tmp_path: Path) -> Path:
     """The negotiation with one tool result changed and one model request's prompt moved."""
-    lines = NEGOTIATION.read_text(encoding="utf-8").splitlines()
+    lines = [line.rstrip("\n") for line in whole_fingerprints(NEGOTIATION.read_text(encoding="utf-8").splitlines())]
     tools = [i for i, line in enumerate(lines) if '"kind":"tool_call"' in line]
     models = [i for i, line in enumerate(lines) if '"kind":"model_call"' in line]
     event = json.loads(lines[tools[0]])

@@ -309,11 +309,14 @@ def test_the_regress_demo_gives_three_verdicts_on_the_one_recording(capsys: pyte
 
 
 def test_the_recording_as_committed_before_the_seal_replays_as_the_sealed_one_does(tmp_path: Path) -> None:
-    # The negotiation as committed before recordings were sealed (issue #41): the same events, no seal. The
-    # committed file is that one sealed once; both replay the same rounds with the same hits.
+    # The negotiation as committed before recordings were sealed (issue #41): the same events, no seal. It was
+    # committed next sealed once (kept as written before fingerprint deltas), and now re-recorded with deltas:
+    # the same events. Both replay the same rounds with the same hits.
     old = ROOT / "tests" / "data" / "negotiation-unsealed.jsonl"
+    sealed = ROOT / "tests" / "data" / "negotiation-whole-fingerprints.jsonl"
     assert read_recording(old).seal is None and read_recording(RECORDING).seal is not None
-    assert old.read_text().splitlines()[1:] == RECORDING.read_text().splitlines()[1:]
+    assert old.read_text().splitlines()[1:] == sealed.read_text().splitlines()[1:]
+    assert read_recording(old).events == read_recording(RECORDING).events
 
     before = asyncio.run(replay_negotiation(old, database=tmp_path / "old.db"))
     now = asyncio.run(replay_negotiation(RECORDING, database=tmp_path / "new.db"))

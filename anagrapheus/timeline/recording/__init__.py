@@ -1,13 +1,18 @@
 """Recordings: a header line, then the log's own events as canonical JSON lines, in a file for a repository.
 
 The names a recording's reader and writer use, gathered from the modules that hold them: the header
-(`header`), the writer (`writer`), the readers (`reader`, `pins`),
+(`header`), the writer (`writer`), the readers (`reader`, `pins`), fingerprints written as deltas (`deltas`),
 the line limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
 """
 
 from __future__ import annotations
 
-from anagrapheus.timeline.recording.header import RECORDING_FORMAT, RECORDING_VERSION, RecordingHeader
+from anagrapheus.timeline.recording.header import (
+    RECORDING_FORMAT,
+    RECORDING_VERSION,
+    WHOLE_FINGERPRINTS_VERSION,
+    RecordingHeader,
+)
 from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, RecordingIndexWarning, index_path
 from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES
 from anagrapheus.timeline.recording.pins import stream_pins
@@ -20,6 +25,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "RECORDING_FORMAT",
     "RECORDING_VERSION",
+    "WHOLE_FINGERPRINTS_VERSION",
     "Recording",
     "RecordingHeader",
     "RecordingIndexWarning",

@@ -15,15 +15,28 @@ from anagrapheus.timeline.provenance import Provenance
 from anagrapheus.timeline.recording.lines import EVENT_FIELDS, is_int
 from anagrapheus.timeline.recording.strict_json import parse_object
 
-__all__ = ["RECORDING_FORMAT", "RECORDING_VERSION", "RecordingHeader", "as_header", "header_line", "read_header"]
+__all__ = [
+    "RECORDING_FORMAT",
+    "RECORDING_VERSION",
+    "WHOLE_FINGERPRINTS_VERSION",
+    "RecordingHeader",
+    "as_header",
+    "header_line",
+    "read_header",
+]
 
 RECORDING_FORMAT = "anagrapheus.recording"
 """The format marker on every recording's header line."""
 
-RECORDING_VERSION = 2
-"""The recording format version this code writes; version 2 added the header's `provenance`."""
+RECORDING_VERSION = 3
+"""The newest recording format version this code writes; version 2 added the header's `provenance`, version 3 pin
+fingerprints written as deltas (`deltas`). A recording that holds no delta is written as version 2
+(`WHOLE_FINGERPRINTS_VERSION`), which a reader before version 3 reads as it always did."""
 
-_READABLE_VERSIONS = (1, RECORDING_VERSION)
+WHOLE_FINGERPRINTS_VERSION = 2
+"""The version of a recording whose every fingerprint is written whole."""
+
+_READABLE_VERSIONS = (1, WHOLE_FINGERPRINTS_VERSION, RECORDING_VERSION)
 
 
 class RecordingHeader(BaseModel):
@@ -45,9 +58,9 @@ class RecordingHeader(BaseModel):
     """What made the recording; `write_recording` stamps it when the header has none (None in version 1 files)."""
 
 
-def header_line(header: RecordingHeader) -> dict[str, JSONValue]:
+def header_line(header: RecordingHeader, *, version: int = WHOLE_FINGERPRINTS_VERSION) -> dict[str, JSONValue]:
     """The header as its line holds it: the format marker and version, then its fields."""
-    return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="json")}
+    return {"format": RECORDING_FORMAT, "version": version, **header.model_dump(mode="json")}
 
 
 def as_header(header: RecordingHeader | Mapping[str, Any]) -> RecordingHeader:

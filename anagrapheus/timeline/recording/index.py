@@ -31,6 +31,7 @@ from anagrapheus.errors import AnagrapheusError, RecordingError
 from anagrapheus.timeline.canonical import canonical_json
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, EventTypeRegistry, PinPromoted, PinText, is_current_pin
+from anagrapheus.timeline.recording.deltas import FingerprintExpander
 from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES, checked_entries
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, read_seal
 from anagrapheus.timeline.recording.strict_json import parse_object
@@ -150,7 +151,9 @@ def build_index(header: str, lines: Sequence[str], *, where: str) -> bytes | Non
     ambiguous: set[str] = set()
     keyed = True
     numbered = ((row.line, text) for row, text in zip(rows, lines, strict=True))
+    expander = FingerprintExpander(where)
     for number, text, fields in checked_entries(numbered, where):
+        expander.expand(number, fields)
         unit = _sealed_unit(fields["correlation_id"])
         position = positions.get(unit, 0)
         positions[unit] = position + 1
@@ -367,7 +370,8 @@ class RecordingIndex:
         """Each row's line number and checked fields, read where the row says; `IndexMismatch` if it is not there.
 
         Each line is checked as the reader checks it, and against the digest the seal holds for it (the index
-        holds the seal's digests, and is bound to the header that holds the seal).
+        holds the seal's digests, and is bound to the header that holds the seal). A pin's fingerprint is as the
+        line holds it, maybe a delta: `deltas.expanded` over a whole unit's rows makes it whole.
         """
         texts: list[tuple[int, str]] = []
         try:

@@ -24,6 +24,7 @@ from anagrapheus.timeline.events import (
     is_current_pin,
 )
 from anagrapheus.timeline.provenance import ProvenanceCheck, Stamping, check_provenance
+from anagrapheus.timeline.recording.deltas import DELTA_FIELD, expanded
 from anagrapheus.timeline.recording.header import RecordingHeader, read_header
 from anagrapheus.timeline.recording.index import (
     IndexMismatch,
@@ -85,6 +86,8 @@ class IndexedPins(Mapping[str, PinText]):
         self._whole = whole
         self._found: dict[str, PinText] = {}
         self._all: dict[str, PinText] | None = None
+        # The pins of each unit read whole to make a delta's fingerprint whole, by line: read once per unit.
+        self._unit_pins: dict[str, dict[int, PinText]] = {}
 
     @property
     def units(self) -> tuple[str, ...]:
@@ -103,12 +106,33 @@ class IndexedPins(Mapping[str, PinText]):
         _, fields = entries[0]
         if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != PinPromoted.event_type:
             raise IndexMismatch(f"line {row.line} is not a pin")
+        payload = fields["payload"]
         try:
-            pin = PinPromoted.text_of_payload(fields["payload"], seq=fields["seq"])
+            if DELTA_FIELD in payload:
+                pin = self._unit_pin(payload.get("unit_id"), row)
+            else:
+                pin = PinPromoted.text_of_payload(payload, seq=fields["seq"])
         except AnagrapheusError as e:
             raise IndexMismatch(f"line {row.line} is not a pin this reader reads ({e})") from None
         if pin.key != key:
             raise IndexMismatch(f"line {row.line} pins another key")
+        return pin
+
+    def _unit_pin(self, unit: object, row: Row) -> PinText:
+        """The pin on `row`'s line, its fingerprint a delta made whole by reading its unit's lines (once a unit)."""
+        if not isinstance(unit, str):
+            raise IndexMismatch(f"line {row.line} is a pin of no unit")
+        pins = self._unit_pins.get(unit)
+        if pins is None:
+            pins = {}
+            entries = expanded(self._index.entries(self._index.unit_rows([unit])), self._index.where)
+            for number, fields in entries:
+                if fields["namespace"] == BUILTIN_NAMESPACE and fields["type"] == PinPromoted.event_type:
+                    pins[number] = PinPromoted.text_of_payload(fields["payload"], seq=fields["seq"])
+            self._unit_pins[unit] = pins
+        pin = pins.get(row.line)
+        if pin is None:
+            raise IndexMismatch(f"line {row.line} is not among its unit's lines")
         return pin
 
     @override
@@ -180,7 +204,7 @@ def indexed_unit_pins(
         return None
     header, index = opened
     try:
-        entries = list(index.entries(index.unit_rows([unit_id])))
+        entries = list(expanded(index.entries(index.unit_rows([unit_id])), str(path)))
     except IndexMismatch as e:
         _mismatch(index, e)
         return None
@@ -213,7 +237,7 @@ def read_indexed_units(path: str | os.PathLike[str], units: Sequence[str]) -> In
         return None
     header, index = opened
     try:
-        entries = list(index.entries(index.unit_rows(units)))
+        entries = list(expanded(index.entries(index.unit_rows(units)), str(path)))
     except IndexMismatch as e:
         _mismatch(index, e)
         return None

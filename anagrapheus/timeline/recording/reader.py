@@ -14,6 +14,7 @@ from anagrapheus.errors import AnagrapheusError, RecordingError, RecordingExpire
 from anagrapheus.timeline.ages import UnitAge, expired, unit_ages
 from anagrapheus.timeline.events import Event, EventTypeRegistry, StoredEvent, given_or_builtins
 from anagrapheus.timeline.provenance import ProvenanceCheck, Stamping, check_provenance
+from anagrapheus.timeline.recording.deltas import expanded
 from anagrapheus.timeline.recording.header import RecordingHeader, header_line, paused_collection, read_header
 from anagrapheus.timeline.recording.lines import MAX_LINE_BYTES, checked_entries, read_lines, stored_event
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, Seal, SealCheck, read_seal, verified
@@ -164,6 +165,8 @@ def open_recording(
 ) -> tuple[RecordingHeader, Seal | None, Iterator[tuple[int, dict[str, Any]]]]:
     """Read and check the header now; return it, its seal, and each event line's checked fields, read as iterated.
 
+    Each pin's fingerprint is whole in the fields returned, as the log held it, however the line holds it.
+
     Each line is checked against the seal as it is read, unless `seal="ignore"` (a seal that cannot be read is
     then None). The header returned holds no seal in its `details`: a header read is the header written.
     """
@@ -193,4 +196,6 @@ def open_recording(
     if SEAL_DETAIL in header.details:
         details = {name: value for name, value in header.details.items() if name != SEAL_DETAIL}
         header = header.model_copy(update={"details": details})
-    return header, sealed, verified(checked_entries(lines, where), None if seal == "ignore" else sealed, where)
+    # Each line is checked against the seal as written, then each pin's fingerprint is made whole (`deltas`).
+    entries = verified(checked_entries(lines, where), None if seal == "ignore" else sealed, where)
+    return header, sealed, expanded(entries, where)

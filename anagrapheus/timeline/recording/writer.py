@@ -14,7 +14,14 @@ from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
-from anagrapheus.timeline.recording.header import RecordingHeader, as_header, header_line
+from anagrapheus.timeline.recording.deltas import FingerprintDeltas
+from anagrapheus.timeline.recording.header import (
+    RECORDING_VERSION,
+    WHOLE_FINGERPRINTS_VERSION,
+    RecordingHeader,
+    as_header,
+    header_line,
+)
 from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, index_path, keep_index, write_index
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretScanner, split_private_keys
@@ -135,6 +142,7 @@ def write_recording(
     dangerously_keep_secrets: bool = False,
     stamp: ProvenanceStamp | Stamping | None = None,
     index: bool | None = None,
+    fingerprint_deltas: bool = True,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -148,6 +156,11 @@ def write_recording(
     a placeholder first; only `dangerously_keep_secrets=True` writes it as it is. The file is created with `mode`
     (owner-only by default). A file that already holds the same lines, but for the software versions its
     provenance names, is left as it is: a newer pydantic-ai that records the same run changes nothing.
+
+    A pin's fingerprint is written as a delta against the last one of its kind in its unit where that is shorter
+    (a conversation's model calls repeat every earlier message's digest), and the file is then version 3; every
+    reader makes it whole again. The secret search sees each line with its fingerprint whole. With
+    `fingerprint_deltas=False` every fingerprint is written whole, in a version 2 file an older reader reads.
 
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
@@ -168,6 +181,7 @@ def write_recording(
             ) from None
     sealer = Sealer()
     writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretScanner())
+    deltas = FingerprintDeltas()
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
     results: list[JSONValue] | None = [] if chosen.provenance is None else None
@@ -184,7 +198,10 @@ def write_recording(
         line = event.to_json()
         if results is not None and event.namespace == BUILTIN_NAMESPACE and event.type == PinPromoted.event_type:
             results.append(PinPromoted.result_in(line["payload"]))
+        # The whole line is searched for secrets (and redacted); only then is its fingerprint written as a delta.
         text = writer.text(line, seq=event.seq)
+        if fingerprint_deltas:
+            text = deltas.line(text)
         # The reader checks a line under the unit it reads there: an id the line holds otherwise (redacted, or
         # NFC-normalised as canonical text is) is read back from it.
         unit = event.correlation_id
@@ -199,7 +216,8 @@ def write_recording(
             stamped = stamp(results, call_policy=call_policy)
         chosen = chosen.model_copy(update={"provenance": stamped})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
-    lines.insert(0, writer.text(header_line(chosen), seq=None))
+    version = RECORDING_VERSION if deltas.written else WHOLE_FINGERPRINTS_VERSION
+    lines.insert(0, writer.text(header_line(chosen, version=version), seq=None))
     # By default: a large recording, or one indexed before (its index must not go stale: `reseal`, a re-recording).
     indexed = len(lines) - 1 >= INDEX_MIN_EVENTS or index_path(target).exists() if index is None else index
     if _same_but_versions(target, lines):
