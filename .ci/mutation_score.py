@@ -153,16 +153,16 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the same",
     ),
     "anagrapheus.timeline.recording.header.x_header_line__mutmut_5": (
-        'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode=None)}',
+        'return {"format": RECORDING_FORMAT, "version": version, **header.model_dump(mode=None)}',
         "a header holds str, int, None, JSON dicts and tuples of str: python mode dumps the same values,"
         " and canonical JSON writes a tuple as an array",
     ),
     "anagrapheus.timeline.recording.header.x_header_line__mutmut_6": (
-        'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="XXjsonXX")}',
+        'return {"format": RECORDING_FORMAT, "version": version, **header.model_dump(mode="XXjsonXX")}',
         "the same: pydantic takes any mode but 'json' as python mode",
     ),
     "anagrapheus.timeline.recording.header.x_header_line__mutmut_7": (
-        'return {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, **header.model_dump(mode="JSON")}',
+        'return {"format": RECORDING_FORMAT, "version": version, **header.model_dump(mode="JSON")}',
         "the same",
     ),
     "anagrapheus.timeline.recording.lines.x_read_lines__mutmut_12": (
