@@ -103,10 +103,9 @@ async def called_to_its_end(call: Callable[[], Awaitable[Any]], *, sync_body: bo
     The wait does not hold the event loop. A body that returned gives `Ran(value, cancelled=...)`: its value is what
     the world answered, for the caller to pin before it raises the cancellation. A body that raised, one that never
     started, or a call that handed over no body (or more than one) lets the cancellation go on as it came.
-    `sync_body=False` (an async tool), a pydantic-ai that does not say where its threads run, or a loop other than
-    asyncio's (pydantic-ai hands an executor its work through asyncio's loop) awaits `call()` alone.
+    `sync_body=False` (an async tool), or a pydantic-ai that does not say where its threads run, awaits `call()` alone.
     """
-    where = sync_callback_threads() if sync_body and _on_asyncio() else None
+    where = sync_callback_threads() if sync_body else None
     if where is None:
         return Ran(await call())
     threads = BodyThreads(where.executor)
@@ -129,12 +128,3 @@ async def called_to_its_end(call: Callable[[], Awaitable[Any]], *, sync_body: bo
             # A plain function that returned an awaitable, which pydantic-ai would have awaited: nothing came back.
             raise
         return Ran(value, cancelled=cancelled)
-
-
-def _on_asyncio() -> bool:
-    """Whether an asyncio loop runs here (anyio may run pydantic-ai on trio, where no executor is handed work)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
