@@ -74,13 +74,19 @@ class BodyThreads(Executor):
             else:
                 outcome.set_result(value)
 
+        def dropped(_: object) -> None:
+            # The job was dropped unrun (the app's executor cancelled its queue as it shut down): so is the body,
+            # which would otherwise be awaited for ever. A no-op once the job ran.
+            outcome.cancel()
+
         if self._executor is not None:
-            self._executor.submit(job)
+            self._executor.submit(job).add_done_callback(dropped)
         else:
             # pydantic-ai's own default: anyio's worker threads, under anyio's thread limiter.
             handing = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(job))
             _HANDING.add(handing)
             handing.add_done_callback(_HANDING.discard)
+            handing.add_done_callback(dropped)
         self.submitted.append(outcome)
         return outcome
 

@@ -150,3 +150,26 @@ def test_an_async_tool_is_awaited_alone() -> None:
             await task
 
     asyncio.run(cancelled())
+
+
+def test_a_body_the_apps_executor_dropped_as_it_shut_down_is_not_awaited_for_ever() -> None:
+    busy = threading.Event()
+
+    def tide() -> str:
+        return "high tide at Brest 14:05"
+
+    async def dropped(executor: ThreadPoolExecutor) -> None:
+        with Agent.using_thread_executor(executor):
+            task = asyncio.ensure_future(called_to_its_end(lambda: run_in_executor(tide), sync_body=True))
+            await asyncio.sleep(0.05)
+            executor.shutdown(wait=False, cancel_futures=True)
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+
+    executor = ThreadPoolExecutor(max_workers=1)
+    executor.submit(busy.wait, 10)
+    try:
+        asyncio.run(dropped(executor))
+    finally:
+        busy.set()
+        executor.shutdown(wait=True)
