@@ -10,8 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pydantic_ai import Agent, ModelRetry, RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai import Agent, ModelRetry, RunContext, capture_run_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus import Pinning
@@ -22,6 +29,11 @@ from tests.conftest import SaysNothing
 from tests.retry_turn import PROMPT, WAYS, Harbour, try_until_done
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def returns(messages: list[ModelMessage]) -> list[ModelRequestPart]:
+    """The parts of the requests among `messages` (a failed run's, as `capture_run_messages` caught them)."""
+    return [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
 
 
 def tide_reads_pinned(ledger: PinLedger) -> int:
@@ -35,7 +47,8 @@ def test_a_retry_after_a_failure_is_answered_from_the_failed_runs_pins(
 ) -> None:
     harbour = Harbour()
     ledger = PinLedger(store, types)
-    failures, output = try_until_done(harbour.agent(way, ledger))
+    with capture_run_messages() as failed_run:
+        failures, output = try_until_done(harbour.agent(way, ledger))
     ledger.commit()
 
     assert (failures, output) == (1, "berth 4 at high tide, pilot told")
@@ -47,7 +60,11 @@ def test_a_retry_after_a_failure_is_answered_from_the_failed_runs_pins(
     replayed = Harbour(refusing=True, drops=0)
     replay = ReplayPins.from_store(store, types)
     assert try_until_done(replayed.agent(way, replay)) == (1, output)
-    assert replay.unused() == {}
+    # Every pin is used, but one: where the radio's failure cancelled the tide call, that failed run's last request
+    # holds no tide return, while replayed, the tide's pin answers at once and its return is there, so under `Pinning`
+    # that request's times are asked under another key than the one recorded.
+    cancelled = not any(isinstance(part, ToolReturnPart) and part.tool_name == "tide" for part in returns(failed_run))
+    assert list(replay.unused().values()) == (["run_clock"] if way == "pinning" and cancelled else [])
 
 
 @pytest.mark.parametrize("way", WAYS)
