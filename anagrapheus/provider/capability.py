@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
@@ -52,6 +53,7 @@ from anagrapheus.provider.outputs import (
 from anagrapheus.provider.policy import CallPolicy
 from anagrapheus.provider.run_clock import RunClocks
 from anagrapheus.provider.stream import attempt_times_of, attempt_times_raw, timed_attempts
+from anagrapheus.provider.sync_bodies import called_to_its_end, runs_in_a_thread
 from anagrapheus.provider.timing import untimed
 from anagrapheus.provider.tools import (
     WHOLE_DEPS,
@@ -509,10 +511,20 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
         else:
             call = tool_pin(name, arguments, deps=keyed_deps(ctx.deps), ctx=ctx)
 
+        cancelled: list[asyncio.CancelledError] = []
+
         async def draw() -> JSONValue:
             watch = CallWatch(ctx, self.resolver)
             with watch.running():
-                result = await self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool)
+                # A sync body cancelled while it runs in its worker thread still reaches the world: it is waited for,
+                # and what it returned is pinned before the cancellation goes on, as `pinned_tool` pins its own.
+                ran = await called_to_its_end(
+                    lambda: self.wrapped.call_tool(name, tool_args, watch.ctx or ctx, tool),
+                    sync_body=runs_in_a_thread(function),
+                )
+            if ran.cancelled is not None:
+                cancelled.append(ran.cancelled)
+            result = ran.value
             # Content pydantic-ai sends as more than JSON (an image) and tuples are kept as themselves; anything else
             # as its JSON, in its own key order.
             return watch.raw(name, result if needs_tags(result) else _jsonable(name, result), declared)
@@ -520,7 +532,10 @@ class PinnedToolset(WrapperToolset[AgentDepsT]):
         # The classes a replay may rebuild the tool's typed results as: its function's signature's, never the file's.
         declared = DeclaredTypes.returned_by(function, source=f"the signature of tool {name!r}")
         per_run = not _dedupes(self.dedupe_repeats, name)
-        return await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run, declared=declared)
+        answer = await answer_tool_call(self.draws, self.resolver, call, ctx, draw, per_run=per_run, declared=declared)
+        if cancelled:
+            raise cancelled[0]  # pinned now: the cancellation is the caller's
+        return answer
 
 
 def _dedupes(dedupe_repeats: bool | Collection[str], tool: str) -> bool:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from pydantic_ai import _durable_replay  # pyright: ignore[reportPrivateUsage]
+from pydantic_ai import (
+    Agent,
+    _durable_replay,  # pyright: ignore[reportPrivateUsage]
+)
+from pydantic_ai import _utils as _pydantic_ai_utils  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai import exceptions as _exceptions
 from pydantic_ai._genai_prices import fill_response_cost  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai.capabilities import AbstractCapability
@@ -22,6 +28,7 @@ __all__ = [
     "CATEGORIZED_HTTP_ERROR",
     "RUN_INPUTS_HOOK",
     "ProviderEvents",
+    "SyncCallbackThreads",
     "allow_at_run_time",
     "fallback_with_models",
     "fill_response_cost",
@@ -29,6 +36,7 @@ __all__ = [
     "is_mcp_toolset",
     "says_run_inputs_before_its_id",
     "stamped_call_parts",
+    "sync_callback_threads",
     "tool_function",
     "watch_provider_events",
 ]
@@ -153,3 +161,26 @@ def stamped_call_parts(response: ModelResponse, parameters: ModelRequestParamete
     if all(new is old for new, old in zip(parts, response.parts, strict=True)):
         return response
     return replace(response, parts=parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCallbackThreads:
+    """Where pydantic-ai runs a sync callback (a sync tool's body) at this point of a run."""
+
+    executor: Executor | None
+    """The executor the app chose (`Agent.using_thread_executor`, `UseThreadExecutor`); None for anyio's threads."""
+
+
+def sync_callback_threads() -> SyncCallbackThreads | None:
+    """Where pydantic-ai would run a sync callback now; None where this pydantic-ai does not say.
+
+    pydantic-ai sets where with a public context manager (`Agent.using_thread_executor`) but reads it from a private
+    context variable, `pydantic_ai._utils._thread_executor`, read here so that an executor set for one tool call
+    (`sync_bodies.BodyThreads`) runs the body where the app's would have. None keeps the call as it is: its body's
+    result is then dropped when its call is cancelled while it runs, as before.
+    """
+    slot: object = getattr(_pydantic_ai_utils, "_thread_executor", None)
+    if not isinstance(slot, ContextVar) or not callable(getattr(Agent, "using_thread_executor", None)):
+        return None
+    executor: object = cast("ContextVar[object]", slot).get()
+    return SyncCallbackThreads(executor if isinstance(executor, Executor) else None)

@@ -183,3 +183,42 @@ def test_the_run_id_hook_hands_a_capability_the_runs_inputs_where_the_compat_mod
         )
     else:
         assert seen == []  # before 2.78: runs are placed where they start, and their places pinned at the start
+
+
+def test_the_executor_an_app_sets_for_sync_callbacks_is_where_the_compat_module_reads_it() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pydantic_ai import Agent
+
+    assert compat.sync_callback_threads() == compat.SyncCallbackThreads(None), (
+        "pydantic-ai moved pydantic_ai._utils._thread_executor; update sync_callback_threads"
+    )
+    with ThreadPoolExecutor(max_workers=1) as executor, Agent.using_thread_executor(executor):
+        assert compat.sync_callback_threads() == compat.SyncCallbackThreads(executor)
+
+
+def test_pydantic_ai_hands_a_sync_callback_to_the_executor_set_for_it() -> None:
+    # What `Pinning` relies on to keep a cancelled sync tool body's result (sync_bodies.py): one submit per callback.
+    from pydantic_ai import Agent
+    from pydantic_ai._utils import run_in_executor  # pyright: ignore[reportPrivateUsage]
+
+    from anagrapheus.provider.sync_bodies import BodyThreads
+
+    def tide() -> str:
+        return "high tide at Brest 14:05"
+
+    async def handed() -> tuple[str, int]:
+        threads = BodyThreads(None)
+        with Agent.using_thread_executor(threads):
+            return await run_in_executor(tide), len(threads.submitted)
+
+    assert anyio.run(handed) == ("high tide at Brest 14:05", 1), "pydantic-ai no longer runs sync callbacks there"
+
+
+def test_a_pydantic_ai_that_does_not_say_where_its_threads_run_is_read_as_saying_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic_ai.agent import AbstractAgent
+
+    monkeypatch.delattr(AbstractAgent, "using_thread_executor")
+    assert compat.sync_callback_threads() is None

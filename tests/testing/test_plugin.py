@@ -694,9 +694,10 @@ def _answer(messages, info):
 @pytest.mark.anagrapheus
 def test_booking_retried():
     agent = Agent(FunctionModel(_answer, model_name="scripted-harbour"), tools=[app.forecast, radio])
-    with pytest.raises(ConnectionError):
-        agent.run_sync("Book a berth")
-    assert agent.run_sync("Book a berth").output == "berth 4"
+    with Agent.parallel_tool_call_execution_mode("sequential"):
+        with pytest.raises(ConnectionError):
+            agent.run_sync("Book a berth")
+        assert agent.run_sync("Book a berth").output == "berth 4"
 """
 
 
@@ -704,9 +705,11 @@ def test_a_retry_of_a_failed_run_takes_the_same_place_recorded_and_replayed(proj
     # The retry rule (#40) under the plugin: the retry resumes the failed run live; a replay takes the same places.
     project.makepyfile(test_retry=RETRYING_TEST)
     project.runpytest("--anagrapheus=record").assert_outcomes(passed=1)
-    made = calls(project)
-    # The tool and the radio run at once, so either may reach the world first; each is counted, in its run.
-    assert (made[0], sorted(made[1:-1]), made[-1]) == ("model", ["radio", "radio", "tool"], "model")
+    # The tool and the radio run one after the other. Run at once, the radio's failure may cancel the tool call
+    # while it runs: its result is pinned (test_capability_cancelled.py), but that failed run's last request then
+    # holds no tool return while its replay, answered from the pin at once, holds one, so that request's times are
+    # asked under another key and the replay calls the recording stale (docs/explanation/design.md).
+    assert calls(project) == ["model", "tool", "radio", "radio", "model"]
     recorded = (project.path / "recordings/test_retry/test_booking_retried.jsonl").read_bytes()
     project.runpytest().assert_outcomes(passed=1)
     assert calls(project) == []
