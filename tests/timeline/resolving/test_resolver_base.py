@@ -147,6 +147,9 @@ def test_each_entry_point_adapts_an_old_protocol_resolver_with_one_warning(ledge
             assert asyncio.run(pinned_tool(quiet, lookup)("Hull")) == "Hull: 3 m"
         else:
             mint_entity_id({"kind": "port"}, resolver=quiet)
+    # Only the deprecations: pytest.warns records every warning of the block, a ResourceWarning the garbage collector
+    # raises meanwhile for another test's event loop too (which failed this test in CI).
+    said = [w for w in said if issubclass(w.category, DeprecationWarning)]
     assert len(said) == 1
     assert said[0].filename == __file__  # it points at the line that handed the resolver over
     if entry != "PinnedModel":
