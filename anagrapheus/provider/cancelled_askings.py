@@ -22,7 +22,7 @@ from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 __all__ = ["CANCELLED_ASKING", "cancelled_asking_key", "cancelled_live", "counted_asking", "delivered_as_live"]
 
 CANCELLED_ASKING = "cancelled_asking"
-"""The kind of the pin saying that an asking of a call's key was cancelled live (its value: true)."""
+"""The kind of the pin saying that an asking of a call's key was cancelled live (its value: whether it was answered)."""
 
 TURNS_AWAITED = 200
 """How many event-loop turns a replayed asking cancelled live waits for its cancellation before it is answered.
@@ -59,11 +59,13 @@ def cancelled_asking_key(key: str, number: int) -> str:
     return pin_key(CANCELLED_ASKING, {"asking_of": key, "n": number}, normalised=True)
 
 
-def cancelled_live(resolver: Resolver, key: str, number: int) -> None:
-    """Pin that the `number`th asking of `key` was cancelled while it was drawn (its pin, if any, is the call's own).
+def cancelled_live(resolver: Resolver, key: str, number: int, *, answered: bool) -> None:
+    """Pin that the `number`th asking of `key` was cancelled live: `answered` once its answer came, else before.
 
-    Held by the ledger and written with the unit's next store step, from the cancelled task, which awaits nothing. A
-    replay that holds it already counted it (`delivered_as_live`); a strict one that does not pins nothing.
+    Answered, the asking took the call's pin (its body ran to its end and was pinned), so the pin's `attempts` count
+    it; cancelled before, it took none. Held by the ledger and written with the unit's next store step, from the
+    cancelled task, which awaits nothing. A replay that holds it takes it (counted as used, adopted by a new unit); a
+    strict one that does not pins nothing.
     """
     if number == 0:
         return
@@ -73,28 +75,30 @@ def cancelled_live(resolver: Resolver, key: str, number: int) -> None:
         return
     # The cancellation is what the caller goes on with: a unit that can no longer take the pin does not replace it.
     try:
-        answering.resolve_held(marker, kind=CANCELLED_ASKING, effect=lambda: True, interpret=_cancelled)
+        answering.resolve_held(marker, kind=CANCELLED_ASKING, effect=lambda: answered, interpret=_answered)
     except AnagrapheusError:
         return
 
 
-async def delivered_as_live(resolver: Resolver, key: str, number: int) -> None:
+async def delivered_as_live(resolver: Resolver, key: str, number: int, *, answered: bool) -> None:
     """On replay, an asking that was cancelled live waits to be cancelled (raising it), for a bounded time.
 
-    Not cancelled within `TURNS_AWAITED` turns of the event loop (the replay went elsewhere, or a miss drew live),
-    it returns, and the asking is answered from its pin as any other.
+    Asked before the call's pin is taken (`answered=False`) and after (`answered=True`), it waits where live was
+    cancelled, so the asking takes the pin exactly when live did and a recording made again from the replay counts
+    the same `attempts`. Cancelled, the asking's cancellation path takes the pin saying so (`cancelled_live`), where
+    live pinned it, so that recording holds its pins in the same order. Not cancelled within `TURNS_AWAITED` turns
+    of the event loop (the replay went elsewhere), or once the replay has left its recording, it returns and the
+    asking is answered from its pin as any other; that pin is then left unused, for the replay to report the
+    difference (`ReplayPins.unused`).
     """
-    if number == 0 or not resolver.replays:
+    if number == 0 or not resolver.replays or resolver.divergence is not None:
         return
     marker = cancelled_asking_key(key, number)
-    if not resolver.asked(marker):
-        return  # not cancelled live (or recorded before such askings were pinned)
-    resolver.answered_within([marker])
-    if resolver.divergence is not None:
-        return  # the replay has left its recording: its askings are answered as they come
+    if not resolver.asked(marker) or _answered(resolver.recorded(marker)) is not answered:
+        return  # not cancelled live there (or recorded before such askings were pinned)
     for _ in range(TURNS_AWAITED):
         await asyncio.sleep(0)
 
 
-def _cancelled(raw: JSONValue) -> bool:
+def _answered(raw: JSONValue) -> bool:
     return raw is True
