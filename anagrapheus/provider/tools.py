@@ -34,6 +34,7 @@ from typing_extensions import override
 
 from anagrapheus.errors import CanonicalError, HiddenCallerField, PinResultError, UnkeyedCaller, UsageError
 from anagrapheus.provider.callers import CALLER, CallerSalt, caller_digest, is_salted, unit_salt
+from anagrapheus.provider.cancelled_askings import cancelled_live, counted_asking, delivered_as_live
 from anagrapheus.provider.delegation import failed_again, failed_having_delegated, ran_again
 from anagrapheus.provider.failures import DrawSequence
 from anagrapheus.provider.keying.caller import HiddenField, identity_material
@@ -676,15 +677,21 @@ async def answer_tool_call(
     # Identical calls in one model response are keyed apart first, so each runs; then the repeat rule numbers each.
     key = twin_key(call.key, kind=TOOL_CALL, twin=twin_of(ctx), resolver=resolver) if per_run else call.key
     asking = ask(key, kind=TOOL_CALL, resolver=resolver, ctx=ctx, per_run=per_run)
-    drawn = False
+    # Which asking of its key in the unit this is: one cancelled live is delivered as cancelled on replay.
+    number = counted_asking(resolver, asking.key)
+    drawn = answered = False
 
     async def effect() -> JSONValue:
-        nonlocal drawn
+        nonlocal drawn, answered
         drawn = True
-        return await draw()
+        value = await draw()
+        answered = True  # what it returned is pinned, even if the caller is cancelled while the pin is written
+        return value
 
     drawn_key = draws.key(asking.key, kind=TOOL_CALL, resolver=resolver)
     try:
+        # Cancelled live before its answer came, it waits to be cancelled so again, taking no pin.
+        await delivered_as_live(resolver, asking.key, number, answered=False)
         answer = await draws.resolve(
             resolver,
             asking.key,
@@ -693,17 +700,26 @@ async def answer_tool_call(
             interpret=lambda raw: tool_answer_from_raw(raw, declared.for_pin(asking.key)),
             fingerprint=call.fingerprint,
         )
+        answered = True
         if not drawn:
             # A replayed call whose body delegated to an agent runs again, its delegate answered from its pins: the
             # app sees the delegate's run as live. The call's pin has answered, so the run is given what it was given.
             await ran_again(resolver, drawn_key, answer.within, effect)
+            # Cancelled live once its answer came (a call beside it raised), it waits to be cancelled so again.
+            await delivered_as_live(resolver, asking.key, number, answered=True)
     except BaseException as error:
+        if isinstance(error, asyncio.CancelledError):
+            # Before its answer came (its body never ran, or its pin was being written), or after it (a replay).
+            cancelled_live(resolver, asking.key, number, answered=answered)
         asking.failed()
         if not drawn:
             # A pinned failure: what the body did before it raised (an agent it delegated to) is done again.
             did = await failed_again(resolver, drawn_key, error, effect)
             settle(ctx, ToolAnswer(None, usage=did.usage, runs=did.runs, within=did.within), resolver, drawn=False)
         raise
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        cancelled_live(resolver, asking.key, number, answered=True)  # its sync body ran to its end, pinned
     asking.arrived()
     settle(ctx, answer, resolver, drawn=drawn)
     return answer.value

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool
+from pydantic_ai import Agent, ModelRetry, RunContext, Tool, capture_run_messages
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
@@ -41,6 +41,12 @@ def scratch_kinds(path: Path, unit_id: str) -> list[str]:
     finally:
         conn.close()
     return [kind for (kind,) in rows]
+
+
+def returned(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    """The tool returns among `messages` (a run's, as `capture_run_messages` caught them)."""
+    parts = (part for message in messages if isinstance(message, ModelRequest) for part in message.parts)
+    return [part for part in parts if isinstance(part, ToolReturnPart)]
 
 
 @dataclass
@@ -156,15 +162,16 @@ def test_a_retry_answers_a_sync_tool_cancelled_mid_body_from_its_pin(
     agent = replayed.agent(replay)
 
     async def replayed_turn() -> str:
-        with pytest.raises(ConnectionError, match="radio"):
+        with capture_run_messages() as failed_run, pytest.raises(ConnectionError, match="radio"):
             await agent.run(PROMPT)
+        # The tide's call was cancelled live, so its return never reached the failed run: nor does it replayed.
+        assert not [part for part in returned(failed_run) if part.tool_name == "tide"]
         return (await agent.run(PROMPT)).output
 
     assert asyncio.run(replayed_turn()) == "berth 4 at high tide, pilot told"
     assert replayed.reached == []
-    # Replayed, the tide's pin answers at once, before the radio's pinned failure, so the failed run's last request
-    # holds its return as it did not live (the call was cancelled): that request's times are not asked as recorded.
-    assert set(replay.unused().values()) == {"run_clock"}
+    # Every pin is used: the failed run's last request is what it was live, so its times are asked as recorded.
+    assert replay.unused() == {}
 
 
 def test_the_pin_of_a_sync_tool_cancelled_mid_body_is_durable_before_the_run_fails(
@@ -333,3 +340,71 @@ def test_a_model_retry_from_a_sync_tool_is_pinned_as_before(store: SQLiteEventSt
     replayed = Agent(FunctionModel(answer), tools=[tide], capabilities=[Pinning(replay)])
     assert replayed.run_sync(PROMPT).output == "high tide at Brest 14:05"
     assert tries == [] and replay.unused() == {}
+
+
+def test_a_call_cancelled_before_its_body_started_replays_as_cancelled_and_its_retry_as_drawn(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # The app's one worker thread is busy when the tide's body is handed to it, and the radio drops meanwhile: the
+    # tide's call is cancelled before its body starts, so the retry draws the tide. Replayed, the tide's pin (the
+    # retry's) must not answer the failed run's asking: it is delivered as cancelled there too.
+    busy, handed, reached = threading.Event(), threading.Event(), list[str]()
+
+    class Queueing(ThreadPoolExecutor):
+        """The app's executor, which says when a job is handed to it."""
+
+        def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            queued = super().submit(fn, *args, **kwargs)
+            handed.set()
+            return queued
+
+    def tide(port: str) -> str:
+        """Read the tide table."""
+        reached.append("tide")
+        return f"high tide at {port} 14:05"
+
+    async def radio(to: str) -> str:
+        """Call someone on the radio."""
+        reached.append("radio")
+        if reached.count("radio") == 1:
+            while not handed.is_set():  # polled: a thread of the loop's own may be the app's busy one
+                await asyncio.sleep(0.001)
+            raise ConnectionError("the radio link dropped")
+        return f"{to} acknowledged"
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # Async, so that it is not queued behind the busy worker as a sync function would be.
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("berth 4 at high tide, pilot told")])
+        return ModelResponse(parts=[ToolCallPart("tide", {"port": "Brest"}), ToolCallPart("radio", {"to": "pilot"})])
+
+    def agent(resolver: Resolver) -> Agent[None, str]:
+        return Agent(FunctionModel(model), tools=[tide, radio], capabilities=[Pinning(resolver)])
+
+    async def turn(resolver: Resolver, *, occupied: bool) -> tuple[list[ToolReturnPart], str]:
+        executor = Queueing(max_workers=1)
+        try:
+            if occupied:
+                executor.submit(busy.wait, 10)
+                handed.clear()
+            with Agent.using_thread_executor(executor):
+                booking = agent(resolver)
+                with capture_run_messages() as failed_run, pytest.raises(ConnectionError, match="radio"):
+                    await booking.run(PROMPT)
+                busy.set()
+                return returned(failed_run), (await booking.run(PROMPT)).output
+        finally:
+            busy.set()
+            executor.shutdown(wait=True)
+
+    ledger = PinLedger(store, types, unit_id=UNIT)
+    returns, output = asyncio.run(turn(ledger, occupied=True))
+    assert (returns, output) == ([], "berth 4 at high tide, pilot told")
+    assert sorted(reached) == ["radio", "radio", "tide"]
+    ledger.commit()
+
+    replay = ReplayPins.from_store(store, types)
+    reached.clear()
+    assert asyncio.run(turn(replay, occupied=False)) == ([], "berth 4 at high tide, pilot told")
+    assert reached == []
+    assert replay.unused() == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -19,6 +20,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
 from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider.cancelled_askings import CANCELLED_ASKING, cancelled_asking_key
 from anagrapheus.provider.tools import ToolPin, is_pinned_tool, tool_pin, tool_result_from_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore, pin_key
 from tests.conftest import Scripted
@@ -289,8 +291,6 @@ def test_a_sync_tool_cancelled_while_its_body_runs_is_pinned_as_it_ran(ledger: P
     pinned = pinned_tool(ledger, tide)
 
     async def cancelled_then_retried() -> str:
-        import asyncio
-
         call = asyncio.ensure_future(pinned("Brest"))
         await asyncio.to_thread(started.wait, 10)
         call.cancel()
@@ -301,4 +301,60 @@ def test_a_sync_tool_cancelled_while_its_body_runs_is_pinned_as_it_ran(ledger: P
 
     assert anyio.run(cancelled_then_retried) == "Brest: high water at 14:02"
     assert reached == ["Brest"]
-    assert [pin.key for pin in ledger.pins()] == [tool_pin("tide", {"port": "Brest"}).key]
+    # Beside the call's pin, that its first asking was cancelled: a replay delivers that asking as cancelled.
+    key = tool_pin("tide", {"port": "Brest"}).key
+    assert {pin.kind: pin.key for pin in ledger.pins()} == {
+        "tool_call": key,
+        CANCELLED_ASKING: cancelled_asking_key(key, 1),
+    }
+
+
+def test_a_replayed_asking_that_was_cancelled_live_waits_to_be_cancelled_and_a_later_one_is_answered(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def tide(port: str) -> str:
+        """Read the tide table."""
+        started.set()
+        release.wait(10)
+        return f"{port}: high water at 14:02"
+
+    async def cancelled_then_retried(call_tide: Any) -> str:
+        call = asyncio.ensure_future(call_tide("Brest"))
+        await asyncio.to_thread(started.wait, 10)
+        call.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return await call_tide("Brest")
+
+    ledger = PinLedger(store, types)
+    assert asyncio.run(cancelled_then_retried(pinned_tool(ledger, tide))) == "Brest: high water at 14:02"
+    ledger.commit()
+
+    async def replayed(call_tide: Any) -> tuple[bool, str]:
+        # The first asking does not return at once: it waits to be cancelled, as it was live.
+        call = asyncio.ensure_future(call_tide("Brest"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        waited = not call.done()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # The retry's asking is answered from the pin.
+        return waited, await call_tide("Brest")
+
+    replay = ReplayPins.from_store(store, types)
+    assert asyncio.run(replayed(pinned_tool(replay, tide))) == (True, "Brest: high water at 14:02")
+    assert replay.unused() == {}
+
+    async def not_cancelled(call_tide: Any) -> list[str]:
+        # Never cancelled (the replay went elsewhere), the asking is answered after a bounded wait: no hang.
+        return [await call_tide("Brest"), await call_tide("Brest")]
+
+    again = ReplayPins.from_store(store, types)
+    assert asyncio.run(not_cancelled(pinned_tool(again, tide))) == ["Brest: high water at 14:02"] * 2
+    # The difference is reported: the pin saying that asking was cancelled is left unused.
+    marker = cancelled_asking_key(tool_pin("tide", {"port": "Brest"}).key, 1)
+    assert again.unused() == {marker: CANCELLED_ASKING}
