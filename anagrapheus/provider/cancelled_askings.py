@@ -80,7 +80,7 @@ def cancelled_live(resolver: Resolver, key: str, number: int, *, answered: bool)
         return
 
 
-async def delivered_as_live(resolver: Resolver, key: str, number: int, *, answered: bool) -> None:
+async def delivered_as_live(resolver: Resolver, key: str, number: int, *, answered: bool) -> bool:
     """On replay, an asking that was cancelled live waits to be cancelled (raising it), for a bounded time.
 
     Asked before the call's pin is taken (`answered=False`) and after (`answered=True`), it waits where live was
@@ -90,14 +90,19 @@ async def delivered_as_live(resolver: Resolver, key: str, number: int, *, answer
     of the event loop (the replay went elsewhere), or once the replay has left its recording, it returns and the
     asking is answered from its pin as any other; that pin is then left unused, for the replay to report the
     difference (`ReplayPins.unused`).
+
+    Returns whether the recording holds a pin saying this asking was cancelled live, either side of its answer: where
+    it holds none, the caller asks no more (each asking costs the marker's key, on every replayed tool call).
     """
     if number == 0 or not resolver.replays or resolver.divergence is not None:
-        return
+        return False
     marker = cancelled_asking_key(key, number)
-    if not resolver.asked(marker) or _answered(resolver.recorded(marker)) is not answered:
-        return  # not cancelled live there (or recorded before such askings were pinned)
-    for _ in range(TURNS_AWAITED):
-        await asyncio.sleep(0)
+    if not resolver.asked(marker):
+        return False  # not cancelled live (or recorded before such askings were pinned)
+    if _answered(resolver.recorded(marker)) is answered:
+        for _ in range(TURNS_AWAITED):
+            await asyncio.sleep(0)
+    return True
 
 
 def _answered(raw: JSONValue) -> bool:

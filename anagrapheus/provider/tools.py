@@ -691,7 +691,7 @@ async def answer_tool_call(
     drawn_key = draws.key(asking.key, kind=TOOL_CALL, resolver=resolver)
     try:
         # Cancelled live before its answer came, it waits to be cancelled so again, taking no pin.
-        await delivered_as_live(resolver, asking.key, number, answered=False)
+        marked = await delivered_as_live(resolver, asking.key, number, answered=False)
         answer = await draws.resolve(
             resolver,
             asking.key,
@@ -706,7 +706,8 @@ async def answer_tool_call(
             # app sees the delegate's run as live. The call's pin has answered, so the run is given what it was given.
             await ran_again(resolver, drawn_key, answer.within, effect)
             # Cancelled live once its answer came (a call beside it raised), it waits to be cancelled so again.
-            await delivered_as_live(resolver, asking.key, number, answered=True)
+            if marked:
+                await delivered_as_live(resolver, asking.key, number, answered=True)
     except BaseException as error:
         if isinstance(error, asyncio.CancelledError):
             # Before its answer came (its body never ran, or its pin was being written), or after it (a replay).
