@@ -74,7 +74,9 @@ class _Watchdog:
     """
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        # A plain lock under the condition: arming and disarming, twice a statement, enter it in C, not in Python.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._armed: dict[int, tuple[float, Conn]] = {}
         self._fired: set[int] = set()
         self._tokens = itertools.count(1)
@@ -85,7 +87,7 @@ class _Watchdog:
         """Start the clock on one wait; 0 s means no deadline."""
         if seconds <= 0:
             return 0
-        with self._changed:
+        with self._lock:
             token = next(self._tokens)
             due = time.monotonic() + seconds
             self._armed[token] = (due, conn)
@@ -99,7 +101,9 @@ class _Watchdog:
 
     def disarm(self, token: int) -> bool:
         """Stop the clock; return whether the deadline passed and the connection was cut."""
-        with self._changed:
+        if not token:
+            return False
+        with self._lock:
             self._armed.pop(token, None)
             fired = token in self._fired
             self._fired.discard(token)
@@ -124,6 +128,33 @@ def _cut(conn: Conn) -> None:
 
 
 _WATCHDOG = _Watchdog()
+
+
+class _Exchange:
+    """One exchange with the server under the answer deadline (see `PostgresEventStore._io`).
+
+    A class, not a generator-based context manager: a unit makes several exchanges, and entering and leaving
+    a generator costs each of them time on the client.
+    """
+
+    __slots__ = ("_action", "_conn", "_store", "_token")
+
+    def __init__(self, store: PostgresEventStore, conn: Conn, action: str) -> None:
+        self._store = store
+        self._conn = conn
+        self._action = action
+        self._token = 0
+
+    def __enter__(self) -> None:
+        self._token = _WATCHDOG.arm(self._conn, self._store._answer_within)  # pyright: ignore[reportPrivateUsage]
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        fired = _WATCHDOG.disarm(self._token)
+        if error is None:
+            return
+        raised = self._store._exchange_failed(self._conn, self._action, error, fired)  # pyright: ignore[reportPrivateUsage]
+        if raised is not None and raised is not error:
+            raise raised
 
 
 def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
@@ -219,6 +250,7 @@ class PostgresEventStore:
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
+        self._step_cursor: psycopg.Cursor[tuple[Any, ...]] | None = None
         self._sql = PostgresStatements.of(self.place)
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
@@ -289,22 +321,25 @@ class PostgresEventStore:
 
     # Connections, bounds and transactions.
 
-    @contextmanager
-    def _io(self, conn: Conn, action: str) -> Generator[None]:
+    def _io(self, conn: Conn, action: str) -> _Exchange:
         """Run one exchange with the server under the answer deadline, its errors translated at the choke point."""
-        token = _WATCHDOG.arm(conn, self._answer_within)
-        try:
+        return _Exchange(self, conn, action)
+
+    def _exchange_failed(self, conn: Conn, action: str, error: BaseException, fired: bool) -> BaseException | None:
+        """What an exchange that raised `error` raises instead (None: `error` itself); `fired`: its deadline passed."""
+        if isinstance(error, psycopg.Error):
             try:
-                yield
-            except psycopg.Error:
                 with self.place.translated(self._failed_step(conn) or action):
-                    raise
-        except StoreError as e:
-            if _WATCHDOG.disarm(token):
-                raise self._no_answer(action) from e
-            raise
-        finally:
-            _WATCHDOG.disarm(token)
+                    raise error
+            except StoreError as e:
+                error = e
+        if not isinstance(error, StoreError):
+            return None
+        if fired:
+            unanswered = self._no_answer(action)
+            unanswered.__cause__ = error
+            return unanswered
+        return error
 
     def _send(
         self, conn: Conn, action: str, query: bytes | sql.SQL | sql.Composed, params: Any = None
@@ -394,11 +429,19 @@ class PostgresEventStore:
                     return conn.execute(query, params).fetchone()
         if self._closed_store:
             raise StoreError(f"using the store failed on {self.place}: it is closed")
-        with self.place.translated("borrowing a connection"):
-            conn = self._pool.getconn()
         try:
-            with self._io(conn, action):
-                return conn.execute(query, params).fetchone()
+            conn = self._pool.getconn()
+        except psycopg.Error:
+            with self.place.translated("borrowing a connection"):
+                raise
+        try:
+            # The cursor of the last such step, if it is this connection's: a connection is lent to one thread
+            # at a time, so no other uses it meanwhile.
+            cursor = self._step_cursor
+            if cursor is None or cursor.connection is not conn:
+                cursor = self._step_cursor = conn.cursor()
+            with _Exchange(self, conn, action):
+                return cursor.execute(query, params).fetchone()
         finally:
             self._pool.putconn(conn)
 
