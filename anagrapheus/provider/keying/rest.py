@@ -13,7 +13,7 @@ any other rest is walked as before, every time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from operator import attrgetter
 from typing import Any, Final
@@ -47,27 +47,30 @@ def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[object, ...]] | None:
 
 def _tokens(value: object, out: list[object]) -> None:
     kind = type(value)
-    out.append(kind)
     if kind in _LEAVES:
-        out.append(value)
+        out += (kind, value)
     elif kind is float:
         number: float = value  # pyright: ignore[reportAssignmentType]
         if not math.isfinite(number):
             raise _Untokened  # refused by the walk, unless skipped as the very default object: walked each time
-        out.append(number.hex())
+        out += (kind, number.hex())
     elif kind is list or kind is tuple or kind is set or kind is frozenset:
         items: list[object] = value  # pyright: ignore[reportAssignmentType]
-        out.append(len(items))
-        for item in items:
-            _tokens(item, out)
+        out += (kind, len(items))
+        _members(items, out)
     elif kind is dict:
         mapping: dict[object, object] = value  # pyright: ignore[reportAssignmentType]
-        out.append(len(mapping))
+        out += (kind, len(mapping))
         for key, item in mapping.items():
             if type(key) is not str:
                 raise _Untokened
-            out.append(key)
-            _tokens(item, out)
+            member = type(item)
+            # (A leaf inline: most members are, and a call each would cost more than the rest of the reading.)
+            if member in _LEAVES:
+                out += (key, member, item)
+            else:
+                out.append(key)
+                _tokens(item, out)
     else:
         fields = _fields_of(kind)
         if fields is None:
@@ -76,7 +79,16 @@ def _tokens(value: object, out: list[object]) -> None:
             read = fields(value)
         except AttributeError:
             raise _Untokened from None
-        for item in read:
+        out.append(kind)
+        _members(read, out)
+
+
+def _members(items: Iterable[object], out: list[object]) -> None:
+    for item in items:
+        member = type(item)
+        if member in _LEAVES:
+            out += (member, item)
+        else:
             _tokens(item, out)
 
 
