@@ -79,7 +79,8 @@ def read_ordered(raw: JSONValue) -> JSONValue:
     if (
         isinstance(raw, dict)
         and isinstance(text := raw.get(ORDERED_FIELD), str)
-        and all(name == ORDERED_FIELD or name.startswith("$") for name in raw)
+        # (One name, the text's own, is the common case: no generator for it.)
+        and (len(raw) == 1 or all(name == ORDERED_FIELD or name.startswith("$") for name in raw))
     ):
         try:
             return parsed_json(text)

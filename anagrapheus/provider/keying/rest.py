@@ -27,6 +27,8 @@ __all__ = ["KeptRest", "rest_tokens", "split_material"]
 # class, so never one of these). A float is compared by its `hex()`: -0.0 equals 0.0.
 _LEAVES: Final = frozenset({str, int, bool, type(None), bytes})
 _MESSAGES: Final = '"messages":['
+# Containers whose tokens, empty, are their class and 0 (a request's parameters hold many empty ones).
+_CONTAINERS: Final = frozenset({list, tuple, set, frozenset, dict})
 
 
 class _Untokened(Exception):
@@ -68,6 +70,8 @@ def _tokens(value: object, out: list[object]) -> None:
             # (A leaf inline: most members are, and a call each would cost more than the rest of the reading.)
             if member in _LEAVES:
                 out += (key, member, item)
+            elif member in _CONTAINERS and not item:
+                out += (key, member, 0)
             else:
                 out.append(key)
                 _tokens(item, out)
@@ -88,6 +92,8 @@ def _members(items: Iterable[object], out: list[object]) -> None:
         member = type(item)
         if member in _LEAVES:
             out += (member, item)
+        elif member in _CONTAINERS and not item:
+            out += (member, 0)
         else:
             _tokens(item, out)
 
