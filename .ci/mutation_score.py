@@ -732,11 +732,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "low, high = 1, min(len(held), len(messages))",
         "a chain is found by its first message, the very object: the first is always shared",
     ),
-    "anagrapheus.provider.keying.history.x_split_material__mutmut_2": (
+    "anagrapheus.provider.keying.rest.x_split_material__mutmut_2": (
         'before = {name: rest[name] for name in rest if name <= "messages"}',
         "rest is the material without its messages: no name in it equals 'messages'",
     ),
-    "anagrapheus.provider.keying.history.x_split_material__mutmut_13": (
+    "anagrapheus.provider.keying.rest.x_split_material__mutmut_13": (
         'after = {name: rest[name] for name in rest if name >= "messages"}',
         "the same",
     ),

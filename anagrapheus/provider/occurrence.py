@@ -251,7 +251,10 @@ def ask(
             weakref.finalize(usage, _arrived.pop, id(usage), None)
         occurrence = counts.get((run.run_id, key, place), 0) + 1
     # What was asked, the run's place and the occurrence, keyed in one call: the key this asking is resolved under.
-    own = asking_key(kind, key, run=place, occurrence=occurrence)
+    # A first asking is keyed as `_recorded_before` looked it up (the same arguments), so the cache answers it.
+    own = (
+        asking_key(kind, key, run=place) if occurrence == 1 else asking_key(kind, key, run=place, occurrence=occurrence)
+    )
     if occurrence != 1 and not resolver.asked(own):
         # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
         first = asking_key(kind, key, run=place)

@@ -10,12 +10,16 @@ text as written, which canonical JSON keeps byte for byte.
 from __future__ import annotations
 
 import json
+import sys
 import unicodedata
+from typing import Any
+
+from pydantic_core import from_json
 
 from anagrapheus.errors import PinResultError
 from anagrapheus.timeline.canonical import JSONValue
 
-__all__ = ["ORDERED_FIELD", "ordered", "ordered_json", "read_ordered"]
+__all__ = ["ORDERED_FIELD", "ordered", "ordered_json", "parsed_json", "read_ordered"]
 
 ORDERED_FIELD = "ordered_json"
 """The one field of a value pinned as ordered JSON text."""
@@ -39,6 +43,28 @@ def ordered_json(value: object) -> str:
     return text
 
 
+_PARSER_DIGITS = 4300
+"""The most digits pydantic-core's parser reads in an integer (Python's default limit on `int` from text)."""
+
+
+def parsed_json(text: str) -> Any:
+    """`json.loads(text)`, parsed by pydantic-core where it can: the same values, in about half the time.
+
+    Every text pydantic-core's parser accepts, it reads as `json.loads` does (floats bit for bit, integers of any
+    length up to the digit limit, escapes and surrogate pairs, key order, a repeated key's last value; tested
+    against `json.loads`). What it refuses (a lone surrogate, nesting past 200 levels, an integer past 4,300
+    digits, a `str` that is not UTF-8) is read by `json.loads`, which accepts it or raises as it always did.
+    """
+    # Python's digit limit can be lowered below the parser's: then `json.loads` alone says what is too long.
+    limit = sys.get_int_max_str_digits()
+    if limit == 0 or limit >= _PARSER_DIGITS:
+        try:
+            return from_json(text)
+        except (ValueError, TypeError):
+            pass
+    return json.loads(text)
+
+
 def ordered(value: object) -> JSONValue:
     """Return `value` as a pin keeps it byte for byte: `{"ordered_json": text}`."""
     return {ORDERED_FIELD: ordered_json(value)}
@@ -53,10 +79,11 @@ def read_ordered(raw: JSONValue) -> JSONValue:
     if (
         isinstance(raw, dict)
         and isinstance(text := raw.get(ORDERED_FIELD), str)
-        and all(name == ORDERED_FIELD or name.startswith("$") for name in raw)
+        # (One name, the text's own, is the common case: no generator for it.)
+        and (len(raw) == 1 or all(name == ORDERED_FIELD or name.startswith("$") for name in raw))
     ):
         try:
-            return json.loads(text)  # pyright: ignore[reportAny]
+            return parsed_json(text)
         except ValueError as e:
             raise PinResultError(f"a pin's {ORDERED_FIELD} is not JSON ({e})") from e
     return raw

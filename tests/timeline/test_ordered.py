@@ -8,9 +8,11 @@ pins written before (sorted JSON objects) still read as they did.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 
@@ -18,7 +20,7 @@ from anagrapheus.errors import PinnedFailure, PinResultError
 from anagrapheus.provider.failures import FAILURES
 from anagrapheus.provider.model import response_answer, response_from_raw, response_raw
 from anagrapheus.timeline.canonical import JSONValue, stored_json
-from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered, ordered_json, read_ordered
+from anagrapheus.timeline.ordered import ORDERED_FIELD, ordered, ordered_json, parsed_json, read_ordered
 
 
 def through_the_log(raw: object) -> JSONValue:
@@ -118,3 +120,49 @@ def test_an_error_pinned_with_its_message_normalised_before_45_still_rebuilds_as
     assert old != record
     rebuilt = FAILURES.rebuild(through_the_log(old))
     assert type(rebuilt) is ModelHTTPError and str(rebuilt) == str(error)
+
+
+def _typed(value: object) -> object:
+    """`value` with each leaf's class beside it, and each float by its bits: what `==` alone would not tell."""
+    if isinstance(value, dict):
+        return ("dict", [(name, _typed(item)) for name, item in cast("dict[str, object]", value).items()])
+    if isinstance(value, list):
+        return ("list", [_typed(item) for item in cast("list[object]", value)])
+    return (type(value).__name__, value.hex() if isinstance(value, float) else value)
+
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**300, max_value=10**4299)
+    | st.floats()
+    | st.text()
+)
+_values = st.recursive(
+    _leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4)
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values, st.booleans())
+def test_parsed_json_reads_every_text_json_writes_as_json_loads_reads_it(value: object, ascii_only: bool) -> None:
+    # NaN, infinities, lone surrogates, integers of thousands of digits, escaped or not: read as json.loads reads them.
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    assert _typed(parsed_json(text)) == _typed(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"\\ud800"', '{"\\udc00": 1}', "[" * 300 + "]" * 300, "1" * 5000, "{not json", "[1,]", "NaN", '"a\\u0000"'],
+)
+def test_parsed_json_reads_what_the_fast_parser_refuses_as_json_loads_does(text: str) -> None:
+    try:
+        expected: object = ("value", _typed(json.loads(text)))
+    except ValueError as e:
+        expected = ("error", str(e))
+    try:
+        got: object = ("value", _typed(parsed_json(text)))
+    except ValueError as e:
+        got = ("error", str(e))
+    assert got == expected

@@ -7,7 +7,8 @@ walk accepts and writes every value both accept alike, so a value has one key wh
 
 `SemanticCallPolicy` keys a request through `request.RequestKeys` in one pass: the kept history
 (`history.KeyedHistory`) decides whether the conversation is kept, checks the messages it holds, and has one walk
-(`material.walk_request`) read what is new or changed and then the rest of the request.
+(`material.walk_messages`) read what is new or changed; the rest of the request is walked after them
+(`material.walk_rest`) unless it reads as the last request's did (`rest.KeptRest`, by each value's class and value).
 
 The watch invariant: a kept message is reused only while every object its walk read is the same object, holding
 by identity every value the walk read of it (one getter per object, read again on every request); anything else

@@ -18,7 +18,8 @@ from typing import Any, Final, cast
 
 from pydantic_ai.messages import ModelMessage
 
-from anagrapheus.provider.keying.material import RequestRest, layout_reads, walk_request
+from anagrapheus.provider.keying.material import RequestRest, layout_reads, walk_messages
+from anagrapheus.provider.keying.rest import KeptRest, split_material
 from anagrapheus.timeline.canonical import JSONValue, encode_normalised
 
 __all__ = ["KeyedHistory", "split_material"]
@@ -33,7 +34,6 @@ _KEYS: Final[_Getter] = dict[Any, Any].keys
 _VALUES: Final[_Getter] = dict[Any, Any].values
 # `getter(object)` for a getter and an object, at C speed in `map`.
 _CALL: Final[Callable[[_Getter, object], Iterable[object]]] = cast(Any, call)
-_MESSAGES: Final = '"messages":['
 
 CHAINS: Final = 16
 """Conversations kept at once (by their first message): one a run in flight is plenty; the oldest is dropped."""
@@ -243,31 +243,37 @@ class _Chain:
 class KeyedHistory:
     """Keys the messages of requests, reusing what an earlier request of the same conversation walked."""
 
-    __slots__ = ("_chains", "_lock", "_sightings")
+    __slots__ = ("_chains", "_lock", "_rest", "_sightings")
 
     def __init__(self) -> None:
         self._chains: dict[int, _Chain] = {}
         self._sightings: dict[int, tuple[ModelMessage, int]] = {}
         self._lock = threading.Lock()
+        # The rest of the last request: the next one, whose rest reads the very same, is not walked again.
+        self._rest = KeptRest()
 
-    def material(self, messages: Sequence[ModelMessage], rest: RequestRest) -> tuple[str | None, dict[str, Any]]:
-        """A request's material (`walk_request`), and the sha256 of its canonical text if it is kept.
+    def material(self, messages: Sequence[ModelMessage], rest: RequestRest) -> tuple[str, dict[str, Any]]:
+        """A request's material (`walk_request`), and the sha256 of its canonical text.
 
         A conversation is kept from its `SEEN_BEFORE_KEPT + 1`-th request on: a run of one or two requests (or a
-        test asking one question) is walked from scratch, with no watches, and its digest is left to the caller.
+        test asking one question) is walked from scratch, with no watches, and hashed whole.
         """
         with self._lock:
             found = self._kept(messages)
             if found is not None:
                 try:
-                    return _extended(found, messages, rest)
+                    return _extended(found, messages, rest, self._rest)
                 except BaseException:
                     # A message the walk refused (or an interrupt) may leave the chain half updated: forget it.
                     del self._chains[id(messages[0])]
                     raise
-        _, walked, material = walk_request(messages, (), 0, rest)
-        material["messages"] = [each for each, _ in walked]
-        return None, material
+        walk, _, walked = walk_messages(messages, (), 0)
+        material, head, tail = self._rest.walked(walk, rest)
+        listed = [each for each, _ in walked]
+        material["messages"] = listed
+        # The material's canonical text, as `pin_key` writes it: the text around the messages, and their list's.
+        text = head + encode_normalised(listed)[1:-1] + tail
+        return hashlib.sha256(text.encode()).hexdigest(), material
 
     def _kept(self, messages: Sequence[ModelMessage]) -> _Chain | None:
         """The chain `messages` continue, the most recently used from now; None while not worth keeping."""
@@ -292,7 +298,9 @@ class KeyedHistory:
         return found
 
 
-def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest) -> tuple[str, dict[str, Any]]:
+def _extended(
+    found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest, kept: KeptRest
+) -> tuple[str, dict[str, Any]]:
     """Bring `found` to `messages` (keep the nodes that stand, walk the changed and new ones) and hash the request."""
     shared = _shared(found.messages, messages)
     if shared < len(found.nodes):
@@ -303,7 +311,7 @@ def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest
         (index, found.known[index - 1] if index else 0) for index in suspects if not _same(found.nodes[index].watch)
     ]
     start = len(found.nodes)
-    walked_again, walked, material = walk_request(messages, again, start, rest, numbered=found.call_ids)
+    walk, walked_again, walked = walk_messages(messages, again, start, numbered=found.call_ids)
     stale = len(found.states)
     for (index, _), (fresh, added) in zip(again, walked_again, strict=True):
         node = found.nodes[index]
@@ -311,12 +319,14 @@ def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest
         if added != node.added:
             # Every later tool-call id may be numbered otherwise: the messages from here on are walked as new (rare).
             found.truncate(index)
-            _, walked, material = walk_request(messages, (), index, rest, numbered=found.call_ids)
+            walk, _, walked = walk_messages(messages, (), index, numbered=found.call_ids)
             start = index
             break
         if text != node.text:
             stale = min(stale, index)
         found.replace(index, _Node(node.message, fresh, text, added))
+    # The rest after every message, numbering any tool-call ids of its own after theirs (then dropped, below).
+    material, head, tail = kept.walked(walk, rest)
     known = found.known[-1] if found.known else 0
     for index, (fresh, added) in enumerate(walked, start):
         found.append(_Node(messages[index], fresh, encode_normalised(fresh), added))
@@ -324,7 +334,6 @@ def _extended(found: _Chain, messages: Sequence[ModelMessage], rest: RequestRest
     if len(found.call_ids) > known:
         # The rest numbered ids of its own after the messages': they are this request's, not the conversation's.
         found.call_ids = dict(islice(found.call_ids.items(), known))
-    head, tail = split_material(material)
     if head != found.head:
         found.head = head
         stale = 0
@@ -349,12 +358,3 @@ def _shared(held: list[ModelMessage], messages: Sequence[ModelMessage]) -> int:
         else:
             high = middle
     return low
-
-
-def split_material(rest: dict[str, Any]) -> tuple[str, str]:
-    """The canonical text of a request's material before its messages, and after them (`rest` holds the others)."""
-    before = {name: rest[name] for name in rest if name < "messages"}
-    if not before:
-        return "{" + _MESSAGES, "]," + encode_normalised(rest)[1:]
-    after = {name: rest[name] for name in rest if name > "messages"}
-    return encode_normalised(before)[:-1] + "," + _MESSAGES, "]," + encode_normalised(after)[1:]

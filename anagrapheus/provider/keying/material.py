@@ -42,7 +42,10 @@ __all__ = [
     "known_fields",
     "layout_reads",
     "new_fields_set",
+    "plain_reads",
+    "walk_messages",
     "walk_request",
+    "walk_rest",
 ]
 
 VOLATILE_FIELDS: Final = frozenset(
@@ -495,6 +498,18 @@ def walk_request(
     and last the rest, `(parameters, model id, settings)`, after every id the messages numbered: the
     conversation's order numbers tool-call ids, and the rest's own follow.
     """
+    walk, walked_again, walked = walk_messages(messages, again, start, numbered=numbered)
+    return walked_again, walked, walk_rest(walk, rest)
+
+
+def walk_messages(
+    messages: Sequence[object],
+    again: Sequence[tuple[int, int]],
+    start: int,
+    *,
+    numbered: dict[str, int] | None = None,
+) -> tuple[MaterialWalk, list[tuple[Any, tuple[str, ...]]], list[tuple[Any, tuple[str, ...]]]]:
+    """The messages of `walk_request`, walked; and the walk, numbering as they left it, for the rest (`walk_rest`)."""
     numbered = {} if numbered is None else numbered
     walk = MaterialWalk()
     walked_again: list[tuple[Any, tuple[str, ...]]] = []
@@ -503,11 +518,28 @@ def walk_request(
         walked_again += walk.each(messages, (index,), at=_MESSAGES)
     walk.call_ids = numbered
     walked = walk.each(messages, range(start, len(messages)), at=_MESSAGES)
+    return walk, walked_again, walked
+
+
+def walk_rest(walk: MaterialWalk, rest: RequestRest) -> dict[str, Any]:
+    """The rest of a request, `(parameters, model id, settings)`, walked after its messages and shaped."""
     parameters, model_id, settings = rest
     shaped = _shaped(walk.value(parameters, at="$.parameters"))
     shaped["model"] = walk.value(model_id, at="$.model")
     shaped["settings"] = walk.fields(settings, at="$.settings")
-    return walked_again, walked, shaped
+    return shaped
+
+
+@cache
+def plain_reads(cls: type[Any]) -> tuple[str, ...] | None:
+    """The attributes the walk reads of a pydantic-ai dataclass whose every kept field is read plainly; else None.
+
+    Plainly: the attribute's value is walked as it is (no tool-call id numbered, no arguments parsed, no property).
+    """
+    layout = _layout(cls)
+    if layout is None or any(field.how is not _PLAIN for field in layout.fields):
+        return None
+    return tuple(field.attr for field in layout.fields)
 
 
 def _shaped(parameters: dict[str, Any]) -> dict[str, Any]:

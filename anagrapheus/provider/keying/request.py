@@ -15,7 +15,6 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 
 from anagrapheus.provider.keying.history import KeyedHistory
-from anagrapheus.provider.keying.keys import key_of
 from anagrapheus.provider.keying.material import walk_request
 from anagrapheus.provider.keying.settings import reduced_settings
 from anagrapheus.timeline.canonical import JSONValue, digest_key
@@ -60,6 +59,4 @@ class RequestKeys:
     ) -> tuple[str, Mapping[str, str]]:
         """The key of a request (byte-identical to `key_of` its `request_material`) and its fingerprint."""
         digest, material = self._history.material(messages, (parameters, model_id, reduced_settings(settings)))
-        if digest is None:
-            return key_of(MODEL_CALL, material, values=values)
         return digest_key(MODEL_CALL, digest), DeferredFingerprint(material, values=values)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anagrapheus.errors import PinnedFailure
 from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.ordered import parsed_json
 from anagrapheus.timeline.resolving.resolver import StreamDraw
 
 if TYPE_CHECKING:
@@ -80,8 +80,8 @@ async def replayed_failure(
 def answered(raw_text: str, *, failed: bool, interpret: Callable[[JSONValue], T], codec: FailureCodec | None) -> T:
     """A pin's answer, on reuse and on replay: its value, or the failure it pinned, raised where the draw raised it."""
     if failed:
-        raise failure_of(json.loads(raw_text), codec)[0]
-    return interpret(json.loads(raw_text))
+        raise failure_of(parsed_json(raw_text), codec)[0]
+    return interpret(parsed_json(raw_text))
 
 
 @asynccontextmanager
@@ -90,7 +90,7 @@ async def answered_stream(
 ) -> AsyncGenerator[StreamDraw[Any, T]]:
     """A streamed call's answer from its pin, as `answered` gives a call's: see `replayed_failure` for a failed one."""
     if not failed:
-        yield StreamDraw(live=None, pinned=interpret(json.loads(raw_text)))
+        yield StreamDraw(live=None, pinned=interpret(parsed_json(raw_text)))
         return
-    async with replayed_failure(json.loads(raw_text), interpret, codec) as draw:
+    async with replayed_failure(parsed_json(raw_text), interpret, codec) as draw:
         yield draw

@@ -30,8 +30,9 @@ KEY_PATH = [
     "anagrapheus.provider.keying.settings",
     "anagrapheus.provider.keying.history",
     "anagrapheus.provider.keying.material",
+    "anagrapheus.provider.keying.rest",
 ]
-"""The rooms of a kept conversation's request, in the order they are entered."""
+"""The rooms of a request's key, in the order they are entered (the rest, read as the last request's, not walked)."""
 PARAMETERS = ModelRequestParameters(
     function_tools=[ToolDefinition(name="quota", parameters_json_schema={"type": "object"}, description="Quota.")]
 )
@@ -89,8 +90,8 @@ async def test_a_request_enters_each_room_of_the_key_path_once(ledger: PinLedger
         await model.request(messages, None, PARAMETERS)
     finally:
         sys.setprofile(None)
-    # A conversation not kept yet is walked whole, without watches, and keyed from its material.
-    path = KEY_PATH if kept else [*KEY_PATH, "anagrapheus.provider.keying.keys"]
+    # A conversation not kept yet is walked whole, without watches, and hashed as a kept one is (around its messages).
+    path = KEY_PATH
     assert stays.entered[: len(path)] == path
     # After the key the request goes on to draw (and the model's stay is cut by its awaits): no room of the key
     # path but the model is entered again.
