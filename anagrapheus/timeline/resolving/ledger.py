@@ -85,6 +85,9 @@ class PinLedger(Resolver):
         self._gate = gate_for(store, self.unit_id)
         self._lock = self._gate.lock
         self._held = HeldDraws(store, self._gate)
+        if unit_id is None and self._gate.began_empty is None:
+            # A unit id minted here is in no store's scratch: its run-level pins need no read to know it.
+            self._gate.began_empty = True
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
 
