@@ -328,7 +328,12 @@ class SQLiteEventStore:
             yield
 
     @contextmanager
-    def _transaction(self, *, synced: bool) -> Generator[None]:
+    def _transaction(self, *, synced: bool, savepoint: bool = True) -> Generator[None]:
+        """A write transaction (see `transaction`); nested, a savepoint, unless `savepoint=False`.
+
+        `savepoint=False` is for a block whose one write is a single statement, which SQLite makes atomic on its
+        own: nested (a held draw written in the flush's transaction), it needs no savepoint to undo it.
+        """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read_only, so it takes no writes (open it without read_only)")
         with self._owner.held(exclusive=False) as outermost:
@@ -358,6 +363,9 @@ class SQLiteEventStore:
                     if relaxed:
                         with self._owner.held(), self._sql("setting synchronous back to FULL"):
                             self._relax_sync(False)
+            elif not savepoint:
+                with self._owner.held():
+                    yield
             else:
                 # A savepoint holds the connection to this thread for the whole block, so two threads of
                 # one holder never interleave savepoints.
@@ -617,7 +625,8 @@ class SQLiteEventStore:
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
         self._leases.hold(unit_id)
-        with self.transaction():
+        # One write statement, atomic on its own: nested in the flush's transaction, no savepoint.
+        with self._transaction(synced=True, savepoint=False):
             outcome, holder = self._unit_state(unit_id)
             if outcome is not None:
                 raise UnitClosed(unit_id, state=outcome, raw=raw)
@@ -639,7 +648,7 @@ class SQLiteEventStore:
         the store writable before an effect runs.
         """
         self._leases.hold(unit_id)
-        with self.transaction():
+        with self._transaction(synced=True, savepoint=False):  # one write statement (see `scratch_put`)
             outcome, holder = self._unit_state(unit_id)
             if outcome is None:
                 self._fence_open(unit_id, holder)  # a closed unit is refused as closed, below
