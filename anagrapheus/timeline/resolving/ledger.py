@@ -135,6 +135,16 @@ class PinLedger(Resolver):
         # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
         return self._store.scratch_reuse(self.unit_id, key)
 
+    def _look_first(self, key: str) -> ScratchPin | None:
+        """`_look` for a key first asked for now in a unit whose scratch began empty: no pin of it can be there.
+
+        So its claim writes nothing, and it shares the held pins' transaction (one transaction and one hop, not
+        two; the lease's own first): unsynced, as their flush is, the draw's synced write that follows making them
+        durable. The claim stays in it, before the effect, fencing the unit as any claim does.
+        """
+        claimed = self._held.flush_with(lambda: self._store.scratch_reuse(self.unit_id, key))
+        return self._look(key) if claimed is None else claimed[0]
+
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
         with suppress(Exception):
@@ -229,9 +239,9 @@ class PinLedger(Resolver):
     ) -> T:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         # Noted before the first await: tasks started in one order reach this line in that order.
-        self._gate.note_asked(key)
+        first = self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            pin = await self._gate.aturn(key, self._look)
+            pin = await self._gate.aturn(key, self._look_first if first and self._gate.began_empty else self._look)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 return _answered(pin, interpret, failure)
