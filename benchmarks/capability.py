@@ -19,7 +19,7 @@ baseline's in the same round, the variants interleaved in a rotated order.
     python benchmarks/capability.py --quick    # smoke test: one round of a few runs
     python benchmarks/capability.py --part recording|replay
     python benchmarks/capability.py --part recording --model both   # also OpenAIChatModel over a loopback stub
-    python benchmarks/capability.py --part calls   # Python calls per replayed run (cProfile): a count, not a time
+    python benchmarks/capability.py --part calls   # Python calls per recorded and replayed run (cProfile): counts
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import cProfile
 import os
 import pstats
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -335,6 +336,7 @@ def calls_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
         ("null model (answers the script, nothing else)", Agent(NullModel(), tools=[lookup])),
         ("replay: PinnedModel(null model) + ReplayPins", Agent(PinnedModel(NullModel(), model), tools=[lookup])),
     ]
+    recording_calls(loop, root, n=n)
     print("\nPython calls per replayed run (cProfile), ours = in anagrapheus")
     print(f"  {'variant':<52} {'calls/run':>10} {'ours/run':>9}")
     for name, agent in agents:
@@ -349,6 +351,70 @@ def calls_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
         total = sum(calls for calls, *_ in stats.values())
         ours = sum(calls for (path, _, _), (calls, *_) in stats.items() if "/anagrapheus/" in path)
         print(f"  {name:<52} {total / n:>10,.0f} {ours / n:>9,.0f}")
+
+
+def recording_calls(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
+    """Item 2, as a count: the Python calls of a recorded run and its commit, the worker threads' store steps included.
+
+    Each run's ledger and agent are built unprofiled, as the timing builds them untimed; the bare run is profiled
+    the same way. The store's steps in worker threads are profiled by a per-thread profiler around each hop.
+    """
+    profiles: dict[int, cProfile.Profile] = {}  # one per worker thread
+    to_thread = asyncio.to_thread
+
+    async def profiled_to_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            profile = profiles.setdefault(threading.get_ident(), cProfile.Profile())
+            profile.enable()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                profile.disable()
+
+        return await to_thread(run)
+
+    pins = Pins(root / "calls-recording.db")
+    model = FunctionModel(Scripted(), model_name="scripted")
+
+    def bare() -> Callable[[], None]:
+        agent = Agent(model, tools=[lookup])
+        return lambda: loop.run_until_complete(agent.run(PROMPT))
+
+    def recorded() -> Callable[[], None]:
+        ledger = pins.ledger()
+        agent = Agent(model, tools=[lookup], capabilities=[Pinning(ledger)])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+            ledger.commit()
+
+        return run
+
+    print("\nPython calls per recorded run and commit (cProfile, worker threads included), ours = in anagrapheus")
+    print(f"  {'variant':<52} {'calls/run':>10} {'ours/run':>9}")
+    asyncio.to_thread = profiled_to_thread
+    try:
+        variants = [("bare FunctionModel (async)", bare), ("record: Pinning + PinLedger, commit()", recorded)]
+        for name, prepare in variants:
+            for _ in range(10):
+                prepare()()
+            profiles.clear()
+            main = cProfile.Profile()
+            for _ in range(n):
+                run = prepare()
+                main.enable()
+                run()
+                main.disable()
+            stats = pstats.Stats(main)
+            for profile in profiles.values():
+                stats.add(profile)
+            counted: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+            total = sum(calls for calls, *_ in counted.values())
+            ours = sum(calls for (path, _, _), (calls, *_) in counted.items() if "/anagrapheus/" in path)
+            print(f"  {name:<52} {total / n:>10,.0f} {ours / n:>9,.0f}")
+    finally:
+        asyncio.to_thread = to_thread
+    pins.store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
