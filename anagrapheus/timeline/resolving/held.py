@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from anagrapheus.errors import CanonicalError, PinResultError, StoreError
+from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitBusy
 from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.resolving.failures import scratch_kind
 from anagrapheus.timeline.resolving.gate import Held, UnitGate
@@ -149,7 +149,8 @@ class HeldDraws:
 
         For a claim that writes nothing durable (a key scratch cannot hold): the draw's synced write follows and
         syncs them with it. None, with nothing written, when nothing is held, the store is not SQLite, or the
-        transaction failed (the caller then flushes and claims as before, each on its own).
+        transaction failed (the caller then flushes and claims as before, each on its own); a unit fenced there
+        (its lease broken) raises its `UnitBusy` at once, with nothing written.
         """
         store = self._store
         if not self._gate.held or not isinstance(store, SQLiteEventStore):
@@ -168,6 +169,8 @@ class HeldDraws:
                     for key, held in pending:
                         self._write_once(key, held, checked=True)
                     claimed = claim()
+            except UnitBusy:
+                raise  # fenced (its lease was broken): a decision, not a failure to try again
             except StoreError:
                 return None
             for key, held in pending:
