@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-__all__ = ["StubOpenAIServer", "scripted_reply"]
+__all__ = ["StubOpenAIServer", "scripted_reply", "stub_server_process"]
 
 
 def scripted_reply(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,3 +136,27 @@ class StubOpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def stub_server_process(*, max_requests: int = 1_000_000, lifetime: float = 3_600.0) -> Iterator[str]:
+    """Serve the scripted chat from a child process, so its CPU is not the client's; yield the base URL."""
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from _stub_server import StubOpenAIServer\n"
+        f"s = StubOpenAIServer(max_requests={max_requests}, lifetime={lifetime}).start()\n"
+        "print(s.base_url, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        yield child.stdout.readline().strip()
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()  # the child's read returns and it exits
+        child.wait(timeout=10)

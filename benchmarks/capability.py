@@ -18,15 +18,18 @@ baseline's in the same round, the variants interleaved in a rotated order.
     python benchmarks/capability.py --long     # more rounds
     python benchmarks/capability.py --quick    # smoke test: one round of a few runs
     python benchmarks/capability.py --part recording|replay
-    python benchmarks/capability.py --part calls   # Python calls per replayed run (cProfile): a count, not a time
+    python benchmarks/capability.py --part recording --model both   # also OpenAIChatModel over a loopback stub
+    python benchmarks/capability.py --part calls   # Python calls per recorded and replayed run (cProfile): counts
 """
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import os
 import pstats
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -56,6 +59,7 @@ from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLit
 
 PROMPT = "Which treaty governs fisheries?"
 SYNCHRONOUS: list[Literal["FULL", "NORMAL"]] = ["FULL"]
+STUB_MODEL = os.environ.get("ANAGRAPHEUS_BENCH_MODEL", "gpt-4o-mini")
 
 
 def lookup(topic: str) -> str:
@@ -185,11 +189,26 @@ class Pins:
         return ReplayPins.from_events(self.store.read(), self.types)
 
 
-def recording_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int) -> None:
-    """Item 2: `Pinning(PinLedger)` + commit against the bare run (and `PinnedModel(PinLedger)` + commit)."""
-    bare_model = FunctionModel(Scripted(), model_name="scripted")
+def recording_part(
+    loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int, base_url: str | None = None
+) -> None:
+    """Item 2: `Pinning(PinLedger)` + commit against the bare run (and `PinnedModel(PinLedger)` + commit).
+
+    With `base_url`, the model is `OpenAIChatModel` over the loopback stub at that URL (in a child process, so
+    its CPU is not counted) instead of a `FunctionModel`: the same script, through an HTTP client.
+    """
+    bare_model: Model
+    if base_url is None:
+        bare_model = FunctionModel(Scripted(), model_name="scripted")
+        label = "bare FunctionModel (async)"
+    else:
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        bare_model = OpenAIChatModel(STUB_MODEL, provider=OpenAIProvider(base_url=base_url, api_key="x"))
+        label = f"bare OpenAIChatModel({STUB_MODEL!r}) over loopback HTTP"
     bare = Agent(bare_model, tools=[lookup])
-    pins = Pins(root / "recording.db")
+    pins = Pins(root / f"recording-{'function' if base_url is None else 'stub'}.db")
 
     def bare_run() -> Callable[[], None]:
         return lambda: loop.run_until_complete(bare.run(PROMPT))
@@ -216,8 +235,8 @@ def recording_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, round
         return run
 
     clocked_compare(
-        f"Recording one run (synchronous={SYNCHRONOUS[0]})",
-        ("bare FunctionModel (async)", bare_run),
+        f"Recording one run, {label} (synchronous={SYNCHRONOUS[0]})",
+        (label, bare_run),
         [
             ("record: Pinning + PinLedger, commit()", capability_run, Aim(at_most=1.15)),
             ("record: PinnedModel + PinLedger, commit()", model_run, None),
@@ -317,6 +336,7 @@ def calls_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
         ("null model (answers the script, nothing else)", Agent(NullModel(), tools=[lookup])),
         ("replay: PinnedModel(null model) + ReplayPins", Agent(PinnedModel(NullModel(), model), tools=[lookup])),
     ]
+    recording_calls(loop, root, n=n)
     print("\nPython calls per replayed run (cProfile), ours = in anagrapheus")
     print(f"  {'variant':<52} {'calls/run':>10} {'ours/run':>9}")
     for name, agent in agents:
@@ -333,9 +353,79 @@ def calls_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
         print(f"  {name:<52} {total / n:>10,.0f} {ours / n:>9,.0f}")
 
 
+def recording_calls(loop: asyncio.AbstractEventLoop, root: Path, *, n: int) -> None:
+    """Item 2, as a count: the Python calls of a recorded run and its commit, the worker threads' store steps included.
+
+    Each run's ledger and agent are built unprofiled, as the timing builds them untimed; the bare run is profiled
+    the same way. The store's steps in worker threads are profiled by a per-thread profiler around each hop.
+    """
+    profiles: dict[int, cProfile.Profile] = {}  # one per worker thread
+    to_thread = asyncio.to_thread
+
+    async def profiled_to_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            profile = profiles.setdefault(threading.get_ident(), cProfile.Profile())
+            profile.enable()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                profile.disable()
+
+        return await to_thread(run)
+
+    pins = Pins(root / "calls-recording.db")
+    model = FunctionModel(Scripted(), model_name="scripted")
+
+    def bare() -> Callable[[], None]:
+        agent = Agent(model, tools=[lookup])
+        return lambda: loop.run_until_complete(agent.run(PROMPT))
+
+    def recorded() -> Callable[[], None]:
+        ledger = pins.ledger()
+        agent = Agent(model, tools=[lookup], capabilities=[Pinning(ledger)])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+            ledger.commit()
+
+        return run
+
+    print("\nPython calls per recorded run and commit (cProfile, worker threads included), ours = in anagrapheus")
+    print(f"  {'variant':<52} {'calls/run':>10} {'ours/run':>9}")
+    asyncio.to_thread = profiled_to_thread
+    try:
+        variants = [("bare FunctionModel (async)", bare), ("record: Pinning + PinLedger, commit()", recorded)]
+        for name, prepare in variants:
+            for _ in range(10):
+                prepare()()
+            profiles.clear()
+            main = cProfile.Profile()
+            for _ in range(n):
+                run = prepare()
+                main.enable()
+                run()
+                main.disable()
+            stats = pstats.Stats(main)
+            for profile in profiles.values():
+                stats.add(profile)
+            counted: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+            total = sum(calls for calls, *_ in counted.values())
+            ours = sum(calls for (path, _, _), (calls, *_) in counted.items() if "/anagrapheus/" in path)
+            print(f"  {name:<52} {total / n:>10,.0f} {ours / n:>9,.0f}")
+    finally:
+        asyncio.to_thread = to_thread
+    pins.store.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=25, synchronous_help="of the pin stores")
     parser.add_argument("--part", choices=["recording", "replay", "calls", "all"], default="all")
+    parser.add_argument(
+        "--model",
+        choices=["function", "stub-chat", "both"],
+        default="function",
+        help="the recording part's model: a FunctionModel, OpenAIChatModel over a loopback stub, or both in turn",
+    )
     args = parser.parse_args(argv)
     rounds = use_options(args)
     SYNCHRONOUS[0] = args.synchronous
@@ -346,7 +436,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
             if args.part in ("recording", "all"):
-                recording_part(loop, Path(tmp), n=n, rounds=rounds)
+                if args.model in ("function", "both"):
+                    recording_part(loop, Path(tmp), n=n, rounds=rounds)
+                if args.model in ("stub-chat", "both"):
+                    from _stub_server import stub_server_process
+
+                    with stub_server_process() as base_url:
+                        recording_part(loop, Path(tmp), n=n, rounds=rounds, base_url=base_url)
             if args.part in ("replay", "all"):
                 replay_part(loop, Path(tmp), n=n, rounds=rounds)
             if args.part in ("calls", "all"):

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from anagrapheus.importing import lazy_names
 
 if TYPE_CHECKING:
+    from anagrapheus.provider.cancelled_askings import UnpinnedCancellationWarning
     from anagrapheus.provider.capability import PinnedToolset, Pinning
     from anagrapheus.provider.every_run import every_agent_run, refuse_model_requests
     from anagrapheus.provider.fork import Forked, ForkPins, fork_run
@@ -25,6 +26,7 @@ __all__ = [
     "Pinning",
     "SemanticCallPolicy",
     "UnitPerRun",
+    "UnpinnedCancellationWarning",
     "call_pin",
     "dbos_workflow_id",
     "every_agent_run",
@@ -49,6 +51,7 @@ __getattr__, __dir__ = lazy_names(
         "Pinning": "anagrapheus.provider.capability",
         "SemanticCallPolicy": "anagrapheus.provider.policy",
         "UnitPerRun": "anagrapheus.provider.unit_per_run",
+        "UnpinnedCancellationWarning": "anagrapheus.provider.cancelled_askings",
         "call_pin": "anagrapheus.provider.policy",
         "dbos_workflow_id": "anagrapheus.provider.unit_per_run",
         "prefect_flow_run_id": "anagrapheus.provider.unit_per_run",

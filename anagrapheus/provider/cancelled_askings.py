@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline.canonical import JSONValue, pin_key
 from anagrapheus.timeline.resolving.resolver import Attachment, Resolver
 
-__all__ = ["CANCELLED_ASKING", "cancelled_asking_key", "cancelled_live", "counted_asking", "delivered_as_live"]
+__all__ = [
+    "CANCELLED_ASKING",
+    "UnpinnedCancellationWarning",
+    "cancelled_asking_key",
+    "cancelled_live",
+    "counted_asking",
+    "delivered_as_live",
+]
 
 CANCELLED_ASKING = "cancelled_asking"
 """The kind of the pin saying that an asking of a call's key was cancelled live (its value: whether it was answered)."""
@@ -32,6 +40,14 @@ the bound keeps a replay that went elsewhere from hanging: past it, the asking i
 """
 
 _lock = threading.Lock()
+
+
+class UnpinnedCancellationWarning(UserWarning):
+    """Emitted when a tool call's asking was cancelled live and the pin saying so could not be taken.
+
+    The cancellation still reaches the caller; a replay of that recording does not deliver the asking as cancelled,
+    so it may leave the recording there.
+    """
 
 
 @dataclass(slots=True)
@@ -73,11 +89,17 @@ def cancelled_live(resolver: Resolver, key: str, number: int, *, answered: bool)
     answering = resolver.answering_position(marker)
     if answering is None:
         return
-    # The cancellation is what the caller goes on with: a unit that can no longer take the pin does not replace it.
+    # The cancellation is what the caller goes on with: a unit that can no longer take the pin does not replace it,
+    # but says so, as nothing else would (a cancelled sibling's error is dropped by pydantic-ai's task group).
     try:
         answering.resolve_held(marker, kind=CANCELLED_ASKING, effect=lambda: answered, interpret=_answered)
-    except AnagrapheusError:
-        return
+    except AnagrapheusError as e:
+        warnings.warn(
+            f"anagrapheus: asking {number} of {key} was cancelled live, and the pin saying so was not taken ({e!r});"
+            " a replay of this recording does not deliver that asking as cancelled",
+            UnpinnedCancellationWarning,
+            stacklevel=3,
+        )
 
 
 async def delivered_as_live(resolver: Resolver, key: str, number: int, *, answered: bool) -> bool:

@@ -19,7 +19,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
 from anagrapheus.errors import CanonicalError, PinResultError, UsageError
-from anagrapheus.provider import PinnedModel, pinned_tool
+from anagrapheus.provider import PinnedModel, UnpinnedCancellationWarning, pinned_tool
 from anagrapheus.provider.cancelled_askings import CANCELLED_ASKING, cancelled_asking_key
 from anagrapheus.provider.tools import ToolPin, is_pinned_tool, tool_pin, tool_result_from_raw
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinMiss, ReplayPins, SQLiteEventStore, pin_key
@@ -307,6 +307,35 @@ def test_a_sync_tool_cancelled_while_its_body_runs_is_pinned_as_it_ran(ledger: P
         "tool_call": key,
         CANCELLED_ASKING: cancelled_asking_key(key, 1),
     }
+
+
+def test_a_cancellation_whose_pin_cannot_be_taken_is_warned_of_and_still_reaches_the_caller(
+    store: SQLiteEventStore, types: EventTypeRegistry
+) -> None:
+    # The store goes away while the tool's body awaits: the cancellation still reaches the caller, and the pin
+    # saying the asking was cancelled, which a replay needs to deliver it so, is missing: that is said, not dropped.
+    # The unit is resumed (its id given), so taking the pin reads the store, which fails.
+    ledger = PinLedger(store, types, unit_id="01900000-0000-7000-8000-000000000043")
+
+    async def tide(port: str) -> str:
+        """Read the tide table."""
+        started.set()
+        await asyncio.sleep(10)
+        return f"{port}: high water at 14:02"
+
+    async def cancelled(call_tide: Any) -> None:
+        call = asyncio.ensure_future(call_tide("Brest"))
+        await started.wait()
+        store.close()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    started = asyncio.Event()
+    with pytest.warns(
+        UnpinnedCancellationWarning, match=r"^anagrapheus: asking 1 of \S*tool_call:\S* was cancelled live"
+    ):
+        asyncio.run(cancelled(pinned_tool(ledger, tide)))
 
 
 def test_a_replayed_asking_that_was_cancelled_live_waits_to_be_cancelled_and_a_later_one_is_answered(

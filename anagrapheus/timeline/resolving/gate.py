@@ -164,10 +164,13 @@ class UnitGate:
             if self.closed is not None:
                 raise UnitClosed(self.unit_id, state=self.closed)
 
-    def note_asked(self, key: str) -> None:
-        """Give `key` its place in the unit's asking order, if this is the first time it is asked for."""
+    def note_asked(self, key: str) -> bool:
+        """Give `key` its place in the unit's asking order, if this is the first time it is asked for; say if it is."""
         with self.lock:
-            self.asked.setdefault(key, len(self.asked))
+            first = key not in self.asked
+            if first:
+                self.asked[key] = len(self.asked)
+            return first
 
     def claim(self, key: str, look: Look, mine: list[Draw] | None = None) -> ScratchPin | Draw | None:
         """Return the pin `look` finds, the draw in flight to wait for, or None once this caller owns the draw.

@@ -9,8 +9,9 @@ write on the calling thread. The held results live in the unit's gate, shared by
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
-from anagrapheus.errors import CanonicalError, PinResultError, StoreError
+from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitBusy
 from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.resolving.failures import scratch_kind
 from anagrapheus.timeline.resolving.gate import Held, UnitGate
@@ -18,6 +19,8 @@ from anagrapheus.timeline.stores.ports import ScratchPin, TimelineStore
 from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 
 __all__ = ["HeldDraws", "raw_text_of"]
+
+T = TypeVar("T")
 
 
 def raw_text_of(result: object, *, key: str, kind: str) -> str:
@@ -136,6 +139,43 @@ class HeldDraws:
         try:
             for key, held in self._written_together(pending, synced=synced):
                 self._write_held(key, held, checked=True)
+        finally:
+            with self._lock:
+                for _, held in pending:
+                    held.writing = False
+
+    def flush_with(self, claim: Callable[[], T]) -> tuple[T] | None:
+        """Write the held results and run `claim` in one unsynced SQLite transaction; return what `claim` returned.
+
+        For a claim that writes nothing durable (a key scratch cannot hold): the draw's synced write follows and
+        syncs them with it. None, with nothing written, when nothing is held, the store is not SQLite, or the
+        transaction failed (the caller then flushes and claims as before, each on its own); a unit fenced there
+        (its lease broken) raises its `UnitBusy` at once, with nothing written.
+        """
+        store = self._store
+        if not self._gate.held or not isinstance(store, SQLiteEventStore):
+            return None
+        with self._lock:
+            pending = [(key, held) for key, held in self._gate.held.items() if not held.writing]
+            for _, held in pending:
+                held.writing = True
+        try:
+            if not pending:
+                return None
+            # The unit's lease first, in a transaction of its own (see `_written_together`).
+            store.hold_unit(self._unit_id)
+            try:
+                with store.unsynced_transaction():
+                    for key, held in pending:
+                        self._write_once(key, held, checked=True)
+                    claimed = claim()
+            except UnitBusy:
+                raise  # fenced (its lease was broken): a decision, not a failure to try again
+            except StoreError:
+                return None
+            for key, held in pending:
+                self._let_go(key, held)
+            return (claimed,)
         finally:
             with self._lock:
                 for _, held in pending:

@@ -85,6 +85,9 @@ class PinLedger(Resolver):
         self._gate = gate_for(store, self.unit_id)
         self._lock = self._gate.lock
         self._held = HeldDraws(store, self._gate)
+        if unit_id is None and self._gate.began_empty is None:
+            # A unit id minted here is in no store's scratch: its run-level pins need no read to know it.
+            self._gate.began_empty = True
         self._divergence: Divergence | None = None
         self._noted: list[PendingEvent] = []
 
@@ -131,6 +134,16 @@ class PinLedger(Resolver):
             return held
         # Counting the attempt and reading the pin are one store step: a commit cannot fall between them.
         return self._store.scratch_reuse(self.unit_id, key)
+
+    def _look_first(self, key: str) -> ScratchPin | None:
+        """`_look` for a key first asked for now in a unit whose scratch began empty: no pin of it can be there.
+
+        So its claim writes nothing, and it shares the held pins' transaction (one transaction and one hop, not
+        two; the lease's own first): unsynced, as their flush is, the draw's synced write that follows making them
+        durable. The claim stays in it, before the effect, fencing the unit as any claim does.
+        """
+        claimed = self._held.flush_with(lambda: self._store.scratch_reuse(self.unit_id, key))
+        return self._look(key) if claimed is None else claimed[0]
 
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
@@ -226,9 +239,9 @@ class PinLedger(Resolver):
     ) -> T:
         """Resolve `key` with an asynchronous effect: drawn once per unit, reused after (a pinned failure is raised)."""
         # Noted before the first await: tasks started in one order reach this line in that order.
-        self._gate.note_asked(key)
+        first = self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            pin = await self._gate.aturn(key, self._look)
+            pin = await self._gate.aturn(key, self._look_first if first and self._gate.began_empty else self._look)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 return _answered(pin, interpret, failure)

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, NoReturn, cast
 
 import sqlite_utils
 
@@ -148,17 +148,27 @@ class LeaseHolder:
     """The holder store's own id."""
 
 
-@contextmanager
-def _translated(where: object, action: str) -> Generator[None]:
+class _Translated:
     """The one choke point where sqlite3 errors become the library's own, naming the database.
+
+    A plain context manager, not a generator's: it wraps about 70 statements a recorded run.
 
     Typed as the PostgreSQL store's are: a lock held past `busy_timeout` or a full disk is `StoreUnavailable` (try
     again later), a breached constraint `StoreIntegrityError`, anything else `StoreError`.
     """
-    try:
-        yield
-    except sqlite3.Error as e:
-        raise _raised(e)(f"{where}: {action} failed: {e}") from e
+
+    __slots__ = ("_action", "_where")
+
+    def __init__(self, where: object, action: str) -> None:
+        self._where = where
+        self._action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        if isinstance(error, sqlite3.Error):
+            raise _raised(error)(f"{self._where}: {self._action} failed: {error}") from error
 
 
 def _raised(error: sqlite3.Error) -> type[StoreError]:
@@ -249,7 +259,7 @@ class SQLiteEventStore:
             )
 
     def _sql(self, action: str) -> AbstractContextManager[None]:
-        return _translated(self.path, action)
+        return _Translated(self.path, action)
 
     def _open(self, busy_timeout: float, synchronous: str) -> None:
         with self._sql("opening the database"):
@@ -318,7 +328,12 @@ class SQLiteEventStore:
             yield
 
     @contextmanager
-    def _transaction(self, *, synced: bool) -> Generator[None]:
+    def _transaction(self, *, synced: bool, savepoint: bool = True) -> Generator[None]:
+        """A write transaction (see `transaction`); nested, a savepoint, unless `savepoint=False`.
+
+        `savepoint=False` is for a block whose one write is a single statement, which SQLite makes atomic on its
+        own: nested (a held draw written in the flush's transaction), it needs no savepoint to undo it.
+        """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read_only, so it takes no writes (open it without read_only)")
         with self._owner.held(exclusive=False) as outermost:
@@ -348,6 +363,9 @@ class SQLiteEventStore:
                     if relaxed:
                         with self._owner.held(), self._sql("setting synchronous back to FULL"):
                             self._relax_sync(False)
+            elif not savepoint:
+                with self._owner.held():
+                    yield
             else:
                 # A savepoint holds the connection to this thread for the whole block, so two threads of
                 # one holder never interleave savepoints.
@@ -536,6 +554,27 @@ class SQLiteEventStore:
             row = self._conn.execute("SELECT holder FROM unit_leases WHERE unit_id = ?", (unit_id,)).fetchone()
         if (row is not None and row[0] == self._holder) or self._outcome(unit_id) is not None:
             return  # still ours, or closed: the caller refuses a closed unit as closed
+        self._lost(unit_id)
+
+    def _unit_state(self, unit_id: str) -> tuple[UnitOutcome | None, str | None]:
+        """The unit's outcome (None while open) and its lease's holder (None if unleased), in one statement.
+
+        What `_refuse_closed` and `_fence` read, in one step where a draw's claim or write needs both.
+        """
+        with self._sql(f"checking unit {unit_id}"):
+            row = self._conn.execute(
+                "SELECT (SELECT outcome FROM closed_units WHERE unit_id = ?),"
+                " (SELECT holder FROM unit_leases WHERE unit_id = ?)",
+                (unit_id, unit_id),
+            ).fetchone()
+        return row[0], row[1]
+
+    def _fence_open(self, unit_id: str, holder: str | None) -> None:
+        """`_fence` for an open unit whose lease's holder was read (`_unit_state`)."""
+        if unit_id in self._leases.held and holder != self._holder:
+            self._lost(unit_id)
+
+    def _lost(self, unit_id: str) -> NoReturn:
         self._leases.held.discard(unit_id)
         busy = UnitBusy(unit_id, waited=0.0)
         busy.add_note(
@@ -586,9 +625,12 @@ class SQLiteEventStore:
         Raises `UnitClosed` (carrying `raw`) if the unit was committed or abandoned meanwhile.
         """
         self._leases.hold(unit_id)
-        with self.transaction():
-            self._refuse_closed(unit_id, raw=raw)
-            self._fence(unit_id)
+        # One write statement, atomic on its own: nested in the flush's transaction, no savepoint.
+        with self._transaction(synced=True, savepoint=False):
+            outcome, holder = self._unit_state(unit_id)
+            if outcome is not None:
+                raise UnitClosed(unit_id, state=outcome, raw=raw)
+            self._fence_open(unit_id, holder)
             with self._sql("writing scratch"):
                 row = self._conn.execute(
                     f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
@@ -606,16 +648,18 @@ class SQLiteEventStore:
         the store writable before an effect runs.
         """
         self._leases.hold(unit_id)
-        with self.transaction():
-            self._fence(unit_id)
+        with self._transaction(synced=True, savepoint=False):  # one write statement (see `scratch_put`)
+            outcome, holder = self._unit_state(unit_id)
+            if outcome is None:
+                self._fence_open(unit_id, holder)  # a closed unit is refused as closed, below
             with self._sql("reusing a pin"):
                 row = self._conn.execute(
                     "UPDATE pin_scratch SET attempts = attempts + 1 WHERE unit_id = ? AND key = ?"
                     f" RETURNING {_SCRATCH_COLUMNS}",
                     (unit_id, key),
                 ).fetchone()
-            if row is None:
-                self._refuse_closed(unit_id)
+            if row is None and outcome is not None:
+                raise UnitClosed(unit_id, state=outcome)
         return None if row is None else ScratchPin(*row)
 
     def scratch_list(self, unit_id: str) -> list[ScratchPin]:

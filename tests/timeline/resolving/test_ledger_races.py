@@ -451,3 +451,37 @@ def test_a_holder_whose_lease_was_broken_stops_before_its_next_effect(tmp_path: 
             old.commit()
         assert paid == ["a by the old", "b by the new"]
         new.commit()
+
+
+def test_a_first_claim_sharing_the_held_pins_transaction_still_stops_a_holder_whose_lease_was_broken(
+    tmp_path: Path,
+) -> None:
+    # A minted unit's first claim of a key runs in the held pins' unsynced transaction (issue #43 item 2): it
+    # still fences the unit there, before the effect, and the held pin is not written by the fenced holder.
+    import sqlite3
+
+    from anagrapheus.cli import main
+
+    db = tmp_path / "leased.db"
+    paid: list[str] = []
+
+    async def effect(name: str) -> str:
+        paid.append(name)
+        return name
+
+    with SQLiteEventStore(db) as old_store, SQLiteEventStore(db) as new_store:
+        old = PinLedger(old_store, EventTypeRegistry())
+        assert asyncio.run(old.aresolve("p1:tool_call:a", kind="tool_call", effect=lambda: effect("a"), interpret=str))
+        with sqlite3.connect(db) as connection:  # the lease as a worker in another container would have written it
+            connection.execute("UPDATE unit_leases SET host = 'another-container'")
+        assert main(["unlock", str(db), "--unit", old.unit_id]) == 0
+        new = PinLedger(new_store, EventTypeRegistry(), unit_id=old.unit_id)
+        assert new.resolve("p1:tool_call:b", kind="tool_call", effect=lambda: "b", interpret=str) == "b"
+
+        old.resolve_held("p1:run_clock:held", kind="run_clock", effect=lambda: "a clock", interpret=str)
+        with pytest.raises(UnitBusy) as stopped:
+            asyncio.run(old.aresolve("p1:tool_call:c", kind="tool_call", effect=lambda: effect("c"), interpret=str))
+        assert any("its lease was broken" in note for note in stopped.value.__notes__)
+        assert paid == ["a"]
+        assert [pin.key for pin in new.pins()] == ["p1:tool_call:a", "p1:tool_call:b"]
+        new.commit()
