@@ -24,7 +24,7 @@ from anagrapheus.timeline import (
     StoredEvent,
 )
 from anagrapheus.timeline.recording import (
-    RECORDING_VERSION,
+    FINGERPRINT_DELTAS_VERSION,
     WHOLE_FINGERPRINTS_VERSION,
     RecordingHeader,
     read_recording,
@@ -137,7 +137,7 @@ def test_every_event_reads_back_exactly_whole_fingerprints_and_all(
             assert [opened[1][pin.key] for pin in pins] == pins
     lines = path.read_text(encoding="utf-8").splitlines()
     holds = any('"fingerprint_delta":' in line for line in lines[1:])
-    assert json.loads(lines[0])["version"] == (RECORDING_VERSION if holds else WHOLE_FINGERPRINTS_VERSION)
+    assert json.loads(lines[0])["version"] == (FINGERPRINT_DELTAS_VERSION if holds else WHOLE_FINGERPRINTS_VERSION)
 
 
 def test_a_recording_written_before_deltas_reads_as_the_same_events_as_the_committed_one() -> None:
@@ -145,7 +145,7 @@ def test_a_recording_written_before_deltas_reads_as_the_same_events_as_the_commi
     old, new = read_recording(WHOLE), read_recording(RECORDING)
 
     assert json.loads(WHOLE.read_text(encoding="utf-8").splitlines()[0])["version"] == WHOLE_FINGERPRINTS_VERSION
-    assert json.loads(RECORDING.read_text(encoding="utf-8").splitlines()[0])["version"] == RECORDING_VERSION
+    assert json.loads(RECORDING.read_text(encoding="utf-8").splitlines()[0])["version"] == FINGERPRINT_DELTAS_VERSION
     assert '"fingerprint_delta":' not in WHOLE.read_text(encoding="utf-8")
     assert '"fingerprint_delta":' in RECORDING.read_text(encoding="utf-8")
     assert old.events == new.events

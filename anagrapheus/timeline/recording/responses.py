@@ -1,0 +1,207 @@
+"""A run's recorded history as a recording line holds it: each model response a pin of its unit holds, referred to.
+
+A conversation's run records the messages the run before it added (`RunInputs`, `provider.inputs`), and among them
+each model response, which the model call's pin of the same unit holds already (issue #43). In memory, in a log and
+in every event a reader returns, a history is whole. Only the recording file writes such a response as a reference,
+`{"$anagrapheus.response_of": digest, ...}`: the digest of the response as its pin holds it, less the fields
+pydantic-ai stamps on a response after its model call (`STAMPED`), with those fields as the message holds them. A
+response is referred to only when an earlier `model_call` pin line of the same run of its unit's lines holds it (a
+line of another unit in between ends the run, as for fingerprint deltas), and only when the reference read back is
+the very message, so a reader makes the history whole exactly. A history item that is a message always has a
+`kind`, which a reference never has. References are written only in a version 4 recording, which an older reader
+refuses by its version rather than read a reference as a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, NoReturn, cast
+
+from anagrapheus.errors import RecordingError
+from anagrapheus.timeline.canonical import canonical_json, encode_normalised
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs
+
+__all__ = ["RESPONSE_OF", "STAMPED", "ResponseReferences", "ResponseResolver"]
+
+RESPONSE_OF = "$anagrapheus.response_of"
+"""The field of a history item that refers to a model response a pin of its unit holds: the response's digest."""
+
+STAMPED = ("conversation_id", "model_id", "run_id")
+"""The fields of a response pydantic-ai sets after its model call returned: the history's copy holds them, the
+pin's may not, so a reference carries them."""
+
+_MODEL_CALL = "model_call"
+_PIN_TYPE = PinPromoted.event_type
+_INPUTS_TYPE = RunInputs.event_type
+# The fields in a line's text that say it may be one to read: cheap tests before a parse.
+_PIN_MARK = f'"kind":"{_MODEL_CALL}"'
+_INPUTS_MARK = f'"type":"{_INPUTS_TYPE}"'
+
+Responses = dict[str, dict[str, Any]]
+"""Each model response held by a pin of the current run of one unit's lines, by its digest."""
+
+
+def _digest(response: dict[str, Any]) -> str:
+    """The digest naming a response: of its canonical JSON less the stamped fields."""
+    unstamped = {name: value for name, value in response.items() if name not in STAMPED}
+    return hashlib.sha256(canonical_json(unstamped).encode()).hexdigest()[:32]
+
+
+def _restored(base: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """The message a reference stands for: its base less the stamped fields, with the reference's stamped fields."""
+    message = {name: value for name, value in base.items() if name not in STAMPED}
+    message.update((name, value) for name, value in reference.items() if name != RESPONSE_OF)
+    return message
+
+
+def _pin_response(fields: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The unit and model response a current `model_call` pin line holds; None for any other line."""
+    if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != _PIN_TYPE:
+        return None
+    payload = fields["payload"]
+    if fields["schema_version"] != PinPromoted.schema_version or not isinstance(payload, dict):
+        return None
+    payload = cast(dict[str, Any], payload)
+    unit, raw = payload.get("unit_id"), payload.get("raw")
+    if payload.get("kind") != _MODEL_CALL or payload.get("failed") is not False or not isinstance(unit, str):
+        return None
+    text = cast(dict[str, Any], raw).get("ordered_json") if isinstance(raw, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        response: object = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(response, dict) or cast(dict[str, Any], response).get("kind") != "response":
+        return None
+    return unit, cast(dict[str, Any], response)
+
+
+def _history_of(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
+    """The unit and recorded history list of a current `run_inputs` line; None for any other line."""
+    if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != _INPUTS_TYPE:
+        return None
+    payload = fields["payload"]
+    if fields["schema_version"] != RunInputs.schema_version or not isinstance(payload, dict):
+        return None
+    payload = cast(dict[str, Any], payload)
+    unit, inputs = payload.get("unit_id"), payload.get("inputs")
+    history = cast(dict[str, Any], inputs).get("history") if isinstance(inputs, dict) else None
+    if not isinstance(unit, str) or not isinstance(history, list):
+        return None
+    return unit, cast(list[Any], history)
+
+
+class _Run:
+    """The responses of the current run of one unit's pinned responses and histories: all either side holds.
+
+    Only a `model_call` pin line holding a response, or a `run_inputs` line holding a history, belongs to a run: one
+    of another unit ends it, any other line is passed over (so a reader of one unit's lines finds what a reader of
+    the whole file finds).
+    """
+
+    def __init__(self) -> None:
+        self.unit: str | None = None
+        self.responses: Responses = {}
+
+    def of(self, unit: str) -> Responses:
+        if unit != self.unit:
+            self.responses = {}
+            self.unit = unit
+        return self.responses
+
+    def hold(self, unit: str, response: dict[str, Any]) -> None:
+        """Hold a pin's response; two of one digest (never seen) leave neither to refer to, so none reads wrong."""
+        responses = self.of(unit)
+        digest = _digest(response)
+        responses[digest] = response if digest not in responses else {}
+
+
+class ResponseReferences:
+    """The writer's side: each run's history written with the responses its unit's pins hold referred to."""
+
+    def __init__(self) -> None:
+        self._run = _Run()
+        self.written = False
+        """Whether a reference was written (the file is then version 4)."""
+
+    def line(self, text: str) -> str:
+        """`text`, the line as written otherwise, with its history's pinned responses referred to where any is."""
+        # A line that is neither a model call's pin nor a run's inputs holds neither mark: it is not parsed.
+        if _PIN_MARK not in text and _INPUTS_MARK not in text:
+            return text
+        fields = cast(dict[str, Any], json.loads(text))
+        held = _pin_response(fields)
+        if held is not None:
+            self._run.hold(*held)
+            return text
+        found = _history_of(fields)
+        if found is None:
+            return text
+        responses = self._run.of(found[0])
+        history = found[1]
+        changed = False
+        for at, message in enumerate(history):
+            if not responses:
+                break
+            if not isinstance(message, dict) or cast(dict[str, Any], message).get("kind") != "response":
+                continue
+            message = cast(dict[str, Any], message)
+            digest = _digest(message)
+            base = responses.get(digest)
+            if not base:
+                continue
+            reference: dict[str, Any] = {RESPONSE_OF: digest}
+            reference.update((name, message[name]) for name in STAMPED if name in message)
+            if canonical_json(_restored(base, reference)) != canonical_json(message):
+                continue
+            history[at] = reference
+            changed = True
+        if not changed:
+            return text
+        self.written = True
+        # `text` is the encoder's own writing of what it parsed back, so the rest of the line keeps its bytes.
+        return encode_normalised(fields)
+
+
+class ResponseResolver:
+    """The reader's side: each run's history made whole again, in file order, holding one unit's responses."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._run = _Run()
+
+    def resolve(self, number: int, fields: dict[str, Any]) -> None:
+        """Make line `number`'s history whole in `fields`, in place, or refuse a reference to no response held."""
+        kind = fields["type"]
+        if (kind != _PIN_TYPE and kind != _INPUTS_TYPE) or fields["namespace"] != BUILTIN_NAMESPACE:
+            return
+        if kind == _PIN_TYPE:
+            held = _pin_response(fields)
+            if held is not None:
+                self._run.hold(*held)
+            return
+        found = _history_of(fields)
+        if found is None:
+            return
+        responses = self._run.of(found[0])
+        history = found[1]
+        for at, item in enumerate(history):
+            if not isinstance(item, dict) or RESPONSE_OF not in item:
+                continue
+            reference = cast(dict[str, Any], item)
+            digest = reference[RESPONSE_OF]
+            if not reference.keys() - {RESPONSE_OF} <= set(STAMPED) or not isinstance(digest, str):
+                self._refuse(number, f"{RESPONSE_OF} must name a response's digest and its stamped fields alone")
+            base = responses.get(digest)
+            if not base:
+                self._refuse(
+                    number,
+                    f"{RESPONSE_OF} {digest} names no model response an earlier pin of its unit's lines holds"
+                    " (a line deleted or moved?)",
+                )
+            history[at] = _restored(base, reference)
+
+    def _refuse(self, number: int, message: str) -> NoReturn:
+        raise RecordingError(message, path=self._where, line=number)
