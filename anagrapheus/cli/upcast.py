@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> Outcome:
             events,
             header=source.header,
             fingerprint_deltas=not whole,
-            response_references=not whole and not copied,
+            compact_lines=not whole and not copied,
         )
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e

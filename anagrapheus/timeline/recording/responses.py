@@ -19,8 +19,9 @@ import json
 from typing import Any, NoReturn, cast
 
 from anagrapheus.errors import RecordingError
-from anagrapheus.timeline.canonical import canonical_json, encode_normalised
+from anagrapheus.timeline.canonical import canonical_number, encode_normalised, stored_json_of_parsed
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs
+from anagrapheus.timeline.recording.strict_json import parse_object
 
 __all__ = ["RESPONSE_OF", "STAMPED", "ResponseReferences", "ResponseResolver"]
 
@@ -42,10 +43,15 @@ Responses = dict[str, dict[str, Any]]
 """Each model response held by a pin of the current run of one unit's lines, by its digest."""
 
 
+# A pin's response is read as a recording line's JSON is (numbers as canonical JSON spells them), so what a reference
+# is made whole with is what the line it stands for would have been read as.
+_decode_response = json.JSONDecoder(parse_float=canonical_number).decode
+
+
 def _digest(response: dict[str, Any]) -> str:
-    """The digest naming a response: of its canonical JSON less the stamped fields."""
+    """The digest naming a response: of its JSON as a reader writes it back, less the stamped fields."""
     unstamped = {name: value for name, value in response.items() if name not in STAMPED}
-    return hashlib.sha256(canonical_json(unstamped).encode()).hexdigest()[:32]
+    return hashlib.sha256(stored_json_of_parsed(unstamped).encode()).hexdigest()[:32]
 
 
 def _restored(base: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +61,8 @@ def _restored(base: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]
     return message
 
 
-def _pin_response(fields: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The unit and model response a current `model_call` pin line holds; None for any other line."""
+def _pin_text(fields: dict[str, Any]) -> tuple[str, str] | None:
+    """The unit and response text of a current `model_call` pin line that did not fail; None for any other line."""
     if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != _PIN_TYPE:
         return None
     payload = fields["payload"]
@@ -67,15 +73,18 @@ def _pin_response(fields: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     if payload.get("kind") != _MODEL_CALL or payload.get("failed") is not False or not isinstance(unit, str):
         return None
     text = cast(dict[str, Any], raw).get("ordered_json") if isinstance(raw, dict) else None
-    if not isinstance(text, str):
-        return None
+    return (unit, text) if isinstance(text, str) else None
+
+
+def _response_of(text: str) -> dict[str, Any] | None:
+    """The model response a pin's text holds; None when it holds none."""
     try:
-        response: object = json.loads(text)
-    except ValueError:
+        response: object = _decode_response(text)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(response, dict) or cast(dict[str, Any], response).get("kind") != "response":
         return None
-    return unit, cast(dict[str, Any], response)
+    return cast(dict[str, Any], response)
 
 
 def _history_of(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
@@ -96,26 +105,41 @@ def _history_of(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
 class _Run:
     """The responses of the current run of one unit's pinned responses and histories: all either side holds.
 
-    Only a `model_call` pin line holding a response, or a `run_inputs` line holding a history, belongs to a run: one
-    of another unit ends it, any other line is passed over (so a reader of one unit's lines finds what a reader of
-    the whole file finds).
+    Only a current `model_call` pin line that did not fail, or a `run_inputs` line holding a history, belongs to a
+    run: one of another unit ends it, any other line is passed over (so a reader of one unit's lines finds what a
+    reader of the whole file finds). A pin's response is read only once a history refers to one: a replay's load
+    of a file without references parses no response twice.
     """
 
     def __init__(self) -> None:
         self.unit: str | None = None
         self.responses: Responses = {}
+        self.pending: list[str] = []
 
-    def of(self, unit: str) -> Responses:
+    def of(self, unit: str) -> None:
+        """Start a run of `unit`'s lines unless this is one."""
         if unit != self.unit:
             self.responses = {}
+            self.pending = []
             self.unit = unit
-        return self.responses
 
-    def hold(self, unit: str, response: dict[str, Any]) -> None:
-        """Hold a pin's response; two of one digest (never seen) leave neither to refer to, so none reads wrong."""
-        responses = self.of(unit)
-        digest = _digest(response)
-        responses[digest] = response if digest not in responses else {}
+    def hold(self, unit: str, text: str) -> None:
+        """Hold a pin's response text, read when a reference is looked up."""
+        self.of(unit)
+        self.pending.append(text)
+
+    def find(self, digest: str) -> dict[str, Any] | None:
+        """The response of `digest` the run's pins hold (two of one digest differ in stamped fields alone)."""
+        if digest not in self.responses and self.pending:
+            for text in self.pending:
+                response = _response_of(text)
+                if response is not None:
+                    self.responses[_digest(response)] = response
+            self.pending = []
+        return self.responses.get(digest)
+
+    def empty(self) -> bool:
+        return not self.responses and not self.pending
 
 
 class ResponseReferences:
@@ -131,30 +155,30 @@ class ResponseReferences:
         # A line that is neither a model call's pin nor a run's inputs holds neither mark: it is not parsed.
         if _PIN_MARK not in text and _INPUTS_MARK not in text:
             return text
-        fields = cast(dict[str, Any], json.loads(text))
-        held = _pin_response(fields)
+        fields = parse_object(text, where="<writing>", line=0)
+        held = _pin_text(fields)
         if held is not None:
             self._run.hold(*held)
             return text
         found = _history_of(fields)
         if found is None:
             return text
-        responses = self._run.of(found[0])
+        self._run.of(found[0])
         history = found[1]
         changed = False
         for at, message in enumerate(history):
-            if not responses:
+            if self._run.empty():
                 break
             if not isinstance(message, dict) or cast(dict[str, Any], message).get("kind") != "response":
                 continue
             message = cast(dict[str, Any], message)
             digest = _digest(message)
-            base = responses.get(digest)
-            if not base:
+            base = self._run.find(digest)
+            if base is None:
                 continue
             reference: dict[str, Any] = {RESPONSE_OF: digest}
             reference.update((name, message[name]) for name in STAMPED if name in message)
-            if canonical_json(_restored(base, reference)) != canonical_json(message):
+            if stored_json_of_parsed(_restored(base, reference)) != stored_json_of_parsed(message):
                 continue
             history[at] = reference
             changed = True
@@ -178,14 +202,14 @@ class ResponseResolver:
         if (kind != _PIN_TYPE and kind != _INPUTS_TYPE) or fields["namespace"] != BUILTIN_NAMESPACE:
             return
         if kind == _PIN_TYPE:
-            held = _pin_response(fields)
+            held = _pin_text(fields)
             if held is not None:
                 self._run.hold(*held)
             return
         found = _history_of(fields)
         if found is None:
             return
-        responses = self._run.of(found[0])
+        self._run.of(found[0])
         history = found[1]
         for at, item in enumerate(history):
             if not isinstance(item, dict) or RESPONSE_OF not in item:
@@ -194,8 +218,8 @@ class ResponseResolver:
             digest = reference[RESPONSE_OF]
             if not reference.keys() - {RESPONSE_OF} <= set(STAMPED) or not isinstance(digest, str):
                 self._refuse(number, f"{RESPONSE_OF} must name a response's digest and its stamped fields alone")
-            base = responses.get(digest)
-            if not base:
+            base = self._run.find(digest)
+            if base is None:
                 self._refuse(
                     number,
                     f"{RESPONSE_OF} {digest} names no model response an earlier pin of its unit's lines holds"

@@ -14,6 +14,7 @@ from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
 from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
+from anagrapheus.timeline.recording.compact import compact_line
 from anagrapheus.timeline.recording.deltas import FingerprintDeltas
 from anagrapheus.timeline.recording.header import (
     FINGERPRINT_DELTAS_VERSION,
@@ -145,7 +146,7 @@ def write_recording(
     stamp: ProvenanceStamp | Stamping | None = None,
     index: bool | None = None,
     fingerprint_deltas: bool = True,
-    response_references: bool | None = None,
+    compact_lines: bool | None = None,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -166,9 +167,10 @@ def write_recording(
     `fingerprint_deltas=False` every fingerprint is written whole, in a version 2 file an older reader reads.
 
     A run's recorded history (`RunInputs`) refers to each model response a `model_call` pin of its unit holds
-    earlier in the file, rather than copy it, and the file is then version 4; every reader makes the history whole
-    again, exactly. `response_references=False` copies every response (version 3 or 2, as above); by default
-    references go with `fingerprint_deltas`.
+    earlier in the file, rather than copy it, and each pin's and run's inputs' line leaves out the fields every such
+    line holds alike (`compact`); the file is then version 4, and every reader makes each event whole again,
+    exactly. `compact_lines=False` writes neither (version 3 or 2, as above); by default they go with
+    `fingerprint_deltas`.
 
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
@@ -190,9 +192,9 @@ def write_recording(
     sealer = Sealer()
     writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretScanner())
     deltas = FingerprintDeltas()
-    references = (
-        ResponseReferences() if (fingerprint_deltas if response_references is None else response_references) else None
-    )
+    compact = fingerprint_deltas if compact_lines is None else compact_lines
+    references = ResponseReferences() if compact else None
+    compacted = False
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
     results: list[JSONValue] | None = [] if chosen.provenance is None else None
@@ -215,6 +217,9 @@ def write_recording(
             text = deltas.line(text)
         if references is not None:
             text = references.line(text)
+            written = compact_line(text)
+            compacted = compacted or written is not text
+            text = written
         # The reader checks a line under the unit it reads there: an id the line holds otherwise (redacted, or
         # NFC-normalised as canonical text is) is read back from it.
         unit = event.correlation_id
@@ -229,7 +234,7 @@ def write_recording(
             stamped = stamp(results, call_policy=call_policy)
         chosen = chosen.model_copy(update={"provenance": stamped})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
-    if references is not None and references.written:
+    if compacted or (references is not None and references.written):
         version = RECORDING_VERSION
     else:
         version = FINGERPRINT_DELTAS_VERSION if deltas.written else WHOLE_FINGERPRINTS_VERSION
