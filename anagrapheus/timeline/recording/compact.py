@@ -75,8 +75,10 @@ def compact_line(text: str) -> str:
 
 def restore_compact(fields: dict[str, Any], missing: frozenset[str], *, where: str, line: int) -> None:
     """Put back, in place, the fields a compact line leaves out (`missing`: the envelope's), or refuse the line."""
-    kind = fields.get("type", _PIN)
-    if missing != (_ELIDED_PIN if "type" in missing else _ELIDED) or kind not in COMPACT_VERSIONS:
+    kind: object = fields.get("type", _PIN)
+    if missing != (_ELIDED_PIN if "type" in missing else _ELIDED) or not isinstance(kind, str):
+        raise RecordingError(f"not a stored event: missing {sorted(missing)}", path=where, line=line)
+    if kind not in COMPACT_VERSIONS:
         raise RecordingError(f"not a stored event: missing {sorted(missing)}", path=where, line=line)
     payload, unit = fields.get("payload"), fields.get("correlation_id")
     if not isinstance(payload, dict) or not isinstance(unit, str):

@@ -39,6 +39,8 @@ _INPUTS_TYPE = RunInputs.event_type
 _PIN_MARK = f'"kind":"{_MODEL_CALL}"'
 _INPUTS_MARK = f'"type":"{_INPUTS_TYPE}"'
 
+_ABSENT = object()
+
 Responses = dict[str, dict[str, Any]]
 """Each model response held by a pin of the current run of one unit's lines, by its digest."""
 
@@ -54,10 +56,24 @@ def _digest(response: dict[str, Any]) -> str:
     return hashlib.sha256(stored_json_of_parsed(unstamped).encode()).hexdigest()[:32]
 
 
-def _restored(base: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
-    """The message a reference stands for: its base less the stamped fields, with the reference's stamped fields."""
+def _fields(item: object) -> dict[str, Any]:
+    """A history item's fields; none for an item that is not an object."""
+    return cast(dict[str, Any], item) if isinstance(item, dict) else {}
+
+
+def _restored(base: dict[str, Any], reference: dict[str, Any], before: object) -> dict[str, Any]:
+    """The message a reference stands for: its base less the stamped fields, with the reference's stamped fields.
+
+    A stamped field the reference leaves out is the one the message `before` it in the history holds (a run's
+    messages share their run and conversation ids), or absent when that one has none.
+    """
     message = {name: value for name, value in base.items() if name not in STAMPED}
-    message.update((name, value) for name, value in reference.items() if name != RESPONSE_OF)
+    earlier = _fields(before)
+    for name in STAMPED:
+        if name in reference:
+            message[name] = reference[name]
+        elif name in earlier:
+            message[name] = earlier[name]
     return message
 
 
@@ -166,7 +182,9 @@ class ResponseReferences:
         self._run.of(found[0])
         history = found[1]
         changed = False
-        for at, message in enumerate(history):
+        # Each message as it stands, the one before a reference included: what a reader has made whole by then.
+        messages: list[object] = list(history)
+        for at, message in enumerate(messages):
             if self._run.empty():
                 break
             if not isinstance(message, dict) or cast(dict[str, Any], message).get("kind") != "response":
@@ -176,9 +194,15 @@ class ResponseReferences:
             base = self._run.find(digest)
             if base is None:
                 continue
+            before = messages[at - 1] if at else None
+            earlier = _fields(before)
             reference: dict[str, Any] = {RESPONSE_OF: digest}
-            reference.update((name, message[name]) for name in STAMPED if name in message)
-            if stored_json_of_parsed(_restored(base, reference)) != stored_json_of_parsed(message):
+            reference.update(
+                (name, message[name])
+                for name in STAMPED
+                if name in message and earlier.get(name, _ABSENT) != message[name]
+            )
+            if stored_json_of_parsed(_restored(base, reference, before)) != stored_json_of_parsed(message):
                 continue
             history[at] = reference
             changed = True
@@ -225,7 +249,7 @@ class ResponseResolver:
                     f"{RESPONSE_OF} {digest} names no model response an earlier pin of its unit's lines holds"
                     " (a line deleted or moved?)",
                 )
-            history[at] = _restored(base, reference)
+            history[at] = _restored(base, reference, history[at - 1] if at else None)
 
     def _refuse(self, number: int, message: str) -> NoReturn:
         raise RecordingError(message, path=self._where, line=number)

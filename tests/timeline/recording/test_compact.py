@@ -73,8 +73,15 @@ def _response(n: int, *, stamped: bool) -> dict[str, object]:
     return response
 
 
-def _request(n: int) -> dict[str, object]:
-    return {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"ask {n}"}], "run_id": f"run-{n}"}
+def _request(n: int, how: str) -> dict[str, object]:
+    """A request before a response, sharing its stamped fields or not (a reference leaves out the ones shared)."""
+    request: dict[str, object] = {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": f"ask {n}"}]}
+    request["run_id"] = f"run-{n}" if n % 2 else "another run"
+    if how == "failed":
+        request["conversation_id"] = "conv"
+    elif how == "retried":
+        request["model_id"] = "function:scripted"  # which the response, below, does not hold
+    return request
 
 
 # Each step: a unit (or none), what the event is, a number naming a response, and how the event is unusual.
@@ -100,10 +107,12 @@ def _events(drawn: list[tuple[str | None, str, int, str]]) -> list[StoredEvent]:
             # A history of requests and responses, some as a pin holds them (once stamped), some not.
             history: list[object] = []
             for m in range(n + 1):
-                history.append(_request(m))
+                history.append(_request(m, how))
                 response = _response(m, stamped=True)
                 if how == "changed" and m == n:
                     response["model_name"] = "another"
+                if how == "retried":
+                    del response["model_id"]
                 history.append(response)
             inputs = {"format": 1, "history": history, "prompt": f"ask {n}"}
             payload = run_inputs_payload(unit_id=payload_unit, run_id=f"r{seq}", inputs_text=stored_json(inputs))
