@@ -84,15 +84,14 @@ def restore_compact(fields: dict[str, Any], missing: frozenset[str], *, where: s
     if not isinstance(payload, dict) or not isinstance(unit, str):
         raise RecordingError("a compact line must hold a payload object and a correlation id", path=where, line=line)
     payload = cast(dict[str, Any], payload)
-    if "unit_id" in payload or (kind == _PIN and ("attempts" in payload or "failed" in payload)):
-        raise RecordingError("a compact line's payload holds a field it leaves out", path=where, line=line)
     fields["causation_id"] = None
     fields["namespace"] = BUILTIN_NAMESPACE
     fields["type"] = kind
     fields["schema_version"] = COMPACT_VERSIONS[kind]
-    payload["unit_id"] = unit
+    # A field the line holds after all (written by hand: the seal names the edit) is kept as it holds it.
+    payload.setdefault("unit_id", unit)
     if kind == _PIN:
-        payload["attempts"] = 1
-        payload["failed"] = False
+        payload.setdefault("attempts", 1)
+        payload.setdefault("failed", False)
         if "fingerprint" not in payload and _DELTA not in payload:
             payload["fingerprint"] = None

@@ -21,7 +21,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from anagrapheus.errors import RecordingError
+from anagrapheus.errors import RecordingError, SealBroken
 from anagrapheus.provider import Pinning
 from anagrapheus.provider.inputs import recorded_runs, run_inputs_payload
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, PinPromoted, SQLiteEventStore, StoredEvent
@@ -249,5 +249,11 @@ def test_a_reference_whose_pin_is_gone_or_a_compact_line_of_another_shape_is_ref
     assert '"namespace"' not in compact and '"type"' not in compact
     fields = json.loads(compact)
     refused([lines[0], json.dumps({**fields, "type": "noted"}), *lines[2:]], r"not a stored event: missing", 2)
-    fields["payload"]["unit_id"] = "other"
-    refused([lines[0], json.dumps(fields), *lines[2:]], "holds a field it leaves out", 2)
+    # A field a compact line leaves out, written in by hand, is read as written; the seal names the edit.
+    fields["payload"]["attempts"] = 3
+    (tmp_path / "edited.jsonl").write_text("\n".join([lines[0], json.dumps(fields), *lines[2:]]) + "\n")
+    edited = read_recording(tmp_path / "edited.jsonl", seal="ignore").events[0]
+    assert PinPromoted.read_text(edited, EventTypeRegistry()).attempts == 3
+    with pytest.raises(SealBroken) as broken:
+        read_recording(tmp_path / "edited.jsonl")
+    assert broken.value.line == 2
