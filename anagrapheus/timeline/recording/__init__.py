@@ -2,8 +2,8 @@
 
 The names a recording's reader and writer use, gathered from the modules that hold them: the header
 (`header`), the writer (`writer`), the readers (`reader`, `pins`), fingerprints written as deltas (`deltas`),
-runs' histories referring to pinned responses (`responses`),
-the line limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
+compact pin and run lines (`compact`), runs' histories referring to pinned responses (`responses`), the line
+limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
 """
 
 from __future__ import annotations

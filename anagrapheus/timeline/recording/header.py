@@ -31,10 +31,11 @@ RECORDING_FORMAT = "anagrapheus.recording"
 
 RECORDING_VERSION = 4
 """The newest recording format version this code writes; version 2 added the header's `provenance`, version 3 pin
-fingerprints written as deltas (`deltas`), version 4 runs' histories referring to the model responses their unit's
-pins hold (`responses`). A recording is written in the oldest version that holds what it writes: one that refers
-to no response is version 3 (`FINGERPRINT_DELTAS_VERSION`), one that holds no delta either version 2
-(`WHOLE_FINGERPRINTS_VERSION`), which a reader before version 3 reads as it always did."""
+fingerprints written as deltas (`deltas`), version 4 compact pin and run lines (`compact`) and runs' histories
+referring to the model responses their unit's pins hold (`responses`). A recording is written in the oldest version
+that holds what it writes: one with neither version 4 form is version 3 (`FINGERPRINT_DELTAS_VERSION`), one that
+holds no delta either version 2 (`WHOLE_FINGERPRINTS_VERSION`), which a reader before version 3 reads as it always
+did."""
 
 FINGERPRINT_DELTAS_VERSION = 3
 """The version of a recording that may hold fingerprint deltas but no reference to a pinned response."""
