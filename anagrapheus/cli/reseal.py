@@ -11,6 +11,7 @@ from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import canonical_json, read_recording, write_recording
+from anagrapheus.timeline.provenance import stamping_or_default
 from anagrapheus.timeline.recording.compact import compact_line
 from anagrapheus.timeline.recording.deltas import FingerprintDeltas, holds_deltas, holds_references
 from anagrapheus.timeline.recording.responses import ResponseReferences
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> Outcome:
     referring = compact and holds_references(path)
     sealer = Sealer()
     deltas = FingerprintDeltas()
-    references = ResponseReferences()
+    references = ResponseReferences(stamping_or_default(None).stamped_fields)
     for line, event in enumerate(recording.events, start=2):
         text = canonical_json(event.to_json())
         text = deltas.line(text) if compact else text

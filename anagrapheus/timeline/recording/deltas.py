@@ -25,6 +25,7 @@ from typing import Any, NoReturn, cast
 from anagrapheus.errors import RecordingError
 from anagrapheus.timeline.canonical import encode_normalised
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted
+from anagrapheus.timeline.provenance import stamping_or_default
 from anagrapheus.timeline.recording.header import FINGERPRINT_DELTAS_VERSION, RECORDING_VERSION
 from anagrapheus.timeline.recording.responses import ResponseResolver
 from anagrapheus.timeline.recording.strict_json import parse_object
@@ -265,7 +266,7 @@ def expanded(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Itera
     See `FingerprintExpander` and `responses.ResponseResolver`.
     """
     expander = FingerprintExpander(where)
-    resolver = ResponseResolver(where)
+    resolver = ResponseResolver(where, stamping_or_default(None).stamped_fields)
     for number, fields in entries:
         expander.expand(number, fields)
         resolver.resolve(number, fields)

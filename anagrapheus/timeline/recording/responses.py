@@ -1,15 +1,16 @@
-"""A run's recorded history as a recording line holds it: each model response a pin of its unit holds, referred to.
+"""A run's recorded history as a recording line holds it: each model call's result its unit's pin holds, referred to.
 
 A conversation's run records the messages the run before it added (`RunInputs`, `provider.inputs`), and among them
-each model response, which the model call's pin of the same unit holds already (issue #43). In memory, in a log and
-in every event a reader returns, a history is whole. Only the recording file writes such a response as a reference,
-`{"$anagrapheus.response_of": digest, ...}`: the digest of the response as its pin holds it, less the fields
-pydantic-ai stamps on a response after its model call (`STAMPED`), with those fields as the message holds them. A
-response is referred to only when an earlier `model_call` pin line of the same run of its unit's lines holds it (a
-line of another unit in between ends the run, as for fingerprint deltas), and only when the reference read back is
-the very message, so a reader makes the history whole exactly. A history item that is a message always has a
-`kind`, which a reference never has. References are written only in a version 4 recording, which an older reader
-refuses by its version rather than read a reference as a message.
+each model call's result, which that call's pin in the same unit holds already (issue #43). In memory, in a log and
+in every event a reader returns, a history is whole. Only the recording file writes such a message as a reference,
+`{"$anagrapheus.response_of": digest, ...}`: the digest of the result as its pin holds it, less the fields the
+framework sets on a result after its call (`Stamping.stamped_fields`, the provider layer's), with those fields as
+the message holds them but for the ones the message before it holds alike. A message is referred to only when an
+earlier `model_call` pin line of the same run of its unit's lines holds it (a line of another unit in between ends
+the run, as for fingerprint deltas), and only when the reference read back is the very message, so a reader makes
+the history whole exactly. Keys starting `$anagrapheus.` are the library's own: no message holds one. References
+are written only in a version 4 recording, which an older reader refuses by its version rather than read a
+reference as a message.
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ from anagrapheus.timeline.canonical import canonical_number, encode_normalised, 
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs
 from anagrapheus.timeline.recording.strict_json import parse_object
 
-__all__ = ["RESPONSE_OF", "STAMPED", "ResponseReferences", "ResponseResolver"]
+__all__ = ["RESPONSE_OF", "ResponseReferences", "ResponseResolver"]
 
 RESPONSE_OF = "$anagrapheus.response_of"
 """The field of a history item that refers to a model response a pin of its unit holds: the response's digest."""
 
-STAMPED = ("conversation_id", "model_id", "run_id")
-"""The fields of a response pydantic-ai sets after its model call returned: the history's copy holds them, the
-pin's may not, so a reference carries them."""
 
 _MODEL_CALL = "model_call"
 _PIN_TYPE = PinPromoted.event_type
@@ -50,9 +48,9 @@ Responses = dict[str, dict[str, Any]]
 _decode_response = json.JSONDecoder(parse_float=canonical_number).decode
 
 
-def _digest(response: dict[str, Any]) -> str:
-    """The digest naming a response: of its JSON as a reader writes it back, less the stamped fields."""
-    unstamped = {name: value for name, value in response.items() if name not in STAMPED}
+def _digest(response: dict[str, Any], stamped: tuple[str, ...]) -> str:
+    """The digest naming a result: of its JSON as a reader writes it back, less the stamped fields."""
+    unstamped = {name: value for name, value in response.items() if name not in stamped}
     return hashlib.sha256(stored_json_of_parsed(unstamped).encode()).hexdigest()[:32]
 
 
@@ -61,15 +59,17 @@ def _fields(item: object) -> dict[str, Any]:
     return cast(dict[str, Any], item) if isinstance(item, dict) else {}
 
 
-def _restored(base: dict[str, Any], reference: dict[str, Any], before: object) -> dict[str, Any]:
+def _restored(
+    base: dict[str, Any], reference: dict[str, Any], before: object, stamped: tuple[str, ...]
+) -> dict[str, Any]:
     """The message a reference stands for: its base less the stamped fields, with the reference's stamped fields.
 
     A stamped field the reference leaves out is the one the message `before` it in the history holds (a run's
     messages share their run and conversation ids), or absent when that one has none.
     """
-    message = {name: value for name, value in base.items() if name not in STAMPED}
+    message = {name: value for name, value in base.items() if name not in stamped}
     earlier = _fields(before)
-    for name in STAMPED:
+    for name in stamped:
         if name in reference:
             message[name] = reference[name]
         elif name in earlier:
@@ -98,9 +98,7 @@ def _response_of(text: str) -> dict[str, Any] | None:
         response: object = _decode_response(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(response, dict) or cast(dict[str, Any], response).get("kind") != "response":
-        return None
-    return cast(dict[str, Any], response)
+    return cast(dict[str, Any], response) if isinstance(response, dict) else None
 
 
 def _history_of(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
@@ -127,7 +125,8 @@ class _Run:
     of a file without references parses no response twice.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stamped: tuple[str, ...]) -> None:
+        self.stamped = stamped
         self.unit: str | None = None
         self.responses: Responses = {}
         self.pending: list[str] = []
@@ -150,7 +149,7 @@ class _Run:
             for text in self.pending:
                 response = _response_of(text)
                 if response is not None:
-                    self.responses[_digest(response)] = response
+                    self.responses[_digest(response, self.stamped)] = response
             self.pending = []
         return self.responses.get(digest)
 
@@ -161,8 +160,9 @@ class _Run:
 class ResponseReferences:
     """The writer's side: each run's history written with the responses its unit's pins hold referred to."""
 
-    def __init__(self) -> None:
-        self._run = _Run()
+    def __init__(self, stamped: tuple[str, ...]) -> None:
+        self._stamped = stamped
+        self._run = _Run(stamped)
         self.written = False
         """Whether a reference was written (the file is then version 4)."""
 
@@ -187,10 +187,10 @@ class ResponseReferences:
         for at, message in enumerate(messages):
             if self._run.empty():
                 break
-            if not isinstance(message, dict) or cast(dict[str, Any], message).get("kind") != "response":
+            if not isinstance(message, dict):
                 continue
             message = cast(dict[str, Any], message)
-            digest = _digest(message)
+            digest = _digest(message, self._stamped)
             base = self._run.find(digest)
             if base is None:
                 continue
@@ -199,10 +199,11 @@ class ResponseReferences:
             reference: dict[str, Any] = {RESPONSE_OF: digest}
             reference.update(
                 (name, message[name])
-                for name in STAMPED
+                for name in self._stamped
                 if name in message and earlier.get(name, _ABSENT) != message[name]
             )
-            if stored_json_of_parsed(_restored(base, reference, before)) != stored_json_of_parsed(message):
+            restored = _restored(base, reference, before, self._stamped)
+            if stored_json_of_parsed(restored) != stored_json_of_parsed(message):
                 continue
             history[at] = reference
             changed = True
@@ -216,9 +217,10 @@ class ResponseReferences:
 class ResponseResolver:
     """The reader's side: each run's history made whole again, in file order, holding one unit's responses."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, stamped: tuple[str, ...]) -> None:
         self._where = where
-        self._run = _Run()
+        self._stamped = stamped
+        self._run = _Run(stamped)
 
     def resolve(self, number: int, fields: dict[str, Any]) -> None:
         """Make line `number`'s history whole in `fields`, in place, or refuse a reference to no response held."""
@@ -240,7 +242,7 @@ class ResponseResolver:
                 continue
             reference = cast(dict[str, Any], item)
             digest = reference[RESPONSE_OF]
-            if not reference.keys() - {RESPONSE_OF} <= set(STAMPED) or not isinstance(digest, str):
+            if not reference.keys() - {RESPONSE_OF} <= set(self._stamped) or not isinstance(digest, str):
                 self._refuse(number, f"{RESPONSE_OF} must name a response's digest and its stamped fields alone")
             base = self._run.find(digest)
             if base is None:
@@ -249,7 +251,7 @@ class ResponseResolver:
                     f"{RESPONSE_OF} {digest} names no model response an earlier pin of its unit's lines holds"
                     " (a line deleted or moved?)",
                 )
-            history[at] = _restored(base, reference, history[at - 1] if at else None)
+            history[at] = _restored(base, reference, history[at - 1] if at else None, self._stamped)
 
     def _refuse(self, number: int, message: str) -> NoReturn:
         raise RecordingError(message, path=self._where, line=number)

@@ -13,7 +13,7 @@ from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised, stored_value
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
-from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
+from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance, stamping_or_default
 from anagrapheus.timeline.recording.compact import compact_line
 from anagrapheus.timeline.recording.deltas import FingerprintDeltas
 from anagrapheus.timeline.recording.header import (
@@ -193,7 +193,8 @@ def write_recording(
     writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretScanner())
     deltas = FingerprintDeltas()
     compact = fingerprint_deltas if compact_lines is None else compact_lines
-    references = ResponseReferences() if compact else None
+    stamping = stamping_or_default(stamp if isinstance(stamp, Stamping) else None)
+    references = ResponseReferences(stamping.stamped_fields) if compact else None
     compacted = False
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
