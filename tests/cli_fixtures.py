@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from pydantic_ai import Agent
@@ -12,7 +13,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from anagrapheus.provider import PinnedModel
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore
-from anagrapheus.timeline.recording.deltas import DELTA_FIELD, FingerprintExpander
+from anagrapheus.timeline.canonical import canonical_json
+from anagrapheus.timeline.recording.deltas import expanded
+from anagrapheus.timeline.recording.lines import checked_entries, stored_event
 from examples.negotiation.runs import DEFAULT_SEED, RECORDING, record_negotiation
 
 
@@ -24,21 +27,20 @@ def _unsealed(lines: list[str]) -> list[str]:
 
 
 def whole_fingerprints(lines: list[str]) -> list[str]:
-    """The lines with each fingerprint written as a delta written whole instead (a version 2 file), the rest as was.
+    """The lines with every event written whole (a version 2 file), the header as it was but for its version.
 
-    An edit to a line's fingerprint then stays its own: a delta's edit would move every later fingerprint of its
-    kind in its unit, which is built upon it.
+    Each fingerprint written as a delta is whole, each compact line holds all its fields, each history its responses:
+    an edit to a line then stays its own (a delta's edit would move every later fingerprint of its kind in its unit,
+    which is built upon it) and changes the field as a whole line holds it.
     """
-    expander = FingerprintExpander("negotiation")
-    # A file with no delta left is one of the version before deltas, as a reader before them reads it.
-    whole = [lines[0].replace(',"version":3}', ',"version":2}', 1)]
-    for number, line in enumerate(lines[1:], start=2):
-        fields = json.loads(line)
-        delta = DELTA_FIELD in fields["payload"]
-        expander.expand(number, fields)
-        whole.append(
-            json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" if delta else line
-        )
+    end = "\n" if lines[0].endswith("\n") else ""
+    # A file with every event whole is one of the version before deltas, as a reader before them reads it.
+    whole = [re.sub(r',"version":[34]}', ',"version":2}', lines[0], count=1)]
+    numbered = ((number, line.rstrip("\n")) for number, line in enumerate(lines[1:], start=2))
+    entries = ((number, fields) for number, _, fields in checked_entries(numbered, "negotiation"))
+    for number, fields in expanded(entries, "negotiation"):
+        event = stored_event(fields, where="negotiation", line=number)
+        whole.append(canonical_json(event.to_json()) + end)
     return whole
 
 

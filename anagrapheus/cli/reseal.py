@@ -11,7 +11,10 @@ from anagrapheus.cli.commands import Command
 from anagrapheus.cli.report import BadInput, Exit, Outcome, bad_input
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import canonical_json, read_recording, write_recording
-from anagrapheus.timeline.recording.deltas import FingerprintDeltas, holds_deltas
+from anagrapheus.timeline.provenance import stamping_or_default
+from anagrapheus.timeline.recording.compact import compact_line
+from anagrapheus.timeline.recording.deltas import FingerprintDeltas, holds_deltas, holds_references
+from anagrapheus.timeline.recording.responses import ResponseReferences
 from anagrapheus.timeline.recording.seal import Sealer, seal_changes
 
 __all__ = ["COMMAND", "run"]
@@ -33,14 +36,18 @@ def run(args: argparse.Namespace) -> Outcome:
     except AnagrapheusError as e:
         raise bad_input(e, path=args.path) from e
     # The lines as `write_recording` writes them: canonical, so what is listed is what the new seal holds.
-    # The file keeps its form: fingerprints as deltas in a version 3 file, whole in an older one (which an older
-    # anagrapheus still reads), so what is listed is what changed by hand, never the format.
+    # The file keeps its form: fingerprints as deltas in a version 3 file (and responses referred to, lines compact,
+    # in a version 4 one), whole in an older one (which an older anagrapheus still reads), so what is listed is what
+    # changed by hand, never the format.
     compact = holds_deltas(path)
+    referring = compact and holds_references(path)
     sealer = Sealer()
     deltas = FingerprintDeltas()
+    references = ResponseReferences(stamping_or_default(None).stamped_fields)
     for line, event in enumerate(recording.events, start=2):
         text = canonical_json(event.to_json())
-        sealer.add(event.correlation_id, deltas.line(text) if compact else text, line=line)
+        text = deltas.line(text) if compact else text
+        sealer.add(event.correlation_id, compact_line(references.line(text)) if referring else text, line=line)
     # A seal that cannot be read (None under "ignore") accepts nothing: the file is sealed afresh, as unsealed.
     changes = seal_changes(recording.seal, sealer)
     data: dict[str, object] = {"path": args.path, "accepted": changes, "written": False}
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> Outcome:
             header=recording.header,
             mode=stat.S_IMODE(os.stat(path).st_mode),
             fingerprint_deltas=compact,
+            compact_lines=referring,
         )
     except AnagrapheusError as e:
         raise bad_input(e, path=args.path) from e

@@ -12,7 +12,7 @@ from anagrapheus.cli.report import BadInput, Exit, Outcome
 from anagrapheus.cli.sources import add_registry_options, event_types, open_source, upcasts_of
 from anagrapheus.errors import AnagrapheusError
 from anagrapheus.timeline import StoredEvent, write_recording
-from anagrapheus.timeline.recording.deltas import holds_deltas
+from anagrapheus.timeline.recording.deltas import holds_deltas, holds_references
 
 __all__ = ["COMMAND", "run"]
 
@@ -48,9 +48,18 @@ def run(args: argparse.Namespace) -> Outcome:
         moved[f"{stored.namespace}:{stored.type} v{stored.schema_version}->v{encoded.schema_version}"] += 1
     try:
         # Upcasting keeps the header, provenance included: what made the pins is still what made them.
-        # A recording keeps its form: fingerprints whole in one an older reader reads (before version 3).
-        whole = source.kind == "recording" and Path(args.input).is_file() and not holds_deltas(Path(args.input))
-        written = write_recording(args.output, events, header=source.header, fingerprint_deltas=not whole)
+        # A recording keeps its form: fingerprints whole in one an older reader reads (before version 3), responses
+        # copied in one before version 4.
+        recorded = source.kind == "recording" and Path(args.input).is_file()
+        whole = recorded and not holds_deltas(Path(args.input))
+        copied = recorded and not holds_references(Path(args.input))
+        written = write_recording(
+            args.output,
+            events,
+            header=source.header,
+            fingerprint_deltas=not whole,
+            compact_lines=not whole and not copied,
+        )
     except (OSError, AnagrapheusError) as e:
         raise BadInput(f"cannot write the recording ({e})", path=args.output) from e
     steps = ", ".join(f"{name} x{count}" for name, count in sorted(moved.items())) or "none were old"

@@ -73,8 +73,15 @@ def provenance_of_pins(results: Iterable[JSONValue], /, *, call_policy: object |
     return current_provenance(pinned_responses(results), call_policy=call_policy)
 
 
+STAMPED_FIELDS = ("conversation_id", "model_id", "run_id")
+"""The fields pydantic-ai sets on a `ModelResponse` after its model call returned: a run's history holds them, the
+model call's pin may not (fixed by recording format version 4: a history's reference to a pin is read with them)."""
+
 STAMPING = Stamping(
-    provenance_of_pins, default_call_policy=DEFAULT_CALL_POLICY, verified={"pydantic_ai": VERIFIED_PYDANTIC_AI}
+    provenance_of_pins,
+    default_call_policy=DEFAULT_CALL_POLICY,
+    verified={"pydantic_ai": VERIFIED_PYDANTIC_AI},
+    stamped_fields=STAMPED_FIELDS,
 )
 """How recordings are stamped and checked under pydantic-ai: the stamp, the default policy, the verified releases.
 

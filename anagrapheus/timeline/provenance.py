@@ -148,6 +148,10 @@ class Stamping:
     """The (name, version) of the policy assumed when none is named: recordings made or read without one."""
     verified: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict[str, tuple[str, str]])
     """Per provenance field, the first and last version across which recordings are known to replay each other."""
+    stamped_fields: tuple[str, ...] = ()
+    """The fields the framework sets on a model call's result after the call (a run's history holds them, the pin
+    may not): a recording's history refers to a pinned result less these (`recording.responses`). Part of the
+    recording format from version 4: changing it changes what a version 4 file reads as."""
 
 
 _PROVIDER_STAMPING = ("anagrapheus.provider.provenance", "STAMPING")

@@ -94,7 +94,7 @@ def test_a_streamed_recording_says_what_a_whole_read_says(
     path = _recording(tmp_path / "run.jsonl", 40, 64)
     lines = path.read_text().split("\n")
     if damage == "edited":
-        lines[7] = lines[7].replace('"attempts":1', '"attempts":2')
+        lines[7] = lines[7].replace('"created_at":"2026-01-05', '"created_at":"2026-01-06')
     elif damage == "not json":
         lines[9] = "{" + lines[9]
     path.write_text("\n".join(lines))

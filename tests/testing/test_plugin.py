@@ -119,7 +119,7 @@ def test_record_once_then_replay_reaches_nothing(project: pytest.Pytester) -> No
     assert read_recording(project.path / RECORDING).seal is not None
     lines = recorded.decode().splitlines(keepends=True)
     edited = next(n for n, line in enumerate(lines) if '"kind":"model_call"' in line)
-    lines[edited] = lines[edited].replace('"attempts":1', '"attempts":3', 1)
+    lines[edited] = lines[edited].replace('"kind":"model_call"', '"attempts":3,"failed":false,"kind":"model_call"', 1)
     (project.path / RECORDING).write_text("".join(lines), encoding="utf-8")
     project.runpytest().stdout.fnmatch_lines(
         [f"*test_advice.jsonl:{edited + 1}: this line no longer matches the seal*"]

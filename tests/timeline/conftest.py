@@ -1,4 +1,8 @@
-"""The sample recordings the recording tests edit, one fresh copy a test."""
+"""The sample recordings the recording tests edit, one fresh copy a test.
+
+Each is written with its lines whole (`compact_lines=False`): the tests edit an event's fields as a whole line holds
+them (compact lines have tests of their own, `recording/test_compact.py`).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from tests.timeline.sample_recording import HEADER, TWO_PINS_HEADER, logged_even
 @pytest.fixture
 def recording(tmp_path: Path) -> Path:
     """A pin, an abandoned unit's summary, then another pin, written as a recording."""
-    return write_recording(tmp_path / "run.jsonl", logged_events(tmp_path / "run.db"), header=HEADER)
+    return write_recording(
+        tmp_path / "run.jsonl", logged_events(tmp_path / "run.db"), header=HEADER, compact_lines=False
+    )
 
 
 @pytest.fixture
@@ -32,4 +38,4 @@ def two_pins(tmp_path: Path) -> Path:
                 for n in range(2)
             ]
         )
-        return write_recording(tmp_path / "run.jsonl", store.read(), header=TWO_PINS_HEADER)
+        return write_recording(tmp_path / "run.jsonl", store.read(), header=TWO_PINS_HEADER, compact_lines=False)

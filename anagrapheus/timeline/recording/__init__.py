@@ -2,12 +2,14 @@
 
 The names a recording's reader and writer use, gathered from the modules that hold them: the header
 (`header`), the writer (`writer`), the readers (`reader`, `pins`), fingerprints written as deltas (`deltas`),
-the line limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
+compact pin and run lines (`compact`), runs' histories referring to pinned responses (`responses`), the line
+limit (`lines`), the seal (`seal`) and the index beside a large recording (`index`).
 """
 
 from __future__ import annotations
 
 from anagrapheus.timeline.recording.header import (
+    FINGERPRINT_DELTAS_VERSION,
     RECORDING_FORMAT,
     RECORDING_VERSION,
     WHOLE_FINGERPRINTS_VERSION,
@@ -21,6 +23,7 @@ from anagrapheus.timeline.recording.seal import Seal, SealCheck, UnitSeal
 from anagrapheus.timeline.recording.writer import pin_events, write_recording
 
 __all__ = [
+    "FINGERPRINT_DELTAS_VERSION",
     "INDEX_MIN_EVENTS",
     "MAX_LINE_BYTES",
     "RECORDING_FORMAT",

@@ -10,8 +10,8 @@ that unit's pin lines: a pin of another unit in between ends the run, and the ne
 So a read of one unit's lines (`view --unit`, the index) expands it as a read of the whole file does, and a reader
 holds the bases of one unit only, however many units the file holds. Only a pin of the current
 event version is a base or a delta: an older one (read through upcasts) is written whole and left unread. A delta
-is written only where it is shorter than the whole fingerprint, and only in a version 3 recording, which an older
-reader refuses by its version rather than read a delta as a fingerprint.
+is written only where it is shorter than the whole fingerprint, and only in a version 3 (or later) recording,
+which an older reader refuses by its version rather than read a delta as a fingerprint.
 """
 
 from __future__ import annotations
@@ -25,10 +25,19 @@ from typing import Any, NoReturn, cast
 from anagrapheus.errors import RecordingError
 from anagrapheus.timeline.canonical import encode_normalised
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted
-from anagrapheus.timeline.recording.header import RECORDING_VERSION
+from anagrapheus.timeline.provenance import stamping_or_default
+from anagrapheus.timeline.recording.header import FINGERPRINT_DELTAS_VERSION, RECORDING_VERSION
+from anagrapheus.timeline.recording.responses import ResponseResolver
 from anagrapheus.timeline.recording.strict_json import parse_object
 
-__all__ = ["DELTA_FIELD", "FingerprintDeltas", "FingerprintExpander", "expanded", "holds_deltas"]
+__all__ = [
+    "DELTA_FIELD",
+    "FingerprintDeltas",
+    "FingerprintExpander",
+    "expanded",
+    "holds_deltas",
+    "holds_references",
+]
 
 DELTA_FIELD = "fingerprint_delta"
 """The payload field of a pin line whose fingerprint is written as a delta (it sorts where `fingerprint` did)."""
@@ -252,21 +261,38 @@ class FingerprintExpander:
 
 
 def expanded(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each checked line's number and fields, every pin's fingerprint whole (see `FingerprintExpander`)."""
+    """Each checked line's number and fields, every pin's fingerprint and every run's history whole.
+
+    See `FingerprintExpander` and `responses.ResponseResolver`.
+    """
     expander = FingerprintExpander(where)
+    resolver = ResponseResolver(where, stamping_or_default(None).stamped_fields)
     for number, fields in entries:
         expander.expand(number, fields)
+        resolver.resolve(number, fields)
         yield number, fields
 
 
 def holds_deltas(path: Path) -> bool:
-    """Whether the recording at `path` is of the version that may hold deltas; a file that cannot tell, as if so.
+    """Whether the recording at `path` is of a version that may hold deltas; a file that cannot tell, as if so.
 
     What rewrites a file as it stands (`reseal`, `upcast`) keeps its form: one an older reader reads stays so.
     """
+    version = _version(path)
+    return version is None or version in (FINGERPRINT_DELTAS_VERSION, RECORDING_VERSION)
+
+
+def holds_references(path: Path) -> bool:
+    """Whether the recording at `path` is of the version that may refer to pinned responses; unknown: as if so."""
+    version = _version(path)
+    return version is None or version == RECORDING_VERSION
+
+
+def _version(path: Path) -> object:
+    """The version the header of the recording at `path` names; None when it cannot be read."""
     try:
         with path.open("rb") as file:
             header: object = json.loads(file.readline())
     except (OSError, ValueError):
-        return True
-    return not isinstance(header, dict) or cast(dict[str, Any], header).get("version") == RECORDING_VERSION
+        return None
+    return cast(dict[str, Any], header).get("version") if isinstance(header, dict) else None

@@ -16,6 +16,7 @@ from anagrapheus.timeline.recording.lines import EVENT_FIELDS, is_int
 from anagrapheus.timeline.recording.strict_json import parse_object
 
 __all__ = [
+    "FINGERPRINT_DELTAS_VERSION",
     "RECORDING_FORMAT",
     "RECORDING_VERSION",
     "WHOLE_FINGERPRINTS_VERSION",
@@ -28,15 +29,21 @@ __all__ = [
 RECORDING_FORMAT = "anagrapheus.recording"
 """The format marker on every recording's header line."""
 
-RECORDING_VERSION = 3
+RECORDING_VERSION = 4
 """The newest recording format version this code writes; version 2 added the header's `provenance`, version 3 pin
-fingerprints written as deltas (`deltas`). A recording that holds no delta is written as version 2
-(`WHOLE_FINGERPRINTS_VERSION`), which a reader before version 3 reads as it always did."""
+fingerprints written as deltas (`deltas`), version 4 compact pin and run lines (`compact`) and runs' histories
+referring to the model responses their unit's pins hold (`responses`). A recording is written in the oldest version
+that holds what it writes: one with neither version 4 form is version 3 (`FINGERPRINT_DELTAS_VERSION`), one that
+holds no delta either version 2 (`WHOLE_FINGERPRINTS_VERSION`), which a reader before version 3 reads as it always
+did."""
+
+FINGERPRINT_DELTAS_VERSION = 3
+"""The version of a recording that may hold fingerprint deltas but no reference to a pinned response."""
 
 WHOLE_FINGERPRINTS_VERSION = 2
 """The version of a recording whose every fingerprint is written whole."""
 
-_READABLE_VERSIONS = (1, WHOLE_FINGERPRINTS_VERSION, RECORDING_VERSION)
+_READABLE_VERSIONS = (1, WHOLE_FINGERPRINTS_VERSION, FINGERPRINT_DELTAS_VERSION, RECORDING_VERSION)
 
 
 class RecordingHeader(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any
 from anagrapheus.errors import AnagrapheusError, RecordingError
 from anagrapheus.timeline.canonical import JSONValue, stored_json_of_parsed
 from anagrapheus.timeline.events import StoredEvent
+from anagrapheus.timeline.recording.compact import restore_compact
 from anagrapheus.timeline.recording.strict_json import parse_object
 
 __all__ = ["EVENT_FIELDS", "MAX_LINE_BYTES", "checked_entries", "is_int", "read_lines", "stored_event"]
@@ -65,6 +66,9 @@ def is_int(value: object) -> bool:
 def _event_fields(text: str, *, where: str, line: int) -> dict[str, Any]:
     """Parse and check one event line; the payload stays parsed."""
     fields = parse_object(text, where=where, line=line)
+    if fields.keys() != EVENT_FIELDS and fields.keys() < EVENT_FIELDS:
+        # A pin or a run's inputs written compact (a version 4 recording): what it leaves out is put back.
+        restore_compact(fields, frozenset(EVENT_FIELDS - fields.keys()), where=where, line=line)
     if fields.keys() != EVENT_FIELDS:
         missing = sorted(EVENT_FIELDS - fields.keys())
         extra = sorted(fields.keys() - EVENT_FIELDS)

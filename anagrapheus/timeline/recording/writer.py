@@ -13,9 +13,11 @@ from anagrapheus.errors import RecordingError, SecretInRecording, UsageError
 from anagrapheus.timeline.canonical import JSONValue, canonical_json, canonical_value, encode_normalised, stored_value
 from anagrapheus.timeline.durable_file import replace_durably
 from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs, StoredEvent, events_of
-from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance
+from anagrapheus.timeline.provenance import ProvenanceStamp, Stamping, stamp_provenance, stamping_or_default
+from anagrapheus.timeline.recording.compact import compact_line
 from anagrapheus.timeline.recording.deltas import FingerprintDeltas
 from anagrapheus.timeline.recording.header import (
+    FINGERPRINT_DELTAS_VERSION,
     RECORDING_VERSION,
     WHOLE_FINGERPRINTS_VERSION,
     RecordingHeader,
@@ -23,6 +25,7 @@ from anagrapheus.timeline.recording.header import (
     header_line,
 )
 from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, index_path, keep_index, write_index
+from anagrapheus.timeline.recording.responses import ResponseReferences
 from anagrapheus.timeline.recording.seal import SEAL_DETAIL, Sealer, read_seal
 from anagrapheus.timeline.secrets import Redactor, SecretScanner, split_private_keys
 
@@ -143,6 +146,7 @@ def write_recording(
     stamp: ProvenanceStamp | Stamping | None = None,
     index: bool | None = None,
     fingerprint_deltas: bool = True,
+    compact_lines: bool | None = None,
 ) -> Path:
     """Write `header` and `events` as a recording, replacing `path` atomically; return the path.
 
@@ -161,6 +165,12 @@ def write_recording(
     (a conversation's model calls repeat every earlier message's digest), and the file is then version 3; every
     reader makes it whole again. The secret search sees each line with its fingerprint whole. With
     `fingerprint_deltas=False` every fingerprint is written whole, in a version 2 file an older reader reads.
+
+    A run's recorded history (`RunInputs`) refers to each model response a `model_call` pin of its unit holds
+    earlier in the file, rather than copy it, and each pin's and run's inputs' line leaves out the fields every such
+    line holds alike (`compact`); the file is then version 4, and every reader makes each event whole again,
+    exactly. `compact_lines=False` writes neither (version 3 or 2, as above); by default they go with
+    `fingerprint_deltas`.
 
     Each unit's lines are sealed: a sha256 chain over them, kept in the header's `details["seal"]` (any seal
     the header holds is replaced), so a reader names a line edited or deleted by hand (`SealBroken`).
@@ -182,6 +192,10 @@ def write_recording(
     sealer = Sealer()
     writer = _LineWriter(target, redact=redact, refuse=None if dangerously_keep_secrets else SecretScanner())
     deltas = FingerprintDeltas()
+    compact = fingerprint_deltas if compact_lines is None else compact_lines
+    stamping = stamping_or_default(stamp if isinstance(stamp, Stamping) else None)
+    references = ResponseReferences(stamping.stamped_fields) if compact else None
+    compacted = False
     lines: list[str] = []
     # What the pins hold, for the stamp to read the models from; kept only when there is a header to stamp.
     results: list[JSONValue] | None = [] if chosen.provenance is None else None
@@ -202,6 +216,11 @@ def write_recording(
         text = writer.text(line, seq=event.seq)
         if fingerprint_deltas:
             text = deltas.line(text)
+        if references is not None:
+            text = references.line(text)
+            written = compact_line(text)
+            compacted = compacted or written is not text
+            text = written
         # The reader checks a line under the unit it reads there: an id the line holds otherwise (redacted, or
         # NFC-normalised as canonical text is) is read back from it.
         unit = event.correlation_id
@@ -216,7 +235,10 @@ def write_recording(
             stamped = stamp(results, call_policy=call_policy)
         chosen = chosen.model_copy(update={"provenance": stamped})
     chosen = chosen.model_copy(update={"details": {**chosen.details, SEAL_DETAIL: sealer.seal.detail()}})
-    version = RECORDING_VERSION if deltas.written else WHOLE_FINGERPRINTS_VERSION
+    if compacted or (references is not None and references.written):
+        version = RECORDING_VERSION
+    else:
+        version = FINGERPRINT_DELTAS_VERSION if deltas.written else WHOLE_FINGERPRINTS_VERSION
     lines.insert(0, writer.text(header_line(chosen, version=version), seq=None))
     # By default: a large recording, or one indexed before (its index must not go stale: `reseal`, a re-recording).
     indexed = len(lines) - 1 >= INDEX_MIN_EVENTS or index_path(target).exists() if index is None else index

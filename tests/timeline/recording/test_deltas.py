@@ -24,6 +24,7 @@ from anagrapheus.timeline import (
     StoredEvent,
 )
 from anagrapheus.timeline.recording import (
+    FINGERPRINT_DELTAS_VERSION,
     RECORDING_VERSION,
     WHOLE_FINGERPRINTS_VERSION,
     RecordingHeader,
@@ -39,6 +40,8 @@ from examples.negotiation.runs import RECORDING
 HEADER = RecordingHeader(description="deltas", recorded_with="tests", rerecord="pytest tests/timeline/recording")
 WHOLE = Path(__file__).parents[2] / "data" / "negotiation-whole-fingerprints.jsonl"
 """The committed negotiation as written before fingerprint deltas (version 2)."""
+DELTAS = Path(__file__).parents[2] / "data" / "negotiation-fingerprint-deltas.jsonl"
+"""The committed negotiation as written before compact lines (version 3)."""
 
 
 def _pin(seq: int, unit: str, kind: str, fingerprint: dict[str, str] | None, *, version: int = 2) -> StoredEvent:
@@ -137,7 +140,10 @@ def test_every_event_reads_back_exactly_whole_fingerprints_and_all(
             assert [opened[1][pin.key] for pin in pins] == pins
     lines = path.read_text(encoding="utf-8").splitlines()
     holds = any('"fingerprint_delta":' in line for line in lines[1:])
-    assert json.loads(lines[0])["version"] == (RECORDING_VERSION if holds else WHOLE_FINGERPRINTS_VERSION)
+    compact = any('"namespace":' not in line for line in lines[1:])
+    assert json.loads(lines[0])["version"] == (
+        RECORDING_VERSION if compact else FINGERPRINT_DELTAS_VERSION if holds else WHOLE_FINGERPRINTS_VERSION
+    )
 
 
 def test_a_recording_written_before_deltas_reads_as_the_same_events_as_the_committed_one() -> None:
@@ -150,6 +156,19 @@ def test_a_recording_written_before_deltas_reads_as_the_same_events_as_the_commi
     assert '"fingerprint_delta":' in RECORDING.read_text(encoding="utf-8")
     assert old.events == new.events
     assert len(RECORDING.read_bytes()) < len(WHOLE.read_bytes())
+
+
+def test_a_recording_written_before_compact_lines_reads_as_the_same_events_and_is_written_again_when_asked(
+    tmp_path: Path,
+) -> None:
+    # The negotiation as committed with fingerprint deltas but whole lines (version 3), and as written since.
+    old = read_recording(DELTAS)
+
+    assert json.loads(DELTAS.read_text(encoding="utf-8").splitlines()[0])["version"] == FINGERPRINT_DELTAS_VERSION
+    assert old.events == read_recording(RECORDING).events
+    assert len(RECORDING.read_bytes()) < len(DELTAS.read_bytes())
+    path = write_recording(tmp_path / "v3.jsonl", old.events, header=old.header, compact_lines=False)
+    assert path.read_bytes() == DELTAS.read_bytes()
 
 
 def test_writing_whole_fingerprints_when_asked_gives_a_file_an_older_reader_reads(tmp_path: Path) -> None:
@@ -185,7 +204,8 @@ def test_a_delta_with_nothing_to_apply_to_or_of_another_shape_is_refused_naming_
         _pin(1, "u", "model_call", {"a": "1", "b": "2", "c": "3"}),
         _pin(2, "u", "model_call", {"a": "1", "b": "2", "c": "3", "d": "4"}),
     ]
-    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER)
+    # Whole lines, so the edits below change each field as a whole line holds it.
+    path = write_recording(tmp_path / "run.jsonl", events, header=HEADER, compact_lines=False)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[2])["payload"]["fingerprint_delta"] == {"set": {"d": "4"}}
 

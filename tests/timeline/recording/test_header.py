@@ -31,8 +31,8 @@ def test_header_refusals_in_full(recording: Path) -> None:
     refused(recording, 1, "missing header: line 1 is an event, not a recording header")
     rewrite(recording, 1, json.dumps({key: value for key, value in header.items() if key != "format"}))
     refused(recording, 1, "missing header: line 1 has no format marker")
-    rewrite(recording, 1, json.dumps({**header, "version": 4}))
-    refused(recording, 1, "unknown recording format version 4; this anagrapheus reads versions 1, 2, 3")
+    rewrite(recording, 1, json.dumps({**header, "version": 5}))
+    refused(recording, 1, "unknown recording format version 5; this anagrapheus reads versions 1, 2, 3, 4")
 
 
 def test_each_problem_of_a_malformed_header_is_named_by_its_field(recording: Path) -> None:

@@ -17,7 +17,13 @@ from anagrapheus.provider import PinnedModel, SemanticCallPolicy
 from anagrapheus.timeline import PinLedger, ProvenanceWarning, ReplayPins, SQLiteEventStore
 from anagrapheus.timeline.events import EventTypeRegistry
 from anagrapheus.timeline.provenance import call_policy_identity
-from anagrapheus.timeline.recording import RecordingHeader, read_recording, stream_recording, write_recording
+from anagrapheus.timeline.recording import (
+    RECORDING_VERSION,
+    RecordingHeader,
+    read_recording,
+    stream_recording,
+    write_recording,
+)
 from tests.conftest import Scripted
 from tests.timeline.sample_recording import HEADER, edited, logged_events, refused
 
@@ -88,7 +94,7 @@ def test_the_header_says_what_made_the_recording(recorded: Path) -> None:
     assert provenance.python == platform.python_version()
     assert (provenance.key_scheme, provenance.call_policy, provenance.call_policy_version) == ("p1", "semantic", 1)
     assert (provenance.models, provenance.providers) == (("scripted-uk",), ())  # a FunctionModel names no provider
-    assert json.loads(recorded.read_text().splitlines()[0])["version"] == 2
+    assert json.loads(recorded.read_text().splitlines()[0])["version"] == RECORDING_VERSION
 
 
 def test_the_default_policy_is_the_one_assumed_when_none_is_named() -> None:
