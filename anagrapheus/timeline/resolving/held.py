@@ -185,7 +185,8 @@ class HeldDraws:
         """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
 
         Each is let go only once the transaction committed. If it failed, it was rolled back whole, and the
-        caller writes each on its own as before (looking in scratch first, in case the commit landed after all).
+        caller writes each on its own as before (looking in scratch first, in case the commit landed after all);
+        a unit fenced there (its lease broken, or held by another) raises its `UnitBusy` at once.
         """
         store = self._store
         if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
@@ -197,6 +198,8 @@ class HeldDraws:
             with store.transaction() if synced else store.unsynced_transaction():
                 for key, held in pending:
                     self._write_once(key, held, checked=True)
+        except UnitBusy:
+            raise  # fenced, as in `flush_with`: written singly, each would wait for the lease, then lose the note
         except StoreError:
             return pending
         for key, held in pending:
@@ -224,10 +227,12 @@ class HeldDraws:
         """Write one held result (a second, fresh attempt if the first fails) and let it go once the store has it.
 
         `checked` first looks for the pin in scratch: a write cut short may have landed all the same, and
-        writing it again would count an attempt too many.
+        writing it again would count an attempt too many. `UnitBusy` is raised at once, with no second attempt.
         """
         try:
             pin = self._write_once(key, held, checked=checked)
+        except UnitBusy:
+            raise  # fenced, as in `flush_with`: a fresh attempt would wait for the lease, then lose the note
         except StoreError:
             # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
             pin = self._write_once(key, held, checked=True)

@@ -485,3 +485,40 @@ def test_a_first_claim_sharing_the_held_pins_transaction_still_stops_a_holder_wh
         assert paid == ["a"]
         assert [pin.key for pin in new.pins()] == ["p1:tool_call:a", "p1:tool_call:b"]
         new.commit()
+
+
+@pytest.mark.parametrize("held", [1, 2], ids=["a lone held pin", "two held pins"])
+@pytest.mark.parametrize("flush", ["flush_held", "commit"])
+def test_a_flush_of_held_pins_stops_at_once_a_holder_whose_lease_was_broken(
+    tmp_path: Path, flush: str, held: int
+) -> None:
+    # Run-level pins flushed on their own (a worker's flush, or the run's commit), not folded with a claim: the
+    # fenced holder is told its lease was broken at once, as a claim is, not after waiting for the lease again.
+    import sqlite3
+
+    from anagrapheus.cli import main
+
+    db = tmp_path / "leased.db"
+    wait = 10.0
+    with (
+        SQLiteEventStore(db, unit_wait=wait, busy_timeout=wait) as old_store,
+        SQLiteEventStore(db) as new_store,
+    ):
+        old = PinLedger(old_store, EventTypeRegistry())
+        assert old.resolve("p1:tool_call:a", kind="tool_call", effect=lambda: "a", interpret=str) == "a"
+        with sqlite3.connect(db) as connection:  # the lease as a worker in another container would have written it
+            connection.execute("UPDATE unit_leases SET host = 'another-container'")
+        assert main(["unlock", str(db), "--unit", old.unit_id]) == 0
+        new = PinLedger(new_store, EventTypeRegistry(), unit_id=old.unit_id)
+        assert new.resolve("p1:tool_call:b", kind="tool_call", effect=lambda: "b", interpret=str) == "b"
+
+        for n in range(held):
+            old.resolve_held(f"p1:run_clock:{n}", kind="run_clock", effect=lambda: "a clock", interpret=str)
+        started = time.monotonic()
+        with pytest.raises(UnitBusy) as stopped:
+            getattr(old, flush)()
+        assert time.monotonic() - started < wait / 2
+        assert any("its lease was broken" in note for note in stopped.value.__notes__)
+        assert old.holding  # kept in memory, written by nobody
+        assert [pin.key for pin in new.pins()] == ["p1:tool_call:a", "p1:tool_call:b"]
+        new.commit()
