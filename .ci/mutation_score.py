@@ -286,27 +286,27 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'where += " AND TYPE = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_16": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_30": (
         '" select ?, ?, ?, ?, 1, coalesce(max(draw_no), 0) + 1, ? from pin_scratch where unit_id = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_17": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_31": (
         '" SELECT ?, ?, ?, ?, 1, COALESCE(MAX(DRAW_NO), 0) + 1, ? FROM PIN_SCRATCH WHERE UNIT_ID = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_19": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_33": (
         '" on conflict (unit_id, key) do update set attempts = attempts + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_20": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_34": (
         '" ON CONFLICT (UNIT_ID, KEY) DO UPDATE SET ATTEMPTS = ATTEMPTS + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_12": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_24": (
         '"update pin_scratch set attempts = attempts + 1 where unit_id = ? and key = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_13": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_reuse__mutmut_25": (
         '"UPDATE PIN_SCRATCH SET ATTEMPTS = ATTEMPTS + 1 WHERE UNIT_ID = ? AND KEY = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -707,24 +707,24 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "(index, found.known[index - 1] if index else 1) for index in suspects if not _same(found.nodes[index].watch)",
         "the same",
     ),
-    "anagrapheus.provider.keying.history.x__extended__mutmut_35": (
+    "anagrapheus.provider.keying.history.x__extended__mutmut_33": (
         "for (index, _), (fresh, added) in zip(again, walked_again, strict=None):",
         "walk_request walks each message of `again` once, in order: the two are always of one length",
     ),
-    "anagrapheus.provider.keying.history.x__extended__mutmut_38": (
+    "anagrapheus.provider.keying.history.x__extended__mutmut_36": (
         "for (index, _), (fresh, added) in zip(again, walked_again, ):",
         "the same",
     ),
-    "anagrapheus.provider.keying.history.x__extended__mutmut_39": (
+    "anagrapheus.provider.keying.history.x__extended__mutmut_37": (
         "for (index, _), (fresh, added) in zip(again, walked_again, strict=False):",
         "the same",
     ),
-    "anagrapheus.provider.keying.history.x__extended__mutmut_71": (
+    "anagrapheus.provider.keying.history.x__extended__mutmut_67": (
         "found.replace(index, _Node(node.message, fresh, text, None))",
         "a replaced node's ids are only compared with a later walk's, and never equal None: the message is then"
         " walked again from there, to the same key (only work is lost)",
     ),
-    "anagrapheus.provider.keying.history.x__extended__mutmut_98": (
+    "anagrapheus.provider.keying.history.x__extended__mutmut_99": (
         "if len(found.call_ids) >= known:",
         "with exactly `known` ids numbered, keeping the first `known` keeps them all: the same ids, in a new dict",
     ),
