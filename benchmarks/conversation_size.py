@@ -11,6 +11,7 @@ openai) is installed. Sizes are bytes on disk: no machine load moves them.
 
     python benchmarks/conversation_size.py            # 10 and 100 turns, a few seconds
     python benchmarks/conversation_size.py --quick    # smoke test: 3 and 12 turns
+    python benchmarks/conversation_size.py --by-kind  # and where the short `Pinning` recording's bytes go
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import json
 import tempfile
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from agent import Scripted, agent_on, lookup
 from pydantic_ai import Agent
@@ -64,6 +68,42 @@ def recorded_size(adapter: str, turns: int, directory: Path) -> int:
     return path.stat().st_size
 
 
+def _compact(value: object) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def bytes_by_kind(path: Path) -> tuple[Counter[str], Counter[str]]:
+    """A recording's bytes by kind of line (a pin's kind, else its type), and its histories' requests' by field.
+
+    The second counts the request messages the run histories copy (the responses are references to pins): whole,
+    then the parts of them a reference to a pin or to an earlier run's `prompt` could stand for (the parts'
+    `content`), and the fields only the message holds (its and its parts' `timestamp`, a tool return's
+    `tool_call_id`) or that the message before holds alike (`conversation_id`, `run_id`).
+    """
+    lines: Counter[str] = Counter()
+    requests: Counter[str] = Counter()
+    for text in path.read_text(encoding="utf-8").splitlines():
+        fields: dict[str, Any] = json.loads(text)
+        payload: dict[str, Any] = fields.get("payload") or {}
+        kind = payload.get("kind") or fields.get("type") or "header"
+        lines[kind] += len(text.encode()) + 1
+        if fields.get("type") != "run_inputs":
+            continue
+        for message in payload["inputs"]["history"]:
+            if message.get("kind") != "request":
+                continue
+            requests["requests, whole"] += _compact(message)
+            requests["timestamp"] += _compact({"timestamp": message["timestamp"]})
+            for name in ("conversation_id", "run_id"):
+                requests[name] += _compact({name: message.get(name)})
+            for part in message["parts"]:
+                requests["parts' content"] += _compact({"content": part["content"]})
+                requests["parts' timestamp"] += _compact({"timestamp": part["timestamp"]})
+                if "tool_call_id" in part:
+                    requests["tool_call_id"] += _compact({"tool_call_id": part["tool_call_id"]})
+    return lines, requests
+
+
 def cassette_size(turns: int, directory: Path) -> int | None:
     """The bytes of a vcrpy cassette of the conversation over the OpenAI-compatible stub; None without the extra."""
     if not all(importlib.util.find_spec(name) for name in ("vcr", "openai")):
@@ -84,6 +124,7 @@ def cassette_size(turns: int, directory: Path) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 and 12 turns: checks the script runs")
+    parser.add_argument("--by-kind", action="store_true", help="the short Pinning recording's bytes by kind")
     args = parser.parse_args()
     short, long = (3, 12) if args.quick else (10, 100)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +140,7 @@ def main() -> None:
             cassette, reason = None, f"failed: {type(e).__name__}: {e}"
         else:
             reason = "not measured (pip install -e '.[bench]')"
+        by_kind = bytes_by_kind(directory / f"Pinning-{short}.jsonl") if args.by_kind else None
     print("Recording bytes of a conversation (each turn: a tool call and an answer, continuing the history)")
     print(f"  {'adapter':<14} {f'{short} turns':>12} {f'{long} turns':>12} {'growth':>8}")
     for adapter in ("PinnedModel", "Pinning"):
@@ -118,6 +160,14 @@ def main() -> None:
     )
     if cassette is not None:
         print(f"Pinning / cassette at {short} turns: {sizes[('Pinning', short)] / cassette:.2f}x")
+    if by_kind is not None:
+        lines, requests = by_kind
+        print(f"\nPinning, {short} turns, bytes by kind of line:")
+        for kind, size in lines.most_common():
+            print(f"  {kind:<14} {size:>9,}")
+        print("  of the histories' copied requests (fields with their names):")
+        for name, size in requests.most_common():
+            print(f"  {name:<18} {size:>9,}")
 
 
 if __name__ == "__main__":

@@ -138,9 +138,11 @@ def test_postgres_floor_benchmark_runs() -> None:
 
 
 def test_conversation_size_benchmark_runs() -> None:
-    out = run_quick("conversation_size.py")
+    out = run_quick("conversation_size.py", "--by-kind")
     assert "Pinning / PinnedModel at 3 turns:" in out
     assert "Pinning, 12 turns / 3 turns:" in out
+    assert "Pinning, 3 turns, bytes by kind of line:" in out
+    assert "requests, whole" in out
 
 
 def test_stream_benchmark_runs() -> None:
