@@ -37,6 +37,30 @@ def promoted(seq: int, raw: Any, *, key: str, fingerprint: dict[str, str] | None
     )
 
 
+def stored_event(
+    seq: int,
+    unit: str | None,
+    namespace: str,
+    kind: str,
+    payload: str,
+    *,
+    version: int = 1,
+    causation_id: str | None = None,
+) -> StoredEvent:
+    """A stored event of `unit` numbered `seq`, with a fixed id and time, as a log holds it."""
+    return StoredEvent(
+        seq=seq,
+        event_id=f"00000000-0000-7000-8000-{seq:012d}",
+        namespace=namespace,
+        type=kind,
+        schema_version=version,
+        causation_id=causation_id,
+        correlation_id=unit,
+        created_at="2026-01-05T09:00:00.000000Z",
+        payload=payload,
+    )
+
+
 # No process has this id: it is beyond every system's largest pid.
 DEAD_PID = 2**31 - 1
 

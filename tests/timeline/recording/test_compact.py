@@ -38,22 +38,14 @@ from anagrapheus.timeline.recording import (
 )
 from anagrapheus.timeline.recording.lookup import indexed_pins, read_indexed_units
 from anagrapheus.timeline.recording.responses import RESPONSE_OF
+from tests.timeline.sample_recording import stored_event
 
 HEADER = RecordingHeader(description="compact", recorded_with="tests", rerecord="pytest tests/timeline/recording")
 
 
 def _event(seq: int, unit: str | None, namespace: str, kind: str, payload: str, *, version: int) -> StoredEvent:
-    return StoredEvent(
-        seq=seq,
-        event_id=f"00000000-0000-7000-8000-{seq:012d}",
-        namespace=namespace,
-        type=kind,
-        schema_version=version,
-        causation_id=None if seq % 5 else "cause",
-        correlation_id=unit,
-        created_at="2026-01-05T09:00:00.000000Z",
-        payload=payload,
-    )
+    """A stored event; every fifth has a causation, which a compact line cannot leave out: written whole."""
+    return stored_event(seq, unit, namespace, kind, payload, version=version, causation_id=None if seq % 5 else "cause")
 
 
 def _response(n: int, *, stamped: bool) -> dict[str, object]:

@@ -36,6 +36,7 @@ from anagrapheus.timeline.recording import (
 from anagrapheus.timeline.recording.lookup import indexed_pins, read_indexed_units
 from anagrapheus.timeline.secrets import SecretScanner
 from examples.negotiation.runs import RECORDING
+from tests.timeline.sample_recording import stored_event
 
 HEADER = RecordingHeader(description="deltas", recorded_with="tests", rerecord="pytest tests/timeline/recording")
 WHOLE = Path(__file__).parents[2] / "data" / "negotiation-whole-fingerprints.jsonl"
@@ -49,21 +50,7 @@ def _pin(seq: int, unit: str, kind: str, fingerprint: dict[str, str] | None, *, 
     payload = PinPromoted.payload_text(
         unit_id=unit, key=f"p1:{kind}:{seq:064x}", kind=kind, raw=str(seq), attempts=1, fingerprint=text
     )
-    return _event(seq, unit, "anagrapheus", "pin_promoted", payload, version=version)
-
-
-def _event(seq: int, unit: str, namespace: str, kind: str, payload: str, *, version: int = 1) -> StoredEvent:
-    return StoredEvent(
-        seq=seq,
-        event_id=f"00000000-0000-7000-8000-{seq:012d}",
-        namespace=namespace,
-        type=kind,
-        schema_version=version,
-        causation_id=None,
-        correlation_id=unit,
-        created_at="2026-01-05T09:00:00.000000Z",
-        payload=payload,
-    )
+    return stored_event(seq, unit, "anagrapheus", "pin_promoted", payload, version=version)
 
 
 # Each step: a unit, a kind, and how the pin's fingerprint differs from the last of its kind in its unit: whole
@@ -92,7 +79,7 @@ def _events(drawn: list[tuple[str, str, str, int, int, int]]) -> list[StoredEven
     for seq, (unit, kind, how, added, changed, removed) in enumerate(drawn, start=1):
         if kind == "note":
             events.append(
-                _event(seq, unit, "app", "noted", json.dumps({"fingerprint": {"a": "b"}}, separators=(",", ":")))
+                stored_event(seq, unit, "app", "noted", json.dumps({"fingerprint": {"a": "b"}}, separators=(",", ":")))
             )
             continue
         fingerprint: dict[str, str] | None

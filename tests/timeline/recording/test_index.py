@@ -18,6 +18,7 @@ from anagrapheus.errors import AmbiguousPin, AnagrapheusError, PinMiss, SealBrok
 from anagrapheus.timeline import JSONValue, PinPromoted, ReplayPins, StoredEvent
 from anagrapheus.timeline.recording import RecordingHeader, write_recording
 from anagrapheus.timeline.recording.index import INDEX_MIN_EVENTS, RecordingIndexWarning, index_path
+from tests.timeline.sample_recording import stored_event
 
 HEADER = RecordingHeader(description="indexed", recorded_with="synthetic pins", rerecord="pytest")
 
@@ -38,24 +39,19 @@ def events_of(pins: Sequence[Pin], *, other_every: int = 3) -> list[StoredEvent]
             fingerprint={"messages[0]": f"{n:04x}"},
             failed=failed,
         )
-        events.append(_stored(len(events) + 1, unit, "anagrapheus", "pin_promoted", payload.model_dump_json()))
+        events.append(
+            stored_event(
+                len(events) + 1,
+                unit,
+                "anagrapheus",
+                "pin_promoted",
+                payload.model_dump_json(),
+                version=PinPromoted.schema_version,
+            )
+        )
         if n % other_every == 0:
-            events.append(_stored(len(events) + 1, unit, "app", "noted", json.dumps({"n": n})))
+            events.append(stored_event(len(events) + 1, unit, "app", "noted", json.dumps({"n": n})))
     return events
-
-
-def _stored(seq: int, unit: str, namespace: str, kind: str, payload: str) -> StoredEvent:
-    return StoredEvent(
-        seq=seq,
-        event_id=f"00000000-0000-7000-8000-{seq:012d}",
-        namespace=namespace,
-        type=kind,
-        schema_version=PinPromoted.schema_version if kind == "pin_promoted" else 1,
-        causation_id=None,
-        correlation_id=unit,
-        created_at="2026-01-05T09:00:00.000000Z",
-        payload=payload,
-    )
 
 
 def _outcome(replay: ReplayPins, key: str) -> tuple[str, object]:
