@@ -21,7 +21,7 @@ from typing import Any, NoReturn, cast
 
 from anagrapheus.errors import RecordingError
 from anagrapheus.timeline.canonical import canonical_number, encode_normalised, stored_json_of_parsed
-from anagrapheus.timeline.events import BUILTIN_NAMESPACE, PinPromoted, RunInputs
+from anagrapheus.timeline.events import BUILTIN_NAMESPACE, Event, PinPromoted, RunInputs
 from anagrapheus.timeline.recording.strict_json import parse_object
 
 __all__ = ["RESPONSE_OF", "ResponseReferences", "ResponseResolver"]
@@ -77,14 +77,21 @@ def _restored(
     return message
 
 
-def _pin_text(fields: dict[str, Any]) -> tuple[str, str] | None:
-    """The unit and response text of a current `model_call` pin line that did not fail; None for any other line."""
-    if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != _PIN_TYPE:
+def _current_payload(fields: dict[str, Any], event: type[Event]) -> dict[str, Any] | None:
+    """The payload of a line holding a built-in `event` at its current version; None for any other line."""
+    if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != event.event_type:
         return None
     payload = fields["payload"]
-    if fields["schema_version"] != PinPromoted.schema_version or not isinstance(payload, dict):
+    if fields["schema_version"] != event.schema_version or not isinstance(payload, dict):
         return None
-    payload = cast(dict[str, Any], payload)
+    return cast(dict[str, Any], payload)
+
+
+def _pin_text(fields: dict[str, Any]) -> tuple[str, str] | None:
+    """The unit and response text of a current `model_call` pin line that did not fail; None for any other line."""
+    payload = _current_payload(fields, PinPromoted)
+    if payload is None:
+        return None
     unit, raw = payload.get("unit_id"), payload.get("raw")
     if payload.get("kind") != _MODEL_CALL or payload.get("failed") is not False or not isinstance(unit, str):
         return None
@@ -103,12 +110,9 @@ def _response_of(text: str) -> dict[str, Any] | None:
 
 def _history_of(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
     """The unit and recorded history list of a current `run_inputs` line; None for any other line."""
-    if fields["namespace"] != BUILTIN_NAMESPACE or fields["type"] != _INPUTS_TYPE:
+    payload = _current_payload(fields, RunInputs)
+    if payload is None:
         return None
-    payload = fields["payload"]
-    if fields["schema_version"] != RunInputs.schema_version or not isinstance(payload, dict):
-        return None
-    payload = cast(dict[str, Any], payload)
     unit, inputs = payload.get("unit_id"), payload.get("inputs")
     history = cast(dict[str, Any], inputs).get("history") if isinstance(inputs, dict) else None
     if not isinstance(unit, str) or not isinstance(history, list):
@@ -224,10 +228,7 @@ class ResponseResolver:
 
     def resolve(self, number: int, fields: dict[str, Any]) -> None:
         """Make line `number`'s history whole in `fields`, in place, or refuse a reference to no response held."""
-        kind = fields["type"]
-        if (kind != _PIN_TYPE and kind != _INPUTS_TYPE) or fields["namespace"] != BUILTIN_NAMESPACE:
-            return
-        if kind == _PIN_TYPE:
+        if fields["type"] == _PIN_TYPE:
             held = _pin_text(fields)
             if held is not None:
                 self._run.hold(*held)
