@@ -160,22 +160,7 @@ class HeldDraws:
             for _, held in pending:
                 held.writing = True
         try:
-            if not pending:
-                return None
-            # The unit's lease first, in a transaction of its own (see `_written_together`).
-            store.hold_unit(self._unit_id)
-            try:
-                with store.unsynced_transaction():
-                    for key, held in pending:
-                        self._write_once(key, held, checked=True)
-                    claimed = claim()
-            except UnitBusy:
-                raise  # fenced (its lease was broken): a decision, not a failure to try again
-            except StoreError:
-                return None
-            for key, held in pending:
-                self._let_go(key, held)
-            return (claimed,)
+            return self._together(store, pending, claim, synced=False) if pending else None
         finally:
             with self._lock:
                 for _, held in pending:
@@ -191,6 +176,17 @@ class HeldDraws:
         store = self._store
         if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
             return pending
+        return pending if self._together(store, pending, lambda: None, synced=synced) is None else []
+
+    def _together(
+        self, store: SQLiteEventStore, pending: list[tuple[str, Held]], claim: Callable[[], T], *, synced: bool
+    ) -> tuple[T] | None:
+        """Write `pending` and run `claim` in one transaction, letting each go once it committed; None if it failed.
+
+        Failed, it was rolled back whole: nothing is let go. A unit fenced there (its lease broken, or held by
+        another) raises its `UnitBusy` at once: written again, singly, each would wait for the lease, then lose
+        the note.
+        """
         # The unit's lease first, in a transaction of its own: taken inside this one, it would wait for the leases'
         # lock while holding the connection that another thread taking a lease waits for.
         store.hold_unit(self._unit_id)
@@ -198,13 +194,14 @@ class HeldDraws:
             with store.transaction() if synced else store.unsynced_transaction():
                 for key, held in pending:
                     self._write_once(key, held, checked=True)
+                claimed = claim()
         except UnitBusy:
-            raise  # fenced, as in `flush_with`: written singly, each would wait for the lease, then lose the note
+            raise  # fenced: a decision, not a failure to try again
         except StoreError:
-            return pending
+            return None
         for key, held in pending:
             self._let_go(key, held)
-        return []
+        return (claimed,)
 
     def write(self, key: str, held: Held) -> ScratchPin:
         """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
