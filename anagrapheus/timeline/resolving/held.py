@@ -104,10 +104,17 @@ class HeldDraws:
             return ScratchPin(self._unit_id, key, held.kind, held.raw_text, held.attempts, 0, held.fingerprint)
 
     def flush_for(self, key: str) -> ScratchPin | None:
-        """Write the held results before a claim; if the store still fails, answer a held `key` from memory."""
+        """Write the held results before a claim; if the store still fails, answer a held `key` from memory.
+
+        Not once the unit is fenced (its lease broken, or held by another): its `UnitBusy` is raised, as a claim's
+        is. The held result is no longer the unit's answer (the new holder may have drawn the key itself), so a run
+        answered from it would go on with a value the log never takes.
+        """
         try:
             # Unsynced: the claim's draw (or reuse) writes next, synced, and so syncs these with it.
             self.flush(synced=False)
+        except UnitBusy:
+            raise
         except StoreError:
             held = self.answer(key)
             if held is None:

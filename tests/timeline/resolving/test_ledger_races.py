@@ -522,3 +522,34 @@ def test_a_flush_of_held_pins_stops_at_once_a_holder_whose_lease_was_broken(
         assert old.holding  # kept in memory, written by nobody
         assert [pin.key for pin in new.pins()] == ["p1:tool_call:a", "p1:tool_call:b"]
         new.commit()
+
+
+def test_a_held_pin_asked_again_by_a_holder_whose_lease_was_broken_is_not_answered_from_memory(
+    tmp_path: Path,
+) -> None:
+    # The fenced holder's held draw is not the unit's any more (the new holder drew the key itself): answering it
+    # from memory would carry the run on with a value the log never takes. It is stopped, as its flush is.
+    import sqlite3
+
+    from anagrapheus.cli import main
+
+    db = tmp_path / "leased.db"
+    with SQLiteEventStore(db) as old_store, SQLiteEventStore(db) as new_store:
+        old = PinLedger(old_store, EventTypeRegistry())
+        assert old.resolve("p1:tool_call:a", kind="tool_call", effect=lambda: "a", interpret=str) == "a"
+        assert old.resolve_held("p1:run_clock:0", kind="run_clock", effect=lambda: "old clock", interpret=str)
+        with sqlite3.connect(db) as connection:  # the lease as a worker in another container would have written it
+            connection.execute("UPDATE unit_leases SET host = 'another-container'")
+        assert main(["unlock", str(db), "--unit", old.unit_id]) == 0
+        new = PinLedger(new_store, EventTypeRegistry(), unit_id=old.unit_id)
+        assert new.resolve("p1:run_clock:0", kind="run_clock", effect=lambda: "new clock", interpret=str) == "new clock"
+
+        with pytest.raises(UnitBusy) as stopped:
+            old.resolve("p1:run_clock:0", kind="run_clock", effect=lambda: "never drawn", interpret=str)
+        assert any("its lease was broken" in note for note in stopped.value.__notes__)
+        assert [(pin.key, json.loads(pin.raw_text)) for pin in new.pins()] == [
+            ("p1:tool_call:a", "a"),
+            ("p1:run_clock:0", "new clock"),
+        ]
+        assert old.holding  # kept in memory, written by nobody
+        new.commit()
