@@ -13,6 +13,8 @@ from anagrapheus.timeline.stores.postgres_schema import PostgresPlace
 
 __all__ = ["EVENT_COLUMN_NAMES", "PostgresStatements", "Prepared"]
 
+Decode = Callable[[bytes | None], Any]
+
 _EVENT_COLUMNS: LiteralString = (
     "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
 )
@@ -32,18 +34,23 @@ _UNNEST_EVENTS: LiteralString = (
 )
 
 
-def _text(value: bytes) -> str:
-    return value.decode()
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
 
 
-def _boolean(value: bytes) -> bool:
-    return value == b"t"
+def _integer(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
 
 
-# A column's text as the server sends it (its connections speak UTF-8), made the Python value psycopg would make.
-_TEXT: Callable[[bytes], Any] = _text
-_INTEGER: Callable[[bytes], Any] = int
-_BOOLEAN: Callable[[bytes], Any] = _boolean
+def _boolean(value: bytes | None) -> bool | None:
+    return None if value is None else value == b"t"
+
+
+# A column's text as the server sends it (the store's connections speak UTF-8), made the Python value psycopg
+# would make; NULL stays None.
+_TEXT: Decode = _text
+_INTEGER: Decode = _integer
+_BOOLEAN: Decode = _boolean
 _OUTCOME_AND_HOLDER = (_TEXT, _TEXT)
 _PIN = (_TEXT, _TEXT, _TEXT, _TEXT, _INTEGER, _INTEGER, _TEXT)
 """A `ScratchPin`'s columns, in its fields' order."""
@@ -64,18 +71,15 @@ class Prepared:
     """The statement with libpq's `$n` placeholders."""
     query: bytes
     """The statement with psycopg's `%s` placeholders."""
-    columns: tuple[Callable[[bytes], Any], ...]
-    """How each column's text is decoded (NULL stays None)."""
+    columns: tuple[Decode, ...]
+    """How each column's text (None for NULL) is decoded."""
 
     def row(self, result: PGresult, number: int = 0) -> tuple[Any, ...] | None:
         """The result's row `number`, decoded; None if it has none."""
         if number >= result.ntuples:
             return None
         value = result.get_value
-        return tuple(
-            None if (text := value(number, column)) is None else decode(text)
-            for column, decode in enumerate(self.columns)
-        )
+        return tuple([decode(value(number, column)) for column, decode in enumerate(self.columns)])
 
     def rows(self, result: PGresult) -> list[tuple[Any, ...]]:
         """The result's rows, decoded."""
@@ -135,7 +139,7 @@ class PostgresStatements:
         def call(function: LiteralString, text: LiteralString) -> bytes:
             return composed(text, f=place.table(function))
 
-        def prepared(function: LiteralString, arguments: LiteralString, *columns: Callable[[bytes], Any]) -> Prepared:
+        def prepared(function: LiteralString, arguments: LiteralString, *columns: Decode) -> Prepared:
             query = call(function, "SELECT * FROM {f}" + arguments)
             text = query.replace(b"%s", b"$%d") % tuple(range(1, query.count(b"%s") + 1))
             return Prepared(b"anagrapheus_" + function.encode(), text, query, columns)
