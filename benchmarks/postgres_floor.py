@@ -140,8 +140,8 @@ def schemas(dsn: str) -> Iterator[tuple[str, str]]:
 def wire_per_unit(dsn: str, store_schema: str, floor_schema: str) -> tuple[Counts, Counts]:
     """One unit of the store and one of the floor, counted on the wire, after warm-up units.
 
-    Warm: psycopg prepares a statement on the server at its fifth use on a connection, which costs a statement
-    sent outside a pipeline one trip more, once; three units have prepared each of a unit's statements.
+    Warm: the store prepares a draw's and a commit's statements at their first use on a connection, psycopg the
+    floor's at their fifth, each one trip more, once; three units have prepared each of a unit's statements.
     """
     import psycopg
 

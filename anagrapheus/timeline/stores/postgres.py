@@ -10,6 +10,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from contextvars import ContextVar
@@ -18,7 +19,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
-from psycopg import sql
+from psycopg import generators, pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 from typing_extensions import override
@@ -36,7 +37,7 @@ from anagrapheus.timeline.stores.ports import (
     event_row,
 )
 from anagrapheus.timeline.stores.postgres_schema import PostgresPlace, failure, is_migrated, migrate
-from anagrapheus.timeline.stores.postgres_statements import EVENT_COLUMN_NAMES, PostgresStatements
+from anagrapheus.timeline.stores.postgres_statements import EVENT_COLUMN_NAMES, PostgresStatements, Prepared
 from anagrapheus.timeline.stores.stamps import stamped, utc_now
 
 __all__ = ["PostgresEventStore"]
@@ -163,6 +164,120 @@ def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
     return {name: list(column) for name, column in zip(EVENT_COLUMN_NAMES, columns, strict=True)}
 
 
+# The statements prepared on each connection (see `_run`); a connection's entry goes with it.
+_PREPARED: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
+
+
+def _parameter(value: str | bool | None) -> bytes | None:
+    """A parameter as libpq sends it: text in UTF-8 (the connections' encoding), a boolean as `t` or `f`."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    return value.encode()
+
+
+def _run(conn: Conn, statement: Prepared, params: Sequence[str | bool | None]) -> pq.abc.PGresult:
+    """Run a prepared statement on an idle pooled connection, through libpq; raise its error as psycopg would.
+
+    Prepared on the connection at its first use there, and again if it was dropped since (psycopg deallocates
+    every prepared statement after a rollback on the connection): a statement the server does not know fails at
+    its bind, having done nothing.
+    """
+    values = [_parameter(value) for value in params]
+    pgconn = conn.pgconn
+    with conn.lock:
+        _prepare(conn, statement)
+        try:
+            return _exchange(conn, pgconn.send_query_prepared, statement.name, values)
+        except psycopg.errors.InvalidSqlStatementName:
+            _prepare(conn, statement, again=True)
+            return _exchange(conn, pgconn.send_query_prepared, statement.name, values)
+
+
+def _exchange(conn: Conn, send: Callable[[bytes, Any], None], name: bytes, argument: Any) -> pq.abc.PGresult:
+    """Send one command and wait for its one result; a failed one raised as its psycopg error."""
+    send(name, argument)
+    results = conn.wait(generators.execute(conn.pgconn))
+    result = results[-1]
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        raise psycopg.errors.error_from_result(result, encoding="utf-8")
+    return result
+
+
+def _prepare(conn: Conn, *statements: Prepared, again: bool = False) -> None:
+    """Prepare on `conn` (outside a pipeline) those of `statements` not prepared there yet (`again`: each of them).
+
+    Again after the server said one was gone: psycopg drops them all at once, but one made again since is there.
+    """
+    prepared = _PREPARED.get(conn)
+    if prepared is None:
+        prepared = _PREPARED[conn] = set()
+    for statement in statements:
+        if again or statement.name not in prepared:
+            with suppress(psycopg.errors.DuplicatePreparedStatement):
+                _exchange(conn, conn.pgconn.send_prepare, statement.name, statement.text)
+            prepared.add(statement.name)
+
+
+def _answer(conn: Conn, *, synced: bool = False) -> pq.abc.PGresult:
+    """In the store's pipeline, the answer of the statement sent last (and, `synced`, the sync after it).
+
+    Its error is raised once what the server sends for it has been read: the connection is left at a boundary.
+    """
+    conn.wait(generators.send(conn.pgconn))
+    results = conn.wait(generators.fetch_many(conn.pgconn))
+    if synced:
+        conn.wait(generators.fetch_many(conn.pgconn))  # the sync's own result: the transaction is over
+    result = results[-1]
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        raise psycopg.errors.error_from_result(result, encoding="utf-8")
+    return result
+
+
+def _listed(conn: Conn, listing: Prepared, params: list[bytes | None], closing: Prepared) -> pq.abc.PGresult:
+    """In the store's pipeline, send `listing` and read its answer, the transaction left open (a flush, no sync).
+
+    Dropped since it was prepared (see `_run`), the statements are prepared again and the listing sent again: the
+    failed one did nothing.
+    """
+    pgconn = conn.pgconn
+    pgconn.send_query_prepared(listing.name, params)
+    pgconn.send_flush_request()
+    try:
+        return _answer(conn)
+    except psycopg.errors.InvalidSqlStatementName:
+        _leave_pipeline(conn, sync_sent=False)
+        _prepare(conn, listing, closing, again=True)
+        pgconn.enter_pipeline_mode()
+        pgconn.send_query_prepared(listing.name, params)
+        pgconn.send_flush_request()
+        return _answer(conn)
+
+
+def _leave_pipeline(conn: Conn, *, sync_sent: bool) -> None:
+    """Leave the store's pipeline on a step that failed: what it sent rolled back, the connection left usable.
+
+    A connection that cannot be brought back (lost, or cut by the watchdog) is closed: the pool drops it.
+    """
+    pgconn = conn.pgconn
+    try:
+        if not sync_sent:
+            # Rolled back, not committed at the sync: the listing's locks go, nothing is written.
+            pgconn.send_query_params(b"ROLLBACK", None)
+            pgconn.pipeline_sync()
+            conn.wait(generators.send(pgconn))
+            for _ in range(8):
+                results = conn.wait(generators.fetch_many(pgconn))
+                if results and results[-1].status == pq.ExecStatus.PIPELINE_SYNC:
+                    break
+            else:
+                raise psycopg.OperationalError("the pipeline's sync did not arrive")
+        pgconn.exit_pipeline_mode()
+    except (psycopg.Error, OSError):
+        conn.close()
+
+
 def _retryable(error: StoreError) -> bool:
     """Whether a failed step may succeed on a fresh connection: the connection was lost, or a conflict aborted it."""
     # Classified by the psycopg error: a StoreUnavailable made from a StoreError (a wait cut by its deadline) is not.
@@ -250,7 +365,6 @@ class PostgresEventStore:
         self._leases = UnitLeases(self._try_lease, wait=_check_seconds("unit_wait", unit_wait))
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
-        self._step_cursor: psycopg.Cursor[tuple[Any, ...]] | None = None
         self._sql = PostgresStatements.of(self.place)
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
@@ -298,6 +412,8 @@ class PostgresEventStore:
             options=" ".join(option for option in options if option),
             connect_timeout=max(1, round(self._connect_timeout)),
             application_name=self._holder_name,
+            # The draws' statements are run through libpq (see `_run`), their text encoded and decoded as UTF-8.
+            client_encoding="UTF8",
             keepalives=1,
             keepalives_idle=max(1, round(idle)),
             keepalives_interval=max(1, round(interval)),
@@ -412,13 +528,14 @@ class PostgresEventStore:
             yield conn
 
     def _row(
-        self, action: str, query: bytes, params: Sequence[Any], *, savepoint: bool = False
+        self, action: str, statement: Prepared, params: Sequence[str | bool | None], *, savepoint: bool = False
     ) -> tuple[Any, ...] | None:
         """Make a step of one statement and return its first row.
 
-        On a pooled connection, in a transaction of its own; inside a caller's transaction, in it (behind a
-        savepoint with `savepoint`, so that a refusal ends the step alone). The pooled path is `_connection`'s
-        written out: a draw makes several such steps, and each context manager costs it time on the client.
+        On a pooled connection, in a transaction of its own, the statement prepared there and run through libpq
+        (`_run`); inside a caller's transaction, in it (behind a savepoint with `savepoint`, so that a refusal
+        ends the step alone). The pooled path is `_connection`'s written out: a draw makes several such steps,
+        and each context manager costs it time on the client.
         """
         if self._tx.get() is not None:
             with ExitStack() as stack:
@@ -426,7 +543,7 @@ class PostgresEventStore:
                     stack.enter_context(self._transaction())
                 conn = stack.enter_context(self._connection())
                 with self._io(conn, action):
-                    return conn.execute(query, params).fetchone()
+                    return conn.execute(statement.query, params).fetchone()
         if self._closed_store:
             raise StoreError(f"using the store failed on {self.place}: it is closed")
         try:
@@ -435,13 +552,8 @@ class PostgresEventStore:
             with self.place.translated("borrowing a connection"):
                 raise
         try:
-            # The cursor of the last such step, if it is this connection's: a connection is lent to one thread
-            # at a time, so no other uses it meanwhile.
-            cursor = self._step_cursor
-            if cursor is None or cursor.connection is not conn:
-                cursor = self._step_cursor = conn.cursor()
             with _Exchange(self, conn, action):
-                return cursor.execute(query, params).fetchone()
+                return statement.row(_run(conn, statement, params))
         finally:
             self._pool.putconn(conn)
 
@@ -904,36 +1016,96 @@ class PostgresEventStore:
         check_outcome(outcome)
         self._claim(unit_id)
         committing: list[bool] = []
-
-        listing, closing = self._sql.list_to_settle, self._sql.close_unit
-
-        def settle() -> list[StoredEvent]:
-            with self._transaction(), self._connection() as conn:
-                # Two round trips, two statements: the pins listed under the unit's locks (`list_to_settle`),
-                # then the events appended, the unit closed (`close_unit`) and the transaction committed
-                # together, so the log_head lock is held for that trip alone.
-                listed = self._send(
-                    conn, "listing scratch", listing, (unit_id, self._holder, self._lease_name(unit_id))
-                )
-                with self._io(conn, "listing scratch"):
-                    rows = listed.fetchall()
-                self._fenced(unit_id, rows[0])
-                pins = [ScratchPin(*row[2:]) for row in rows[1:]]
-                stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
-                # The events as one JSON text, not an array a column: psycopg quotes an array's every element
-                # in Python, the JSON encoder all of them at once in C.
-                rows = json.dumps([event_row(event) for event in stamped_events], ensure_ascii=False)
-                closed = self._send(conn, "closing the unit", closing, (unit_id, outcome, rows))
-                self._after_commit(lambda: self._release(unit_id))
-                committing.append(True)
-            # Answered at the commit: reading it waits on nothing.
-            row = closed.fetchone()
-            assert row is not None
-            return [replace(event, seq=row[0] + event.seq) for event in stamped_events]
-
+        if self._tx.get() is None:
+            settle = lambda: self._settle_pooled(unit_id, outcome, events, committing)  # noqa: E731
+        else:
+            settle = lambda: self._settle_joined(unit_id, outcome, events, committing)  # noqa: E731
         # A connection lost before COMMIT was sent rolled everything back: settling again is safe. Lost at the
         # COMMIT itself, the unit may be closed already, and the caller must look (`unit_outcome`) before retrying.
         return self._retried(settle, unless=lambda: bool(committing))
+
+    def _settle_pooled(
+        self,
+        unit_id: str,
+        outcome: UnitOutcome,
+        events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
+        committing: list[bool],
+    ) -> list[StoredEvent]:
+        """Settle on a pooled connection in libpq's pipeline mode: two round trips, two statements, one transaction.
+
+        The pins are listed under the unit's locks (`list_to_settle`), flushed and read with the transaction left
+        open; then the events are appended, the unit closed (`close_unit`) and the transaction committed at the
+        pipeline's sync, in one trip, so the log_head lock is held for that trip alone. psycopg's own pipeline
+        did the same at twice the client's time; its statements are prepared on the connection before.
+        """
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
+        try:
+            conn = self._pool.getconn()
+        except psycopg.Error:
+            with self.place.translated("borrowing a connection"):
+                raise
+        listing, closing = self._sql.list_to_settle, self._sql.close_unit
+        pgconn = conn.pgconn
+        try:
+            with conn.lock:
+                if not {listing.name, closing.name} <= _PREPARED.get(conn, set()):
+                    with _Exchange(self, conn, "listing scratch"):
+                        _prepare(conn, listing, closing)
+                pgconn.enter_pipeline_mode()
+                sync_sent = False
+                try:
+                    params = [_parameter(unit_id), _parameter(self._holder), _parameter(self._lease_name(unit_id))]
+                    with _Exchange(self, conn, "listing scratch"):
+                        listed = _listed(conn, listing, params, closing)
+                    rows = listing.rows(listed)
+                    self._fenced(unit_id, rows[0])
+                    pins = [ScratchPin(*row[2:]) for row in rows[1:]]
+                    stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
+                    # The events as one JSON text, not an array a column: the JSON encoder quotes them all in C.
+                    payload = json.dumps([event_row(event) for event in stamped_events], ensure_ascii=False)
+                    committing.append(True)
+                    with _Exchange(self, conn, "closing the unit"):
+                        pgconn.send_query_prepared(
+                            closing.name, [_parameter(unit_id), _parameter(outcome), payload.encode()]
+                        )
+                        pgconn.pipeline_sync()
+                        sync_sent = True
+                        closed = _answer(conn, synced=True)
+                    pgconn.exit_pipeline_mode()
+                except BaseException:
+                    _leave_pipeline(conn, sync_sent=sync_sent)
+                    raise
+        finally:
+            self._pool.putconn(conn)
+        self._release(unit_id)
+        after = closing.row(closed)
+        assert after is not None
+        return [replace(event, seq=after[0] + event.seq) for event in stamped_events]
+
+    def _settle_joined(
+        self,
+        unit_id: str,
+        outcome: UnitOutcome,
+        events: Callable[[list[ScratchPin]], Sequence[PendingEvent]],
+        committing: list[bool],
+    ) -> list[StoredEvent]:
+        """Settle inside a caller's transaction, behind a savepoint: the unit is closed if, and when, that commits."""
+        listing, closing = self._sql.list_to_settle.query, self._sql.close_unit.query
+        with self._transaction(), self._connection() as conn:
+            listed = self._send(conn, "listing scratch", listing, (unit_id, self._holder, self._lease_name(unit_id)))
+            with self._io(conn, "listing scratch"):
+                rows = listed.fetchall()
+            self._fenced(unit_id, rows[0])
+            pins = [ScratchPin(*row[2:]) for row in rows[1:]]
+            stamped_events = stamped(events(pins), after=0, clock=self._clock, new_event_id=self._new_event_id)
+            payload = json.dumps([event_row(event) for event in stamped_events], ensure_ascii=False)
+            closed = self._send(conn, "closing the unit", closing, (unit_id, outcome, payload))
+            self._after_commit(lambda: self._release(unit_id))
+            committing.append(True)
+        row = closed.fetchone()
+        assert row is not None
+        return [replace(event, seq=row[0] + event.seq) for event in stamped_events]
 
     def close(self) -> None:
         """Let go of this store's units and close its connections; the store cannot be used afterwards."""

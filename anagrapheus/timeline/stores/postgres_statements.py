@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import LiteralString
+from typing import Any, LiteralString, cast
 
 from psycopg import sql
+from psycopg.pq.abc import PGresult
 
 from anagrapheus.timeline.stores.postgres_schema import PostgresPlace
 
-__all__ = ["EVENT_COLUMN_NAMES", "PostgresStatements"]
+__all__ = ["EVENT_COLUMN_NAMES", "PostgresStatements", "Prepared"]
+
+Decode = Callable[[bytes | None], Any]
 
 _EVENT_COLUMNS: LiteralString = (
     "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
@@ -30,6 +34,58 @@ _UNNEST_EVENTS: LiteralString = (
 )
 
 
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _integer(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _boolean(value: bytes | None) -> bool | None:
+    return None if value is None else value == b"t"
+
+
+# A column's text as the server sends it (the store's connections speak UTF-8), made the Python value psycopg
+# would make; NULL stays None.
+_TEXT: Decode = _text
+_INTEGER: Decode = _integer
+_BOOLEAN: Decode = _boolean
+_OUTCOME_AND_HOLDER = (_TEXT, _TEXT)
+_PIN = (_TEXT, _TEXT, _TEXT, _TEXT, _INTEGER, _INTEGER, _TEXT)
+"""A `ScratchPin`'s columns, in its fields' order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A draw's statement, prepared once per connection and run through libpq by name, its row decoded here.
+
+    A draw makes two statements; psycopg's cursor (query conversion, adapters, its prepared-statement cache, a
+    row maker) cost more of the client's time than the rest of the draw. `query` is the same statement for
+    psycopg, run inside a caller's transaction.
+    """
+
+    name: bytes
+    """The prepared statement's name on the server: the store's own, apart from psycopg's `_pg3_*`."""
+    text: bytes
+    """The statement with libpq's `$n` placeholders."""
+    query: bytes
+    """The statement with psycopg's `%s` placeholders."""
+    columns: tuple[Decode, ...]
+    """How each column's text (None for NULL) is decoded."""
+
+    def row(self, result: PGresult, number: int = 0) -> tuple[Any, ...] | None:
+        """The result's row `number`, decoded; None if it has none."""
+        if number >= result.ntuples:
+            return None
+        value = result.get_value
+        return tuple([decode(value(number, column)) for column, decode in enumerate(self.columns)])
+
+    def rows(self, result: PGresult) -> list[tuple[Any, ...]]:
+        """The result's rows, decoded."""
+        return [cast("tuple[Any, ...]", self.row(result, number)) for number in range(result.ntuples)]
+
+
 @dataclass(frozen=True)
 class PostgresStatements:
     """The statements of one store, as the bytes psycopg sends: composed once, for a unit sends a few many times."""
@@ -37,13 +93,13 @@ class PostgresStatements:
     # A draw and a commit: each step one statement calling a function of the schema (0005_pin_functions).
     take_lease: bytes
     """(unit, holder): the lease taken, not waited to disk; its second column says whether it is held."""
-    reuse_pin: bytes
+    reuse_pin: Prepared
     """(unit, key, holder, take the lease first): see `reuse_pin`."""
-    put_pin: bytes
+    put_pin: Prepared
     """(unit, key, kind, raw, fingerprint, holder, the unit's lock name): see `put_pin`."""
-    list_to_settle: bytes
+    list_to_settle: Prepared
     """(unit, holder, the unit's lock name): see `list_to_settle`."""
-    close_unit: bytes
+    close_unit: Prepared
     """(unit, outcome, the events as a JSON array of rows): see `close_unit`."""
     # The event log.
     take_seq: bytes
@@ -83,12 +139,17 @@ class PostgresStatements:
         def call(function: LiteralString, text: LiteralString) -> bytes:
             return composed(text, f=place.table(function))
 
+        def prepared(function: LiteralString, arguments: LiteralString, *columns: Decode) -> Prepared:
+            query = call(function, "SELECT * FROM {f}" + arguments)
+            text = query.replace(b"%s", b"$%d") % tuple(range(1, query.count(b"%s") + 1))
+            return Prepared(b"anagrapheus_" + function.encode(), text, query, columns)
+
         return cls(
             take_lease=call("take_lease", "SELECT " + _LEASE_NOT_WAITED_TO_DISK + ", {f}(%s, %s)"),
-            reuse_pin=call("reuse_pin", "SELECT * FROM {f}(%s, %s, %s, %s)"),
-            put_pin=call("put_pin", "SELECT * FROM {f}(%s, %s, %s, %s, %s, %s, %s)"),
-            list_to_settle=call("list_to_settle", "SELECT * FROM {f}(%s, %s, %s)"),
-            close_unit=call("close_unit", "SELECT {f}(%s, %s, %s::jsonb)"),
+            reuse_pin=prepared("reuse_pin", "(%s, %s, %s, %s)", _BOOLEAN, *_OUTCOME_AND_HOLDER, *_PIN),
+            put_pin=prepared("put_pin", "(%s, %s, %s, %s, %s, %s, %s)", *_OUTCOME_AND_HOLDER, *_PIN),
+            list_to_settle=prepared("list_to_settle", "(%s, %s, %s)", *_OUTCOME_AND_HOLDER, *_PIN),
+            close_unit=prepared("close_unit", "(%s, %s, %s::jsonb)", _INTEGER),
             take_seq=composed("UPDATE {h} SET last_seq = last_seq + %s RETURNING last_seq - %s", h=head),
             append_numbered=composed(
                 "INSERT INTO {e} ({c}) SELECT (SELECT last_seq FROM {h}) - %(n)s + e.seq, e.event_id, e.namespace,"

@@ -555,3 +555,57 @@ def test_settling_a_unit_lets_go_of_its_lease_only(open_pg: Callable[..., Postgr
     assert other.scratch_get("u1", "k1") is None
     with pytest.raises(UnitBusy):
         other.scratch_get("u2", "k1")
+
+
+def _unit_of_two(store: PostgresEventStore, types: EventTypeRegistry, tag: str) -> list[int]:
+    ledger = PinLedger(store, types)
+    answers = [ledger.resolve(f"k{n}", kind="tool_call", effect=lambda n=n: n, interpret=int) for n in range(2)]
+    ledger.commit()
+    return answers
+
+
+def test_draws_and_commits_go_on_after_psycopg_drops_the_prepared_statements(
+    open_pg: Callable[..., PostgresEventStore],
+) -> None:
+    # A rollback on a connection makes psycopg deallocate every statement prepared on it, the store's own too: each
+    # is prepared again when the server says it is gone, and one prepared again since is not prepared twice.
+    store = open_pg(pool_size=1)
+    types = EventTypeRegistry()
+    assert _unit_of_two(store, types, "before") == [0, 1]
+    for _ in range(6):
+        store.last_seq()  # prepared by psycopg too: it drops what was prepared only if it prepared something
+    for n in range(2):
+        with pytest.raises(SeqConflict):
+            store.append([pending(n)], expected_last_seq=99)  # rolled back through psycopg
+        store.last_seq()  # psycopg's next statement on the connection deallocates them all
+        assert _unit_of_two(store, types, f"after{n}") == [0, 1]
+    assert _unit_of_two(store, types, "last") == [0, 1]
+    assert sum(1 for e in store.read() if e.type == "pin_promoted") == 8
+
+
+def test_a_settle_whose_events_cannot_be_made_leaves_the_unit_open_and_the_connection_usable(
+    open_pg: Callable[..., PostgresEventStore],
+) -> None:
+    store = open_pg(pool_size=1)
+    store.scratch_reuse("u", "k")
+    store.scratch_put("u", "k", kind="tool_call", raw="1", fingerprint=None)
+
+    def refused(pins: object) -> list[object]:
+        raise RuntimeError("no events")
+
+    with pytest.raises(RuntimeError, match="no events"):
+        store.settle_unit("u", outcome="committed", events=refused)  # pyright: ignore[reportArgumentType]
+    assert store.unit_outcome("u") is None
+    assert [pin.key for pin in store.scratch_list("u")] == ["k"]
+    assert store.settle_unit("u", outcome="committed", events=lambda pins: [pending(1)])[0].seq == 1
+    assert store.unit_outcome("u") == "committed"
+
+
+def test_text_beyond_ascii_is_drawn_and_read_back_as_it_was(open_pg: Callable[..., PostgresEventStore]) -> None:
+    store = open_pg(pool_size=1)
+    key, raw = "p1:ключ:☃", '"caf\u00e9 \U0001f600"'
+    assert store.scratch_reuse("ü", key) is None
+    pin = store.scratch_put("ü", key, kind="tool_call", raw=raw, fingerprint='{"é":"ß"}')
+    assert (pin.unit_id, pin.key, pin.raw_text, pin.fingerprint) == ("ü", key, raw, '{"é":"ß"}')
+    again = store.scratch_reuse("ü", key)
+    assert again is not None and (again.key, again.raw_text, again.attempts) == (key, raw, 2)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.postgres
 # A draw is two trips of one statement each: one asks whether the key was drawn (taking the unit's lease in the
 # same statement on the first draw), one writes the result durably. A commit is two: the pins listed under the
 # unit's locks, then the events appended, the unit closed and the transaction committed together. Statements are
-# counted too: the client's CPU goes by them (psycopg's work per statement is most of it).
+# counted too: the client's CPU goes by them.
 UNIT_OF_TWO_DRAWS = Counts(round_trips=2 * 2 + 2, statements=2 * 2 + 2, transactions=2 * 2 + 1)
 A_FURTHER_DRAW = Counts(round_trips=2, statements=2, transactions=2)
 
@@ -32,8 +32,8 @@ def unit(store: PostgresEventStore, types: EventTypeRegistry, tag: str, *, draws
 def counted(postgres_dsn: str, pg_schema: str, work: Callable[[PostgresEventStore], object]) -> list[Counts]:
     """Open a store through the wire counter, warm it, then count each call of `work`.
 
-    Warm: psycopg prepares a statement on the server at its fifth use on a connection, a trip of its own once
-    for a statement sent outside a pipeline; three units of warming have prepared each of a unit's.
+    Warm: the store prepares each of a unit's statements at its first use on a connection, a trip of its own once;
+    three units of warming have prepared each of a unit's.
     """
     types = EventTypeRegistry()
     counts: list[Counts] = []
