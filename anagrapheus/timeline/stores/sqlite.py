@@ -640,15 +640,15 @@ class SQLiteEventStore:
 
         Each of `pins` is a key, a kind, a raw, a fingerprint and the attempts asked (at least 1): a new pin takes the
         next draw number and those attempts, a key already there counts them on top of its own, as `scratch_put`
-        then `scratch_reuse` for each further attempt would. The unit is checked once (closed: `UnitClosed`; its
-        lease lost: `UnitBusy`). For a block that rolls back whole if it fails (the held draws' flush): it takes no
-        savepoint of its own.
+        then `scratch_reuse` for each further attempt would. The unit is checked once (closed: `UnitClosed`, carrying
+        the first pin's raw; its lease lost: `UnitBusy`). For a block that rolls back whole if it fails (the held
+        draws' flush): it takes no savepoint of its own.
         """
         self._leases.hold(unit_id)
         with self._transaction(synced=True, savepoint=False):
             outcome, holder = self._unit_state(unit_id)
             if outcome is not None:
-                raise UnitClosed(unit_id, state=outcome, raw=pins[0][2] if len(pins) == 1 else None)
+                raise UnitClosed(unit_id, state=outcome, raw=pins[0][2])  # the first's, as its own put would say
             self._fence_open(unit_id, holder)
             with self._sql("writing scratch"):
                 self._conn.executemany(

@@ -793,6 +793,7 @@ def test_several_pins_written_at_once_are_written_as_each_put_and_reused_would_b
             ("k2", 3, 3),
         ]
         many.settle_unit("u", outcome="abandoned", events=lambda _: [pending(1)])
-        with pytest.raises(UnitClosed):
-            many.scratch_put_many("u", [("k3", "run_id", '"three"', None, 1)])
+        with pytest.raises(UnitClosed) as closed:
+            many.scratch_put_many("u", [("k3", "run_id", '"three"', None, 1), ("k4", "run_id", '"four"', None, 1)])
+        assert closed.value.raw_text == '"three"'  # the first's, as its own put would have said
         assert many.scratch_list("u") == []
