@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio.to_thread
@@ -601,8 +602,13 @@ class CallWatch:
             # No run's context (or one made by hand, as a test calling a tool directly makes it): nothing to watch.
             return
         self._run_usage = usage
-        self._usage = (copy.deepcopy(usage), copy.deepcopy(usage))
-        noting = dataclasses.replace(ctx, usage=self._usage[1])
+        self._usage = (_usage_copy(usage), _usage_copy(usage))
+        if type(ctx) is RunContext:
+            # As pydantic-ai copies a run's context for each capability hook: a plain `RunContext` is its fields.
+            noting = copy.copy(ctx)
+            noting.usage = self._usage[1]
+        else:
+            noting = dataclasses.replace(ctx, usage=self._usage[1])  # a subclass may rely on being rebuilt
         deliver = ctx.enqueue
 
         def enqueue(*content: Any, priority: Any = "asap") -> str | None:
@@ -658,6 +664,29 @@ class CallWatch:
             within=self._within,
             declared=declared,
         )
+
+
+_IMMUTABLE_COUNTS: frozenset[type] = frozenset({int, float, bool, str, Decimal, type(None)})
+
+
+def _usage_copy(usage: RunUsage) -> RunUsage:
+    """A copy of a run's usage, equal to `copy.deepcopy`'s: its counts shared (none can change), its details copied.
+
+    About 0.6 µs where a deep copy takes about 4.4 (two a drawn tool call). A usage holding anything else (a subclass,
+    a count of another type, details that are not names to integers) is deep-copied, as before.
+    """
+    counts = vars(usage)
+    details = usage.details
+    if (
+        type(usage) is not RunUsage
+        or type(details) is not dict
+        or not all(type(value) in _IMMUTABLE_COUNTS for name, value in counts.items() if name != "details")
+        or not all(type(name) is str and type(value) is int for name, value in details.items())
+    ):
+        return copy.deepcopy(usage)
+    copied = copy.copy(usage)
+    copied.details = dict(details)
+    return copied
 
 
 async def answer_tool_call(

@@ -68,6 +68,18 @@ def test_capability_benchmark_prints_both_clocks_for_items_2_and_3() -> None:
     assert "record: Pinning + PinLedger, commit()" in out
 
 
+def test_recording_counts_benchmark_counts_a_recorded_runs_store_work() -> None:
+    out = run_quick("recording_counts.py")
+    rows = {
+        line.split()[0]: [float(n) for n in line.split()[1:4]] for line in out.splitlines() if line.startswith("  Pin")
+    }
+    assert set(rows) == {"Pinning", "PinnedModel"}
+    # Counts, which no load moves (#43 item 2): a recorded run's statements, transactions and hops, at most as measured.
+    assert all(n <= most for n, most in zip(rows["Pinning"], (50, 8, 6), strict=True)), rows
+    assert all(n <= most for n, most in zip(rows["PinnedModel"], (32, 6, 4), strict=True)), rows
+    assert "the ledger and store alone" in out
+
+
 @pytest.mark.skipif(not HAS_CASSETTE_TOOLS, reason="the cassette comparison needs the bench extra (vcrpy, openai)")
 def test_agent_cassette_benchmark_runs() -> None:
     out = run_quick("agent.py", "--part", "cassette")

@@ -7,9 +7,11 @@ so the app sees its messages as live, and the run's output, usage and messages a
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -465,3 +467,27 @@ def test_a_failure_pin_keeps_what_the_call_did_beside_its_recipe_and_only_when_i
     assert type(rebuilt) is ModelRetry and str(rebuilt) == "ask about hake"
     assert did_before_failing(rebuilt) == {"runs": 1}
     assert did_before_failing(FAILURES.rebuild(plain)) is None
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        RunUsage(),
+        RunUsage(requests=2, tool_calls=1, input_tokens=50, output_tokens=7, details={"reasoning": 3}),
+        RunUsage(requests=1, input_tokens=5, cost=Decimal("0.0125"), details={"a": 1, "b": 2}),
+    ],
+)
+def test_a_tool_calls_usage_copies_are_deep_copies_made_cheaply(usage: RunUsage) -> None:
+    # A drawn tool call watches two copies of its run's usage (#43: shallow, its details copied, where a deep copy
+    # took seven times as long): each equal to a deep copy, and neither shares anything a delegate's usage changes.
+    from anagrapheus.provider.tools import _usage_copy  # pyright: ignore[reportPrivateUsage]
+
+    copied = _usage_copy(usage)
+    assert copied == copy.deepcopy(usage) and copied is not usage
+    before = copy.deepcopy(usage)
+    copied.incr(RunUsage(requests=1, input_tokens=9, cost=Decimal("0.5"), details={"reasoning": 4, "new": 1}))
+    assert usage == before
+    assert copied.details is not usage.details
+    usage.provider_counter = [1]  # anything but a count: deep-copied, as before
+    odd = _usage_copy(usage)
+    assert odd == copy.deepcopy(usage) and odd.provider_counter is not usage.provider_counter

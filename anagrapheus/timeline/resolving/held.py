@@ -151,13 +151,15 @@ class HeldDraws:
                 for _, held in pending:
                     held.writing = False
 
-    def flush_with(self, claim: Callable[[], T]) -> tuple[T] | None:
+    def flush_with(self, claim: Callable[[bool], T]) -> tuple[T] | None:
         """Write the held results and run `claim` in one unsynced SQLite transaction; return what `claim` returned.
 
         For a claim that writes nothing durable (a key scratch cannot hold): the draw's synced write follows and
-        syncs them with it. None, with nothing written, when nothing is held, the store is not SQLite, or the
-        transaction failed (the caller then flushes and claims as before, each on its own); a unit fenced there
-        (its lease broken) raises its `UnitBusy` at once, with nothing written.
+        syncs them with it. `claim` is told whether the writes before it checked the unit in this transaction (a
+        closed unit refused, a lost lease fenced), so that it need not read it again. None, with nothing written,
+        when nothing is held, the store is not SQLite, or the transaction failed (the caller then flushes and claims
+        as before, each on its own); a unit fenced there (its lease broken) raises its `UnitBusy` at once, with
+        nothing written.
         """
         store = self._store
         if not self._gate.held or not isinstance(store, SQLiteEventStore):
@@ -183,10 +185,10 @@ class HeldDraws:
         store = self._store
         if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
             return pending
-        return pending if self._together(store, pending, lambda: None, synced=synced) is None else []
+        return pending if self._together(store, pending, lambda _: None, synced=synced) is None else []
 
     def _together(
-        self, store: SQLiteEventStore, pending: list[tuple[str, Held]], claim: Callable[[], T], *, synced: bool
+        self, store: SQLiteEventStore, pending: list[tuple[str, Held]], claim: Callable[[bool], T], *, synced: bool
     ) -> tuple[T] | None:
         """Write `pending` and run `claim` in one transaction, letting each go once it committed; None if it failed.
 
@@ -199,9 +201,20 @@ class HeldDraws:
         store.hold_unit(self._unit_id)
         try:
             with store.transaction() if synced else store.unsynced_transaction():
-                for key, held in pending:
-                    self._write_once(key, held, checked=True)
-                claimed = claim()
+                if any(held.tried for _, held in pending):
+                    # One may have landed already: each is looked for, then written, as on its own.
+                    for key, held in pending:
+                        self._write_once(key, held, checked=True)
+                    checked = False
+                else:
+                    # None tried (run-level pins held on purpose), so none can be there: written with their
+                    # attempts in one statement's steps, the unit checked once for them all.
+                    for _, held in pending:
+                        held.tried = True
+                    rows = [(key, held.kind, held.raw_text, held.fingerprint, held.attempts) for key, held in pending]
+                    store.scratch_put_many(self._unit_id, rows)
+                    checked = True
+                claimed = claim(checked)
         except UnitBusy:
             raise  # fenced: a decision, not a failure to try again
         except StoreError:

@@ -140,9 +140,12 @@ class PinLedger(Resolver):
 
         So its claim writes nothing, and it shares the held pins' transaction (one transaction and one hop, not
         two; the lease's own first): unsynced, as their flush is, the draw's synced write that follows making them
-        durable. The claim stays in it, before the effect, fencing the unit as any claim does.
+        durable. The claim stays in it, before the effect, fencing the unit as any claim does; where the held pins'
+        writes checked the unit in that transaction already (refused it closed, fenced its lease), it reads nothing.
         """
-        claimed = self._held.flush_with(lambda: self._store.scratch_reuse(self.unit_id, key))
+        claimed = self._held.flush_with(
+            lambda checked: None if checked else self._store.scratch_reuse(self.unit_id, key)
+        )
         return self._look(key) if claimed is None else claimed[0]
 
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:

@@ -346,7 +346,9 @@ class SQLiteEventStore:
                 try:
                     # The block may span awaits; only its own statements need the connection to itself.
                     with self._owner.held(), self._sql("beginning a transaction"):
-                        if relaxed or self._unsynced:
+                        if relaxed != self._unsynced:
+                            # Set only when it changes: a synced transaction after unsynced ones sets FULL back
+                            # before its BEGIN, so the unsynced ones in a row pay one PRAGMA, not two each.
                             self._relax_sync(relaxed)
                         self._conn.execute("BEGIN IMMEDIATE")
                     self._depth = 1
@@ -359,10 +361,6 @@ class SQLiteEventStore:
                     with self._owner.held():
                         self._roll_back_open()
                     raise
-                finally:
-                    if relaxed:
-                        with self._owner.held(), self._sql("setting synchronous back to FULL"):
-                            self._relax_sync(False)
             elif not savepoint:
                 with self._owner.held():
                     yield
@@ -386,9 +384,11 @@ class SQLiteEventStore:
     def _relax_sync(self, relaxed: bool) -> None:
         """Set the connection's `synchronous` for the next commit: NORMAL for an unsynced one, else back to FULL.
 
-        Set outside a transaction (SQLite reads it at the commit), by the context holding the connection, which it
-        holds until it is set back: no other commit runs unsynced. Marked before it is set and cleared after it is
-        set back, so a restore cut short (Ctrl-C) is made by the next synced transaction, before its BEGIN.
+        Set outside a transaction (SQLite reads it at the commit), just before the BEGIN of the transaction it is for,
+        by the context holding the connection. It stays NORMAL after an unsynced commit until the next synced
+        transaction sets it back, before its BEGIN: every commit on the connection is made by `_transaction`, which
+        reads the mark first, so no synced transaction commits at NORMAL. Marked before it is set and cleared after it
+        is set back, so a restore cut short (Ctrl-C) is made again by the next synced transaction.
         """
         if relaxed:
             self._unsynced = True
@@ -427,14 +427,18 @@ class SQLiteEventStore:
     def append(self, events: Sequence[PendingEvent], *, expected_last_seq: int | None = None) -> list[StoredEvent]:
         """Append events in one transaction; with `expected_last_seq`, raise `SeqConflict` if the log moved."""
         with self.transaction():
-            last = self._last_seq()
-            if expected_last_seq is not None and expected_last_seq != last:
-                raise SeqConflict(expected=expected_last_seq, actual=last)
-            stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
-            with self._sql("appending events"):
-                self._conn.executemany(
-                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", [event_row(e) for e in stored]
-                )
+            return self._append_now(events, expected_last_seq=expected_last_seq)
+
+    def _append_now(self, events: Sequence[PendingEvent], *, expected_last_seq: int | None = None) -> list[StoredEvent]:
+        """`append`'s statements, in the transaction open on this connection (a failure rolls it back whole)."""
+        last = self._last_seq()
+        if expected_last_seq is not None and expected_last_seq != last:
+            raise SeqConflict(expected=expected_last_seq, actual=last)
+        stored = stamped(events, after=last, clock=self._clock, new_event_id=self._new_event_id)
+        with self._sql("appending events"):
+            self._conn.executemany(
+                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", [event_row(e) for e in stored]
+            )
         return stored
 
     def append_stored(self, events: Sequence[StoredEvent]) -> None:
@@ -512,11 +516,6 @@ class SQLiteEventStore:
             ).fetchone()
         return None if row is None else ScratchPin(*row)
 
-    def _refuse_closed(self, unit_id: str, *, raw: str | None = None) -> None:
-        outcome = self._outcome(unit_id)
-        if outcome is not None:
-            raise UnitClosed(unit_id, state=outcome, raw=raw)
-
     def _outcome(self, unit_id: str) -> UnitOutcome | None:
         with self._sql("reading a unit's outcome"):
             row = self._conn.execute("SELECT outcome FROM closed_units WHERE unit_id = ?", (unit_id,)).fetchone()
@@ -529,12 +528,15 @@ class SQLiteEventStore:
     def _try_lease(self, unit_id: str) -> bool:
         # Unsynced: a lease guards a live process's draws; one lost in a power cut went with the process holding it.
         with self.unsynced_transaction(), self._sql(f"taking the lease of unit {unit_id}"):
-            if self._outcome(unit_id) is not None:
-                return True  # a closed unit needs no lease: the caller refuses it
-            row = self._conn.execute(
-                "SELECT holder, host, pid FROM unit_leases WHERE unit_id = ?", (unit_id,)
+            # The unit's outcome and its lease's holder in one statement (a row of NULLs for an open, unleased unit).
+            outcome, *row = self._conn.execute(
+                "SELECT (SELECT outcome FROM closed_units WHERE unit_id = ?1), holder, host, pid"
+                " FROM (SELECT 1) LEFT JOIN unit_leases ON unit_id = ?1",
+                (unit_id,),
             ).fetchone()
-            if row is not None and row[0] != self._holder and _holder_alive(*row):
+            if outcome is not None:
+                return True  # a closed unit needs no lease: the caller refuses it
+            if row[0] is not None and row[0] != self._holder and _holder_alive(*row):
                 return False
             self._conn.execute(
                 "INSERT OR REPLACE INTO unit_leases (unit_id, holder, host, pid) VALUES (?, ?, ?, ?)",
@@ -542,24 +544,11 @@ class SQLiteEventStore:
             )
         return True
 
-    def _fence(self, unit_id: str) -> None:
-        """Refuse a unit whose lease this store took and has since lost: `unlock` broke it, and another may draw.
-
-        Checked in the transaction of every draw's first store step (before its effect runs), of every write and of
-        the unit's close, as the PostgreSQL store fences a lost unit (issue #35): the old holder stops, loudly.
-        """
-        if unit_id not in self._leases.held:
-            return
-        with self._sql(f"checking the lease of unit {unit_id}"):
-            row = self._conn.execute("SELECT holder FROM unit_leases WHERE unit_id = ?", (unit_id,)).fetchone()
-        if (row is not None and row[0] == self._holder) or self._outcome(unit_id) is not None:
-            return  # still ours, or closed: the caller refuses a closed unit as closed
-        self._lost(unit_id)
-
     def _unit_state(self, unit_id: str) -> tuple[UnitOutcome | None, str | None]:
         """The unit's outcome (None while open) and its lease's holder (None if unleased), in one statement.
 
-        What `_refuse_closed` and `_fence` read, in one step where a draw's claim or write needs both.
+        What a draw's claim, a write and a close read before they go on: a closed unit is refused as closed, and an
+        open one fenced (`_fence_open`).
         """
         with self._sql(f"checking unit {unit_id}"):
             row = self._conn.execute(
@@ -570,7 +559,12 @@ class SQLiteEventStore:
         return row[0], row[1]
 
     def _fence_open(self, unit_id: str, holder: str | None) -> None:
-        """`_fence` for an open unit whose lease's holder was read (`_unit_state`)."""
+        """Refuse an open unit whose lease this store took and has since lost: `unlock` broke it, and another may draw.
+
+        Checked, with the holder `_unit_state` read, in the transaction of every draw's first store step (before its
+        effect runs), of every write and of the unit's close, as the PostgreSQL store fences a lost unit (issue #35):
+        the old holder stops, loudly.
+        """
         if unit_id in self._leases.held and holder != self._holder:
             self._lost(unit_id)
 
@@ -640,6 +634,32 @@ class SQLiteEventStore:
                     (unit_id, key, kind, raw, fingerprint, unit_id),
                 ).fetchone()
         return ScratchPin(*row)
+
+    def scratch_put_many(self, unit_id: str, pins: Sequence[tuple[str, str, str, str | None, int]]) -> None:
+        """Write several drawn results as `scratch_put` writes each, their attempts counted, in one statement's steps.
+
+        Each of `pins` is a key, a kind, a raw, a fingerprint and the attempts asked (at least 1): a new pin takes the
+        next draw number and those attempts, a key already there counts them on top of its own, as `scratch_put`
+        then `scratch_reuse` for each further attempt would. The unit is checked once (closed: `UnitClosed`, carrying
+        the first pin's raw; its lease lost: `UnitBusy`). For a block that rolls back whole if it fails (the held
+        draws' flush): it takes no savepoint of its own.
+        """
+        self._leases.hold(unit_id)
+        with self._transaction(synced=True, savepoint=False):
+            outcome, holder = self._unit_state(unit_id)
+            if outcome is not None:
+                raise UnitClosed(unit_id, state=outcome, raw=pins[0][2])  # the first's, as its own put would say
+            self._fence_open(unit_id, holder)
+            with self._sql("writing scratch"):
+                self._conn.executemany(
+                    f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
+                    " SELECT ?1, ?2, ?3, ?4, ?6, coalesce(max(draw_no), 0) + 1, ?5 FROM pin_scratch WHERE unit_id = ?1"
+                    " ON CONFLICT (unit_id, key) DO UPDATE SET attempts = attempts + ?6",
+                    [
+                        (unit_id, key, kind, raw, fingerprint, attempts)
+                        for key, kind, raw, fingerprint, attempts in pins
+                    ],
+                )
 
     def scratch_reuse(self, unit_id: str, key: str) -> ScratchPin | None:
         """Count one more attempt at the unit's pin for `key` and return it, or None if not drawn, in one step.
@@ -726,9 +746,12 @@ class SQLiteEventStore:
         check_outcome(outcome)
         self._leases.hold(unit_id)
         with self.transaction():
-            self._refuse_closed(unit_id)
-            self._fence(unit_id)
-            stored = self.append(events(self._scratch_list(unit_id)))
+            outcome_now, holder = self._unit_state(unit_id)
+            if outcome_now is not None:
+                raise UnitClosed(unit_id, state=outcome_now)
+            self._fence_open(unit_id, holder)
+            # Appended in this transaction, with no savepoint of its own: the whole close rolls back together.
+            stored = self._append_now(events(self._scratch_list(unit_id)))
             with self._sql("closing the unit"):
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))
                 self._conn.execute("INSERT INTO closed_units (unit_id, outcome) VALUES (?, ?)", (unit_id, outcome))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -64,6 +64,11 @@ class CountingStore(SQLiteEventStore):
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
         self.puts.append((key, self.opened if self.depth else None))
         return super().scratch_put(unit_id, key, kind=kind, raw=raw, fingerprint=fingerprint)
+
+    @override
+    def scratch_put_many(self, unit_id: str, pins: Sequence[tuple[str, str, str, str | None, int]]) -> None:
+        self.puts.extend((key, self.opened if self.depth else None) for key, *_ in pins)
+        super().scratch_put_many(unit_id, pins)
 
 
 def promoted(store: TimelineStore) -> list[tuple[object, object, object]]:

@@ -183,10 +183,14 @@ def test_ctrl_c_at_every_call_of_a_unit_loses_no_paid_draw_and_wedges_nothing(
         for at in range(1, count.calls + 1, EVERY_NTH_CALL):
             ledger = PinLedger(store, types)
             with suppress(KeyboardInterrupt):
-                sys.setprofile(InterruptAt(at))
+                interrupt = InterruptAt(at)
+                sys.setprofile(interrupt)
                 try:
                     run(ledger)
                 finally:
+                    # Disarmed first: removing the hook calls any audit hook installed earlier in this process (the
+                    # entropy guard's), a Python call the hook would count, and could not interrupt from inside it.
+                    interrupt.at = 0
                     sys.setprofile(None)
             assert unlocked(db_path), f"interrupted at call {at}"
             # The same unit goes on where it stopped, and ends committed.

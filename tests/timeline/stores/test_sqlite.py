@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from anagrapheus.errors import AnagrapheusError, SchemaTooNew, SeqConflict, StoreError, UnitBusy, UsageError
+from anagrapheus.errors import (
+    AnagrapheusError,
+    SchemaTooNew,
+    SeqConflict,
+    StoreError,
+    UnitBusy,
+    UnitClosed,
+    UsageError,
+)
 from anagrapheus.testing.conformance import StoreConformance, pending
 from anagrapheus.timeline import SQLiteEventStore, TimelineStore
 
@@ -319,28 +327,42 @@ def test_synchronous_normal_is_taken_and_anything_else_refused(tmp_path: Path) -
     assert str(raised.value) == "synchronous must be 'FULL' or 'NORMAL', not 'normal'"
 
 
-def test_an_unsynced_transaction_commits_and_leaves_the_connection_synced(tmp_path: Path) -> None:
-    # A lease and a run's held ids are written without their own sync; the store's durability stays FULL after
-    # them, committed or rolled back, for every write that follows (read on the store's own connection: the
-    # setting is per connection).
+def test_an_unsynced_transaction_commits_and_every_synced_one_after_it_is_synced(tmp_path: Path) -> None:
+    # A lease and a run's held ids are written without their own sync; every synced write that follows them,
+    # committed or rolled back, commits at FULL (read inside it on the store's own connection: the setting is per
+    # connection, and SQLite reads it at the commit). Between them the connection may stay at NORMAL (#43: one
+    # PRAGMA for unsynced transactions in a row, not two each).
     def synchronous(store: SQLiteEventStore) -> int:
         return store._conn.execute("PRAGMA synchronous").fetchone()[0]  # pyright: ignore[reportPrivateUsage]
+
+    def in_a_synced_transaction(store: SQLiteEventStore) -> int:
+        with store.transaction():
+            store.append([pending(store.last_seq() + 1)])
+            return synchronous(store)
 
     with SQLiteEventStore(tmp_path / "log.db") as store:
         assert synchronous(store) == 2  # FULL
         with store.unsynced_transaction():
+            assert synchronous(store) == 1  # NORMAL
             store.append([pending(1)])
-        assert synchronous(store) == 2
-        with pytest.raises(RuntimeError), store.unsynced_transaction():
-            store.append([pending(2)])
-            raise RuntimeError("rolled back")
-        assert synchronous(store) == 2
-        assert [event.seq for event in store.read()] == [1]
-    with SQLiteEventStore(tmp_path / "log.db", synchronous="NORMAL") as store:
+        assert in_a_synced_transaction(store) == 2
         with store.unsynced_transaction():
             store.append([pending(3)])
+        with store.unsynced_transaction():
+            assert synchronous(store) == 1
+            store.append([pending(4)])
+        assert in_a_synced_transaction(store) == 2
+        with pytest.raises(RuntimeError), store.unsynced_transaction():
+            store.append([pending(6)])
+            raise RuntimeError("rolled back")
+        assert in_a_synced_transaction(store) == 2
+        assert [event.seq for event in store.read()] == [1, 2, 3, 4, 5, 6]
+    with SQLiteEventStore(tmp_path / "log.db", synchronous="NORMAL") as store:
+        with store.unsynced_transaction():
+            store.append([pending(7)])
         assert synchronous(store) == 1  # NORMAL, as opened
-        assert [event.seq for event in store.read()] == [1, 2]
+        assert in_a_synced_transaction(store) == 1
+        assert [event.seq for event in store.read()][-2:] == [7, 8]
 
 
 def test_a_path_with_a_nul_is_refused_naming_it(tmp_path: Path) -> None:
@@ -745,3 +767,33 @@ def test_a_lease_a_closing_store_failed_to_delete_is_taken_over(db_path: Path) -
         # Its holder is no open store of this process any more (though the object lives on): the lease is stale.
         assert second.scratch_reuse("u1", "k1") is not None
     assert first.read_only is False
+
+
+def test_several_pins_written_at_once_are_written_as_each_put_and_reused_would_be(tmp_path: Path) -> None:
+    # The held draws' flush writes them in one statement's steps, their attempts counted in it (#43): the scratch it
+    # leaves is the one `scratch_put` then `scratch_reuse` for each further attempt leave, a key already there too.
+    def pins(store: SQLiteEventStore) -> list[tuple[object, ...]]:
+        return [(p.key, p.kind, p.raw_text, p.attempts, p.draw_no, p.fingerprint) for p in store.scratch_list("u")]
+
+    with SQLiteEventStore(tmp_path / "many.db") as many, SQLiteEventStore(tmp_path / "each.db") as each:
+        many.scratch_put("u", "k0", kind="model_call", raw='"zero"', fingerprint=None)
+        many.scratch_put_many("u", [("k1", "run_id", '"one"', None, 1), ("k0", "model_call", '"zero"', None, 2)])
+        many.scratch_put_many("u", [("k2", "run_clock", "2", '{"a":"b"}', 3)])
+        each.scratch_put("u", "k0", kind="model_call", raw='"zero"', fingerprint=None)
+        each.scratch_put("u", "k1", kind="run_id", raw='"one"', fingerprint=None)
+        each.scratch_put("u", "k0", kind="model_call", raw='"zero"', fingerprint=None)
+        each.scratch_reuse("u", "k0")
+        each.scratch_put("u", "k2", kind="run_clock", raw="2", fingerprint='{"a":"b"}')
+        each.scratch_reuse("u", "k2")
+        each.scratch_reuse("u", "k2")
+        assert pins(many) == pins(each)
+        assert [(key, attempts, draw_no) for key, _, _, attempts, draw_no, _ in pins(many)] == [
+            ("k0", 3, 1),
+            ("k1", 1, 2),
+            ("k2", 3, 3),
+        ]
+        many.settle_unit("u", outcome="abandoned", events=lambda _: [pending(1)])
+        with pytest.raises(UnitClosed) as closed:
+            many.scratch_put_many("u", [("k3", "run_id", '"three"', None, 1), ("k4", "run_id", '"four"', None, 1)])
+        assert closed.value.raw_text == '"three"'  # the first's, as its own put would have said
+        assert many.scratch_list("u") == []

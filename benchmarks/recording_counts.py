@@ -1,0 +1,132 @@
+"""What a recorded run asks of its SQLite store: statements, transactions, worker-thread hops (issue #43 item 2).
+
+The run of `benchmarks/capability.py` (a tool call, then an answer: two model requests, one tool call), recorded through
+`Pinning(PinLedger)` and through `PinnedModel(PinLedger)`, each with its `commit()`. Counts, which no load moves:
+the statements SQLite ran on the store's connection (its trace callback, which reports each row of an
+`executemany` as a statement), the transactions among them (`BEGIN`), and the hops to a worker thread
+(`asyncio.to_thread`). Beside them, the CPU of the ledger and store alone for a unit shaped like the run (three
+held run-level pins, three asynchronous draws, a commit), a time, so load moves it: compare it alternately. The
+syncs to disk are counted from outside:
+
+    python benchmarks/recording_counts.py
+    strace -f -c -e trace=fdatasync python benchmarks/recording_counts.py --runs 60   # minus --runs 10, over 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from capability import PROMPT, Scripted, lookup
+from pydantic_ai import Agent
+from pydantic_ai.models.function import FunctionModel
+
+from anagrapheus.provider import PinnedModel, Pinning
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, SQLiteEventStore, pin_key
+
+
+def counted(adapter: str, runs: int, root: Path) -> tuple[Counter[str], int]:
+    """The statements (by their first word) and the hops of `runs` recorded runs and commits, after five unseen."""
+    loop = asyncio.new_event_loop()
+    store = SQLiteEventStore(root / f"{adapter}.db")
+    types = EventTypeRegistry()
+    model = FunctionModel(Scripted(), model_name="scripted")
+    statements: Counter[str] = Counter()
+    hops = [0]
+    to_thread = asyncio.to_thread
+
+    async def hop(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return await to_thread(func, *args, **kwargs)
+
+    def run() -> None:
+        ledger = PinLedger(store, types)
+        if adapter == "Pinning":
+            agent = Agent(model, tools=[lookup], capabilities=[Pinning(ledger)])
+        else:
+            agent = Agent(PinnedModel(model, ledger), tools=[lookup])
+        loop.run_until_complete(agent.run(PROMPT))
+        ledger.commit()
+
+    try:
+        for _ in range(5):
+            run()
+        store._conn.set_trace_callback(lambda sql: statements.update([sql.split()[0].upper()]))  # pyright: ignore[reportPrivateUsage]
+        asyncio.to_thread = hop
+        for _ in range(runs):
+            run()
+    finally:
+        asyncio.to_thread = to_thread
+        store.close()
+        loop.close()
+    return statements, hops[0]
+
+
+def ledger_alone(root: Path, *, rounds: int = 15, units: int = 100) -> tuple[float, float]:
+    """CPU per unit of three held pins, three asynchronous draws and a commit: the median and least of `rounds`."""
+    store = SQLiteEventStore(root / "ledger.db")
+    types = EventTypeRegistry()
+    held = [pin_key("run_clock", {"n": n}) for n in range(3)]
+    drawn = [pin_key("model_call", {"n": n}) for n in range(3)]
+
+    async def effect() -> object:
+        return {"parts": [{"content": "x" * 200}]}
+
+    async def unit() -> None:
+        ledger = PinLedger(store, types)
+        for key in held:
+            ledger.resolve_held(key, kind="run_clock", effect=lambda: "2026-01-01T00:00:00Z", interpret=str)
+        for key in drawn:
+            await ledger.aresolve(key, kind="model_call", effect=effect, interpret=lambda raw: raw)
+        ledger.commit()
+
+    loop = asyncio.new_event_loop()
+    times: list[float] = []
+    try:
+        for _ in range(units):
+            loop.run_until_complete(unit())
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(units):
+                loop.run_until_complete(unit())
+            times.append((time.process_time() - start) / units)
+    finally:
+        store.close()
+        loop.close()
+    return statistics.median(times), min(times)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="recorded runs counted, per adapter")
+    parser.add_argument("--counts-only", action="store_true", help="skip the timed ledger-alone unit")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 3 runs, and 2 rounds of 5 units")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = 3
+    print(f"benchmarks/recording_counts.py: per recorded run and commit, over {args.runs} runs")
+    print(f"  {'adapter':<12} {'statements':>10} {'transactions':>12} {'hops':>5}  by statement")
+    with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
+        for adapter in ("Pinning", "PinnedModel"):
+            statements, hops = counted(adapter, args.runs, Path(tmp))
+            per = {verb: round(count / args.runs, 2) for verb, count in sorted(statements.items())}
+            total = sum(statements.values()) / args.runs
+            begins = statements["BEGIN"] / args.runs
+            print(f"  {adapter:<12} {total:>10.2f} {begins:>12.2f} {hops / args.runs:>5.2f}  {per}")
+        if not args.counts_only:
+            median, least = ledger_alone(Path(tmp), rounds=2, units=5) if args.quick else ledger_alone(Path(tmp))
+            print(
+                f"  the ledger and store alone, a unit of 3 held pins, 3 draws and a commit: {median * 1e6:,.0f} us CPU"
+                f" (least {least * 1e6:,.0f})"
+            )
+
+
+if __name__ == "__main__":
+    main()
