@@ -41,6 +41,9 @@ CHAINS: Final = 16
 SEEN_BEFORE_KEPT: Final = 2
 """Requests of a conversation keyed from scratch before it is kept (a short run never pays for keeping it)."""
 
+# An empty sha256 to copy: a copy skips OpenSSL's look-up of the algorithm that `hashlib.sha256()` makes each time.
+_SHA256: Final = hashlib.sha256()
+
 SIGHTINGS: Final = 4 * CHAINS
 """Conversations not yet kept whose requests are counted; the oldest is forgotten."""
 
@@ -232,7 +235,11 @@ class _Chain:
         del self.states[start:]
         if start == len(self.nodes):
             return
-        state = self.states[start - 1].copy() if start else hashlib.sha256(self.head.encode())
+        if start:
+            state = self.states[start - 1].copy()
+        else:
+            state = _SHA256.copy()
+            state.update(self.head.encode())
         for index in range(start, len(self.nodes)):
             if index:
                 state.update(b",")
@@ -273,7 +280,9 @@ class KeyedHistory:
         material["messages"] = listed
         # The material's canonical text, as `pin_key` writes it: the text around the messages, and their list's.
         text = head + encode_normalised(listed)[1:-1] + tail
-        return hashlib.sha256(text.encode()).hexdigest(), material
+        digest = _SHA256.copy()
+        digest.update(text.encode())
+        return digest.hexdigest(), material
 
     def _kept(self, messages: Sequence[ModelMessage]) -> _Chain | None:
         """The chain `messages` continue, the most recently used from now; None while not worth keeping."""
