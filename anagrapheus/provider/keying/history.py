@@ -8,7 +8,6 @@ material, the text and the hash state after that message; a message changed in p
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -20,7 +19,7 @@ from pydantic_ai.messages import ModelMessage
 
 from anagrapheus.provider.keying.material import RequestRest, layout_reads, walk_messages
 from anagrapheus.provider.keying.rest import KeptRest, split_material
-from anagrapheus.timeline.canonical import JSONValue, encode_normalised
+from anagrapheus.timeline.canonical import JSONValue, encode_normalised, sha256_empty, sha256_hex
 
 __all__ = ["KeyedHistory", "split_material"]
 
@@ -40,9 +39,6 @@ CHAINS: Final = 16
 
 SEEN_BEFORE_KEPT: Final = 2
 """Requests of a conversation keyed from scratch before it is kept (a short run never pays for keeping it)."""
-
-# An empty sha256 to copy: a copy skips OpenSSL's look-up of the algorithm that `hashlib.sha256()` makes each time.
-_SHA256: Final = hashlib.sha256()
 
 SIGHTINGS: Final = 4 * CHAINS
 """Conversations not yet kept whose requests are counted; the oldest is forgotten."""
@@ -238,7 +234,7 @@ class _Chain:
         if start:
             state = self.states[start - 1].copy()
         else:
-            state = _SHA256.copy()
+            state = sha256_empty()
             state.update(self.head.encode())
         for index in range(start, len(self.nodes)):
             if index:
@@ -280,9 +276,7 @@ class KeyedHistory:
         material["messages"] = listed
         # The material's canonical text, as `pin_key` writes it: the text around the messages, and their list's.
         text = head + encode_normalised(listed)[1:-1] + tail
-        digest = _SHA256.copy()
-        digest.update(text.encode())
-        return digest.hexdigest(), material
+        return sha256_hex(text), material
 
     def _kept(self, messages: Sequence[ModelMessage]) -> _Chain | None:
         """The chain `messages` continue, the most recently used from now; None while not worth keeping."""
