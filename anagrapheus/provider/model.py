@@ -79,6 +79,7 @@ T = TypeVar("T")
 
 _responses: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _usages: TypeAdapter[RequestUsage] = TypeAdapter(RequestUsage)
+_response_validator = _responses.validator
 
 
 def explained(miss: PinMiss, messages: Sequence[ModelMessage], parameters: ModelRequestParameters) -> PinMiss:
@@ -221,7 +222,8 @@ def response_from_raw(raw: JSONValue, *, key: str | None = None) -> ModelRespons
     kept = data.get(DETAIL_TYPES) if isinstance(data, dict) else None
     if kept is not None and isinstance(data, dict):
         data = {name: value for name, value in data.items() if name != DETAIL_TYPES}
-    response = _responses.validate_python(data)
+    # The adapter's own validator, as `TypeAdapter.validate_python` calls it with no option given: one layer fewer.
+    response = _response_validator.validate_python(data)
     if isinstance(kept, dict):
         _retyped(response, cast(dict[str, JSONValue], kept), _DETAILS if key is None else _DETAILS.for_pin(key))
     # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.

@@ -28,6 +28,7 @@ __all__ = [
     "digest_key",
     "encode_normalised",
     "pin_key",
+    "sha256_hex",
     "stored_json",
     "stored_json_of_parsed",
     "stored_value",
@@ -260,7 +261,23 @@ def pin_key(
     (canonical JSON values) and is written without being walked again.
     """
     text = _encode(material if normalised else walk(material))
-    return digest_key(kind, hashlib.sha256(text.encode()).hexdigest())
+    return digest_key(kind, sha256_hex(text))
+
+
+# Copied, never updated: a copy skips the look-up of the algorithm that `hashlib.sha256()` makes in OpenSSL each time.
+_EMPTY_SHA256 = hashlib.sha256()
+
+
+def sha256_empty() -> Any:
+    """A new sha256 hash object, as `hashlib.sha256()` returns, copied from an empty one (cheaper than a new one)."""
+    return _EMPTY_SHA256.copy()
+
+
+def sha256_hex(text: str) -> str:
+    """`hashlib.sha256(text.encode()).hexdigest()`, the digest of a key's canonical text."""
+    digest = _EMPTY_SHA256.copy()
+    digest.update(text.encode())
+    return digest.hexdigest()
 
 
 def digest_key(kind: str, digest: str) -> str:

@@ -150,6 +150,28 @@ async def test_streamed_and_plain_requests_share_pins(
 
 
 @pytest.mark.anyio
+async def test_each_answer_from_one_pin_is_a_response_of_its_own(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    # Asked outside a run, one request is answered from its one pin every time: no answer may share state with the next.
+    messages: list[ModelMessage] = [ModelRequest.user_text_prompt(PROMPT)]
+    params = ModelRequestParameters()
+    recorded = await PinnedModel(Scripted("scripted-uk").model, ledger).request(messages, None, params)
+    ledger.commit()
+    model = PinnedModel(Scripted("scripted-uk").model, replay_of(store, types))
+    first = await model.request(messages, None, params)
+    expected = first.parts[0].__dict__.copy()
+    assert isinstance(first.parts[0], TextPart)
+    first.parts[0].content = "changed by the run that received it"
+    first.parts.append(TextPart("added"))
+    first.usage.input_tokens += 1000
+    second = await model.request(messages, None, params)
+    assert second is not first and second.parts is not first.parts and second.usage is not first.usage
+    assert second.parts[0].__dict__ == expected == recorded.parts[0].__dict__
+    assert len(second.parts) == len(recorded.parts) and second.usage == recorded.usage
+
+
+@pytest.mark.anyio
 async def test_multi_request_run_pins_each_request(store: SQLiteEventStore, ledger: PinLedger) -> None:
     live = Scripted("scripted-uk")
     await agent_for(PinnedModel(live.model, ledger), "tools").run(PROMPT)

@@ -22,6 +22,8 @@ from anagrapheus.timeline.canonical import (
     canonical_string,
     canonical_value,
     digest_key,
+    sha256_empty,
+    sha256_hex,
 )
 
 json_values = st.recursive(
@@ -464,3 +466,14 @@ def test_the_stored_form_refuses_a_value_nested_too_deeply() -> None:
         with pytest.raises(CanonicalError, match="nested too deeply") as caught:
             writer(deep)
         assert caught.value.path == "$"
+
+
+@given(st.lists(st.text(), max_size=4))
+def test_sha256_hex_is_hashlibs_digest_and_its_template_stays_empty(texts: list[str]) -> None:
+    # Each digest is copied from one empty hash object: it must never carry one text's bytes into the next.
+    for text in texts:
+        assert sha256_hex(text) == hashlib.sha256(text.encode()).hexdigest()
+        grown = sha256_empty()
+        grown.update(text.encode())
+        assert grown.hexdigest() == hashlib.sha256(text.encode()).hexdigest()
+    assert sha256_hex("") == hashlib.sha256(b"").hexdigest()

@@ -8,7 +8,6 @@ material, the text and the hash state after that message; a message changed in p
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -20,7 +19,7 @@ from pydantic_ai.messages import ModelMessage
 
 from anagrapheus.provider.keying.material import RequestRest, layout_reads, walk_messages
 from anagrapheus.provider.keying.rest import KeptRest, split_material
-from anagrapheus.timeline.canonical import JSONValue, encode_normalised
+from anagrapheus.timeline.canonical import JSONValue, encode_normalised, sha256_empty, sha256_hex
 
 __all__ = ["KeyedHistory", "split_material"]
 
@@ -232,7 +231,11 @@ class _Chain:
         del self.states[start:]
         if start == len(self.nodes):
             return
-        state = self.states[start - 1].copy() if start else hashlib.sha256(self.head.encode())
+        if start:
+            state = self.states[start - 1].copy()
+        else:
+            state = sha256_empty()
+            state.update(self.head.encode())
         for index in range(start, len(self.nodes)):
             if index:
                 state.update(b",")
@@ -273,7 +276,7 @@ class KeyedHistory:
         material["messages"] = listed
         # The material's canonical text, as `pin_key` writes it: the text around the messages, and their list's.
         text = head + encode_normalised(listed)[1:-1] + tail
-        return hashlib.sha256(text.encode()).hexdigest(), material
+        return sha256_hex(text), material
 
     def _kept(self, messages: Sequence[ModelMessage]) -> _Chain | None:
         """The chain `messages` continue, the most recently used from now; None while not worth keeping."""

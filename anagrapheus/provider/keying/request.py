@@ -25,6 +25,9 @@ __all__ = ["MODEL_CALL", "RequestKeys", "request_material"]
 MODEL_CALL = "model_call"
 """The pin kind of a model request."""
 
+# `digest_key(MODEL_CALL, digest)` is this prefix and the digest: the kind is checked once, here, not per request.
+_KEY_PREFIX = digest_key(MODEL_CALL, "")
+
 
 def request_material(
     messages: Sequence[ModelMessage],
@@ -59,4 +62,4 @@ class RequestKeys:
     ) -> tuple[str, Mapping[str, str]]:
         """The key of a request (byte-identical to `key_of` its `request_material`) and its fingerprint."""
         digest, material = self._history.material(messages, (parameters, model_id, reduced_settings(settings)))
-        return digest_key(MODEL_CALL, digest), DeferredFingerprint(material, values=values)
+        return _KEY_PREFIX + digest, DeferredFingerprint(material, values=values)
