@@ -234,19 +234,27 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'row = self._conn.execute("SELECT OUTCOME FROM CLOSED_UNITS WHERE UNIT_ID = ?", (unit_id,)).fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_8": (
+        '"select (select outcome from closed_units where unit_id = ?1), holder, host, pid"',
+        "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
+    ),
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_9": (
+        '"SELECT (SELECT OUTCOME FROM CLOSED_UNITS WHERE UNIT_ID = ?1), HOLDER, HOST, PID"',
+        "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
+    ),
     "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_11": (
-        '"select holder, host, pid from unit_leases where unit_id = ?", (unit_id,)',
+        '" from (select 1) left join unit_leases on unit_id = ?1",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
     "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_12": (
-        '"SELECT HOLDER, HOST, PID FROM UNIT_LEASES WHERE UNIT_ID = ?", (unit_id,)',
+        '" FROM (SELECT 1) LEFT JOIN UNIT_LEASES ON UNIT_ID = ?1",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_24": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_27": (
         '"insert or replace into unit_leases (unit_id, holder, host, pid) values (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_25": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_28": (
         '"INSERT OR REPLACE INTO UNIT_LEASES (UNIT_ID, HOLDER, HOST, PID) VALUES (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -310,27 +318,27 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         '"UPDATE PIN_SCRATCH SET ATTEMPTS = ATTEMPTS + 1 WHERE UNIT_ID = ? AND KEY = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_17": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_26": (
         'self._conn.execute("delete from pin_scratch where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_18": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_27": (
         'self._conn.execute("DELETE FROM PIN_SCRATCH WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_24": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_33": (
         'self._conn.execute("insert into closed_units (unit_id, outcome) values (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_25": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_34": (
         'self._conn.execute("INSERT INTO CLOSED_UNITS (UNIT_ID, OUTCOME) VALUES (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_31": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_40": (
         'self._conn.execute("delete from unit_leases where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_32": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_41": (
         'self._conn.execute("DELETE FROM UNIT_LEASES WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -402,7 +410,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "self._depth = 1",
         "the first value of _depth is never read: transaction() sets it before any nested block reads it",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_33": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_42": (
         "self._leases.held.discard(None)",
         (
             "a settled unit left among the held leases: its lease row is gone and the unit is closed, so a later "
