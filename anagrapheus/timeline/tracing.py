@@ -1,23 +1,20 @@
 """Spans for pins: every resolve, commit and abandon reported through OpenTelemetry's API (no SDK needed).
 
 A span is made only where a tracer provider is set (the user's, or logfire's); without one, opening a pin's span
-costs a look at OpenTelemetry's global and its environment variable, made afresh on every pin. Inside
-`answers_untraced()` a span whose pin was answered, not drawn, is never ended, so never exported (`Pinning` no
-longer opens it: a replay's pins are spans, outcome `answered`).
+costs one check of OpenTelemetry's global. Inside `answers_untraced()` a span whose pin was answered, not drawn,
+is never ended, so never exported (`Pinning` no longer opens it: a replay's pins are spans, outcome `answered`).
 """
 
 from __future__ import annotations
 
-import os
 import traceback
 import weakref
-from collections.abc import Container, Generator, Sequence
+from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Literal, cast
+from typing import Literal
 
 from opentelemetry import trace
-from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode, use_span
 from typing_extensions import override
 
@@ -53,46 +50,10 @@ _provider: ContextVar[trace.TracerProvider | None] = ContextVar("anagrapheus_tra
 _TRACERS: weakref.WeakKeyDictionary[trace.TracerProvider, trace.Tracer] = weakref.WeakKeyDictionary()
 
 
-# What `trace.get_tracer_provider` reads to find none is set: its module's global, then `os.environ`, which it asks
-# for OTEL_PYTHON_TRACER_PROVIDER on every call until a provider is set (a KeyError raised and caught: most of what
-# a replayed hit spent on tracing). Both are read here as it reads them, on every pin, so a provider set later, by
-# `set_tracer_provider` or by that variable, is honoured by the next pin; where either is not laid out as read here
-# (another OpenTelemetry, another Python, `get_tracer_provider` replaced), every pin asks `get_tracer_provider`.
-_API: dict[str, object] = trace.__dict__
-_GET_PROVIDER = trace.get_tracer_provider
-_ENVIRON_KEY: object = os.environ.encodekey(OTEL_PYTHON_TRACER_PROVIDER)
-
-
-def _as_read() -> tuple[object, Container[object]]:
-    """`os.environ` and the mapping it reads from, where laid out as read here (and the API's global is there)."""
-    data: object = getattr(os.environ, "_data", None)
-    if isinstance(data, dict) and "_TRACER_PROVIDER" in _API:
-        return os.environ, cast(Container[object], data)
-    return object(), ()  # never `os.environ`: every pin asks `get_tracer_provider`
-
-
-_ENVIRON, _ENVIRON_DATA = _as_read()
-
-
-def _provider_set() -> trace.TracerProvider | None:
-    """The provider pins report to: `traced_to`'s or OpenTelemetry's global one; None while none is set."""
-    provider = _provider.get()
-    if not provider:
-        if (
-            _API.get("_TRACER_PROVIDER") is None
-            and os.environ is _ENVIRON
-            and _ENVIRON_KEY not in _ENVIRON_DATA
-            and trace.get_tracer_provider is _GET_PROVIDER
-        ):
-            return None  # as `get_tracer_provider` would find: none set, none named to load
-        provider = trace.get_tracer_provider()
-    return None if isinstance(provider, ProxyTracerProvider) else provider
-
-
 def _tracer() -> trace.Tracer | None:
     """The tracer of `traced_to`'s provider or the global one, or None while none is set (the API's proxy)."""
-    provider = _provider_set()
-    if provider is None:
+    provider = _provider.get() or trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider):
         return None
     try:
         tracer = _TRACERS.get(provider)
