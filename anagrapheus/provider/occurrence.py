@@ -79,32 +79,44 @@ class _Askers:
 _ASKERS: Attachment[_Askers] = Attachment("the runs that asked each key")
 
 
-def _run_place(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]) -> tuple[int | str, _Askers | None]:
+_Placed = tuple[int | str, _Askers | None, _Askers | None, int | None]
+"""A run's place for one key, the askers that tell it apart (no `Pinning`), and, where the resolver asked numbers
+the run, its askers and how many times its recording asked the key of that place (else None: not looked up)."""
+
+
+def _run_place(key: str, *, kind: str, resolver: Resolver, run: RunContext[object]) -> _Placed:
     """The place among its unit's runs that `run` asks `key` as: the first run's (0) keeps the key (the run rule).
 
     Also the askers that tell the run apart, in the order runs first ask, when no `Pinning` numbered it: its
-    failed askings are then what says it failed (the retry rule).
+    failed askings are then what says it failed (the retry rule). And, where `resolver` numbers the run itself
+    (it picks no unit per run), its askers and how many times its recording asked the key of the run's place:
+    the asking counts itself in with them rather than looking each up again.
     """
     run_id = run.run_id
     if run_id is None:
-        return 0, None
+        return 0, None, None, None
+    numbering = resolver
     server = resolver.serves_each_run
     if server is not None:
         # The run's unit is picked per run: its runs are numbered, and its askers kept, by the unit's own resolver.
-        resolver = server.ledger_for(run)
-    askers = resolver.attached(_ASKERS, _Askers)
-    if askers is None:
-        return 0, None
+        numbering = server.ledger_for(run)
+    held = numbering.attachments
+    if held is None:
+        return 0, None, None, None
+    askers = held.get(_ASKERS, _Askers)
     # A run a `Pinning` numbered is told by its position, in the order the runs started, so runs asking at once
     # keep their keys whichever asks first. Without one, the runs are told apart in the order they first ask.
-    place = run_position(resolver, run_id)
+    place = run_position(numbering, run_id, held=held)
     told_apart = askers if place is None else None
     if place is None:
-        as_run = _as_run(key, resolver=resolver, askers=askers, run_id=run_id)
+        as_run = _as_run(key, resolver=numbering, askers=askers, run_id=run_id)
         with _lock:
             runs = askers.runs.setdefault(key, {})
             place = runs.setdefault(as_run, len(runs))
-    return _recorded_before(key, place, kind=kind, resolver=resolver, askers=askers), told_apart
+    place, asked = _recorded_before(key, place, kind=kind, resolver=numbering, askers=askers)
+    if numbering is not resolver:
+        return place, told_apart, None, None
+    return place, told_apart, askers, asked
 
 
 def _as_run(key: str, *, resolver: Resolver, askers: _Askers, run_id: str) -> str:
@@ -151,34 +163,41 @@ def _failed(askers: _Askers, run_id: str) -> None:
             askers.failing.setdefault(first, {})[run] = None
 
 
-def _recorded_before(key: str, place: int | str, *, kind: str, resolver: Resolver, askers: _Askers) -> int | str:
-    """The place a replay answers a run's asking as: its own, unless its recording holds no pin under the run's key.
+def _recorded_before(
+    key: str, place: int | str, *, kind: str, resolver: Resolver, askers: _Askers
+) -> tuple[int | str, int]:
+    """The place a replay answers a run's asking as, and how many times its recording asked that place's key.
 
-    A recording made before the rule answered a later run from the first asking's pin; runs started at once
-    from threads may start in another order than they were recorded in; a replay of several units at once
-    cannot tell one unit's runs from another's. In each case the run's asking is answered from the first
-    recorded run's pin of the same call not yet taken as often as its unit asked it; past that, it is a miss.
+    Its own place, unless its recording holds no pin under the run's key. A recording made before the rule
+    answered a later run from the first asking's pin; runs started at once from threads may start in another
+    order than they were recorded in; a replay of several units at once cannot tell one unit's runs from
+    another's. In each case the run's asking is answered from the first recorded run's pin of the same call not
+    yet taken as often as its unit asked it; past that, it is a miss.
     """
-    if resolver.asked(asking_key(kind, key, run=place)) or not resolver.replays:
-        return place  # its own pin, or no recording to look through
+    # The first run's key is `key` itself, as `asking_key` answers it (a place of 0 re-keys nothing): not looked up.
+    asked = resolver.asked(key if place == 0 else asking_key(kind, key, run=place))
+    if asked or not resolver.replays:
+        return place, asked  # its own pin, or no recording to look through
     for candidate in range(_RUNS_LOOKED_AT):
         own = asking_key(kind, key, run=candidate)
-        if resolver.asked(own) > askers.taken.get(own, 0):
-            return candidate
-    return place
+        recorded = resolver.asked(own)
+        if recorded > askers.taken.get(own, 0):
+            return candidate, recorded
+    return place, asked
 
 
 _RUNS_LOOKED_AT = 64
 """How many runs' pins of one call a replay looks through for one its run can take."""
 
 
-def _took(resolver: Resolver, key: str) -> None:
-    """Count one asking answered under `key`, where the resolver replays a recording (it says what was asked)."""
-    if resolver.asked(key):
+def _took(resolver: Resolver, key: str, askers: _Askers | None) -> None:
+    """Count one asking answered under `key`, which the recording `resolver` replays asked (it says so: `asked`)."""
+    if askers is None:
         askers = resolver.attached(_ASKERS, _Askers)
-        if askers is not None:
-            with _lock:
-                askers.taken[key] = askers.taken.get(key, 0) + 1
+        if askers is None:
+            return
+    with _lock:
+        askers.taken[key] = askers.taken.get(key, 0) + 1
 
 
 def twin_key(key: str, *, kind: str, twin: int, resolver: Resolver) -> str:
@@ -243,22 +262,28 @@ def ask(
     usage: object = getattr(run, "usage", None)
     if not per_run or run is None or usage is None:
         return Asking(key, key, 0, 1, None, None)
-    place, told_apart = _run_place(key, kind=kind, resolver=resolver, run=run)
+    place, told_apart, askers, asked = _run_place(key, kind=kind, resolver=resolver, run=run)
     with _lock:
         counts = _arrived.get(id(usage))
         if counts is None:
             counts = _arrived[id(usage)] = {}
             weakref.finalize(usage, _arrived.pop, id(usage), None)
         occurrence = counts.get((run.run_id, key, place), 0) + 1
-    # What was asked, the run's place and the occurrence, keyed in one call: the key this asking is resolved under.
-    # A first asking is keyed as `_recorded_before` looked it up (the same arguments), so the cache answers it.
-    own = (
-        asking_key(kind, key, run=place) if occurrence == 1 else asking_key(kind, key, run=place, occurrence=occurrence)
-    )
-    if occurrence != 1 and not resolver.asked(own):
-        # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
-        first = asking_key(kind, key, run=place)
-        own = first if resolver.asked(first) >= occurrence else own
-    _took(resolver, own)
+    # The key this asking is resolved under, and how many times the recording asked it: `_run_place` looked up the
+    # first asking's (`asked`, where `resolver` numbers the run), so a first asking asks the recording once.
+    if occurrence == 1:
+        own = key if place == 0 else asking_key(kind, key, run=place)
+        recorded = resolver.asked(own) if asked is None else asked
+    else:
+        own = asking_key(kind, key, run=place, occurrence=occurrence)
+        recorded = resolver.asked(own)
+        if not recorded:
+            # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
+            first = key if place == 0 else asking_key(kind, key, run=place)
+            first_recorded = resolver.asked(first) if asked is None else asked
+            if first_recorded >= occurrence:
+                own, recorded = first, first_recorded
+    if recorded:
+        _took(resolver, own, askers)
     # Told apart without `Pinning` (which sees how its runs end), a run's failure is seen where a pinned call raises.
     return Asking(own, key, place, occurrence, counts, run.run_id, told_apart)

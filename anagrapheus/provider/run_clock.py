@@ -39,6 +39,7 @@ from anagrapheus.provider.retries import take_up
 from anagrapheus.timeline.canonical import JSONValue, canonical_value, pin_key
 from anagrapheus.timeline.resolving.resolver import (
     Attachment,
+    Attachments,
     Resolver,
 )
 
@@ -446,9 +447,12 @@ _CLOCKS: Attachment[RunClocks] = Attachment("the run clocks")
 """Where a resolver keeps its runs' clocks in its `attachments`: they live and go with it."""
 
 
-def run_position(resolver: Resolver, run_id: str) -> int | str | None:
-    """The position of the running run `run_id` among the runs a `Pinning` numbered through `resolver`, if it did."""
-    clocks = RunClocks.of(resolver)
+def run_position(resolver: Resolver, run_id: str, *, held: Attachments | None = None) -> int | str | None:
+    """The position of the running run `run_id` among the runs a `Pinning` numbered through `resolver`, if it did.
+
+    `held` is `resolver.attachments`, where the caller looked them up already (asked on every request).
+    """
+    clocks = RunClocks.of(resolver) if held is None else held.get(_CLOCKS, lambda: RunClocks(resolver.unit))
     return None if clocks is None else clocks.position_of(run_id)
 
 

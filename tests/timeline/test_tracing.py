@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +255,76 @@ def test_a_unit_span_carries_no_credential(spans: InMemorySpanExporter) -> None:
         raise RuntimeError(f"disk full writing {URL}")
     said = everything_on(named(spans, "pins commit"))
     assert KEY not in said and "hunter2-pass" not in said
+
+
+# A provider set while a process runs is honoured by the next pin, however it is set: OpenTelemetry's global is set
+# once a process, so each way runs in a process of its own (issue #43: the check is cheap, never cached stale).
+SET_LATER = """
+import os, sys
+from pathlib import Path
+from opentelemetry import trace
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+from anagrapheus.provider import PinnedModel
+from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.tracing import spans_made
+import spied_tracing
+
+def answer(messages, info):
+    return ModelResponse(parts=[TextPart("the fleet is at sea")])
+
+def never(messages, info):
+    raise AssertionError("a replay reached the model")
+
+store, types = SQLiteEventStore(Path(sys.argv[2]) / "log.db"), EventTypeRegistry()
+ledger = PinLedger(store, types)
+recording = Agent(PinnedModel(FunctionModel(answer, model_name="fleet"), ledger))
+for _ in range(3):
+    recording.run_sync("Where is the fleet?")
+ledger.commit()
+replayed = Agent(PinnedModel(FunctionModel(never, model_name="fleet"), ReplayPins.from_events(store.read(), types)))
+replayed.run_sync("Where is the fleet?")
+assert not spans_made() and spied_tracing.EXPORTER.get_finished_spans() == ()
+if sys.argv[1] == "set_tracer_provider":
+    trace.set_tracer_provider(spied_tracing.provider())
+else:
+    os.environ["OTEL_PYTHON_TRACER_PROVIDER"] = "spied"  # loaded by the next pin, through get_tracer_provider
+replayed.run_sync("Where is the fleet?")
+for span in spied_tracing.EXPORTER.get_finished_spans():
+    print(span.name, dict(span.attributes)["anagrapheus.pin.outcome"])
+"""
+
+SPIED = """
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+EXPORTER = InMemorySpanExporter()
+
+def provider():
+    made = TracerProvider()
+    made.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    return made
+"""
+
+
+@pytest.mark.parametrize("how", ["set_tracer_provider", "OTEL_PYTHON_TRACER_PROVIDER"])
+def test_a_provider_set_after_a_replayed_request_is_honoured_by_the_next(how: str, tmp_path: Path) -> None:
+    # The variable names a provider by its entry point: a distribution of one module on the path declares it.
+    site = tmp_path / "site"
+    (site / "spied_tracing-0.dist-info").mkdir(parents=True)
+    (site / "spied_tracing-0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: spied-tracing\nVersion: 0\n"
+    )
+    (site / "spied_tracing-0.dist-info" / "entry_points.txt").write_text(
+        "[opentelemetry_tracer_provider]\nspied = spied_tracing:provider\n"
+    )
+    (site / "spied_tracing.py").write_text(SPIED)
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(
+        [sys.executable, "-c", SET_LATER, how, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n") == ["pin model_call answered", ""]
