@@ -119,6 +119,9 @@ TRICKY = [
     '{"a":1,"a":2}',
     "\ufeff{}",
     " {} \n",
+    "\f{}",
+    "{}\x0b",
+    '{"a":1\u00a0}',
     '{"a":1,}',
     '{"a":01}',
     '{"a":1.}',
@@ -164,7 +167,7 @@ _json = st.recursive(
 @given(
     value=_json,
     cut=st.integers(min_value=0, max_value=60),
-    noise=st.text(alphabet='{}[]",:\\0123456789.eE+-nNaItfu \x00\ud800', max_size=3),
+    noise=st.text(alphabet='{}[]",:\\0123456789.eE+-nNaItfu \t\f\x00\xa0\ud800', max_size=3),
 )
 @settings(max_examples=300, deadline=None)
 def test_any_text_near_json_is_judged_as_json_alone_judged_it(value: object, cut: int, noise: str) -> None:
