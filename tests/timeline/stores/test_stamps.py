@@ -157,10 +157,12 @@ def test_a_lowered_digit_limit_refuses_a_long_integer_as_json_does(monkeypatch: 
     assert problem is not None and problem.startswith("payload is not JSON (Exceeds the limit")
 
 
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+
+
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=8,
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5), _nested, max_leaves=8
 )
 
 
