@@ -9,7 +9,6 @@ stores the same bytes under either release. A field set to anything else is kept
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable
 from functools import cache
@@ -52,16 +51,27 @@ def _shape(cls: type[Any]) -> tuple[tuple[tuple[str, object], ...] | None, tuple
     return _new_with_defaults(cls), tuple(field.name for field in dataclasses.fields(cls))
 
 
-def _prune(value: object, dumped: Any, drop: bool) -> bool:
-    """Whether `dumped`, the JSON dump of `value`, holds new fields at their default; dropped from it if `drop`."""
+# Tuples built once: `list | dict` written in a call builds its union each time (half the cost of a leaf's check).
+_CONTAINERS = (list, dict)
+_SEQUENCES = (list, tuple)
+
+_Dropped = list[tuple[dict[str, Any], tuple[tuple[str, Any], ...]]]
+"""Each object `_prune` dropped fields from, with its items before: enough to put it back as it was, in its order."""
+
+
+def _prune(value: object, dumped: Any, drop: bool, dropped: _Dropped | None = None) -> bool:
+    """Whether `dumped`, the JSON dump of `value`, holds new fields at their default; dropped from it if `drop`.
+
+    Each object it drops fields from is noted in `dropped` first, with its items as they were.
+    """
     # Only a list or an object can hold a field: a scalar is never walked into (one call less per leaf).
     pruned = False
-    if isinstance(dumped, list) and isinstance(value, list | tuple):
+    if isinstance(dumped, list) and isinstance(value, _SEQUENCES):
         items = cast(list[object], value)
         if len(items) == len(cast(list[Any], dumped)):
             for item, dumped_item in zip(items, cast(list[Any], dumped), strict=True):
-                if isinstance(dumped_item, list | dict):
-                    pruned |= _prune(item, dumped_item, drop)
+                if isinstance(dumped_item, _CONTAINERS):
+                    pruned |= _prune(item, dumped_item, drop, dropped)
     elif isinstance(dumped, dict):
         fields = cast(dict[str, Any], dumped)
         shape = None if isinstance(value, type) else _shape(type(value))
@@ -73,15 +83,18 @@ def _prune(value: object, dumped: Any, drop: bool) -> bool:
                 if name in fields and _at_default(getattr(value, name, NO_DEFAULT), default):
                     if not drop:
                         return True
+                    if not pruned and dropped is not None:
+                        # Nothing dropped from it yet: its items as dumped, in their order.
+                        dropped.append((fields, tuple(fields.items())))
                     del fields[name]
                     pruned = True
             for name in names:
-                if isinstance(dumped_field := fields.get(name), list | dict):
-                    pruned |= _prune(getattr(value, name), dumped_field, drop)
+                if isinstance(dumped_field := fields.get(name), _CONTAINERS):
+                    pruned |= _prune(getattr(value, name), dumped_field, drop, dropped)
         elif isinstance(value, dict):
             for name, item in cast(dict[object, object], value).items():
-                if isinstance(name, str) and isinstance(dumped_item := fields.get(name), list | dict):
-                    pruned |= _prune(item, dumped_item, drop)
+                if isinstance(name, str) and isinstance(dumped_item := fields.get(name), _CONTAINERS):
+                    pruned |= _prune(item, dumped_item, drop, dropped)
     return pruned
 
 
@@ -92,21 +105,29 @@ def without_new_defaults(
 
     Kept as dumped unless the pruned form loads (`load`) and dumps (`dump`) back to `dumped` exactly: a field whose
     absence would load otherwise (a discriminator, say) is never dropped. Under the release the key scheme was
-    frozen at nothing is new, so nothing is checked.
+    frozen at nothing is new, so nothing is checked. `dumped` is pruned in place (and put back as it was when kept):
+    pass a dump of its own, as `known_dump` does.
     """
-    # A second dump is the copy to prune: pydantic writes it faster than `copy.deepcopy` copies the first, and
-    # pruning it at once says whether anything was new, without a first walk that only looks.
-    pruned = dump(value)
-    if pruned != dumped:
-        # Not the same dump twice (a `dump` that is not `load`'s inverse on `value`): prune a copy of the first.
-        pruned = copy.deepcopy(dumped)
-    if not _prune(value, pruned, True):
+    # Pruned in place, each object noted with its items first, rather than pruned in a copy: a copy is a second
+    # dump of `value` (pydantic writes one faster than `copy.deepcopy` copies), and most dumps are pruned.
+    dropped: _Dropped = []
+    if not _prune(value, dumped, True, dropped):
         return dumped
     try:
-        same = dump(load(pruned)) == dumped
+        again = dump(load(dumped))
     except Exception:
-        same = False
-    return pruned if same else dumped
+        again = None
+    pruned = [(fields, tuple(fields.items())) for fields, _ in dropped]
+    for fields, items in dropped:
+        fields.clear()
+        fields.update(items)
+    if again is None or again != dumped:
+        return dumped
+    # Loaded back to the same dump: pruned again, each object's items as they were pruned, in their order.
+    for fields, items in pruned:
+        fields.clear()
+        fields.update(items)
+    return dumped
 
 
 def known_dump(adapter: TypeAdapter[T], value: T) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime
+from typing import Any, Literal, cast
 
 import pytest
 from pydantic import TypeAdapter
@@ -65,3 +67,51 @@ def test_a_shortened_dump_that_would_not_load_back_the_same_is_kept_whole() -> N
         dump=lambda r: {**RESPONSES.dump_python(r, mode="json"), "brand_new": None},
     )
     assert "brand_new" not in shortened
+
+
+def test_a_dump_kept_whole_keeps_every_key_in_its_order_at_every_depth() -> None:
+    @dataclasses.dataclass
+    class Later(ModelResponse):
+        brand_new: object = None
+
+    Later.__name__ = "ModelResponse"
+    later = Later(parts=[TextPart("The UK holds firm.")])
+    whole = {**RESPONSES.dump_python(later, mode="json"), "brand_new": None}
+    as_dumped = json.dumps(whole)
+
+    kept = without_new_defaults(
+        later, whole, load=RESPONSES.validate_python, dump=lambda r: RESPONSES.dump_python(r, mode="json")
+    )
+
+    assert json.dumps(kept) == as_dumped
+
+
+class _Counting:
+    """A type adapter's dump and load, counted: what `known_dump` asks of pydantic for one value."""
+
+    def __init__(self, adapter: TypeAdapter[ModelResponse]) -> None:
+        self.adapter = adapter
+        self.dumps = 0
+        self.loads = 0
+
+    def dump_python(self, value: ModelResponse, *, mode: Literal["json"]) -> Any:
+        self.dumps += 1
+        return self.adapter.dump_python(value, mode=mode)
+
+    def validate_python(self, data: Any) -> ModelResponse:
+        self.loads += 1
+        return self.adapter.validate_python(data)
+
+
+@pytest.mark.skipif(not TIMED, reason="needs a pydantic-ai that added fields after the scheme (2.78)")
+def test_a_response_is_dumped_once_and_checked_by_one_load_and_dump_back() -> None:
+    response = ModelResponse(parts=[TextPart("The UK holds firm.")])
+    counting = _Counting(RESPONSES)
+
+    dumped = known_dump(cast(TypeAdapter[ModelResponse], counting), response)
+
+    # Its later fields at their default were left out, and the shortened form checked: no second dump to prune.
+    assert (counting.dumps, counting.loads) == (2, 1)
+    assert "request_timestamp" not in dumped
+    whole = RESPONSES.dump_python(response, mode="json")
+    assert json.dumps(dumped) == json.dumps({name: value for name, value in whole.items() if name in dumped})

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
@@ -80,3 +84,95 @@ def test_an_event_the_reader_would_refuse_is_refused_at_the_append_by_index_and_
         stamped([event(), bad], after=0, clock=lambda: NOON, new_event_id=lambda: "id")
 
     assert str(caught.value) == f"event 1 ({bad.namespace}:{bad.type}) cannot be appended: {problem}"
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _problem_before(payload: object) -> str | None:
+    """What the append said of `payload` when `json` alone read it (the reference the faster read must match)."""
+    try:
+        value = json.JSONDecoder(parse_constant=_refuse_constant).decode(payload)  # pyright: ignore[reportArgumentType]
+    except (TypeError, ValueError, RecursionError) as e:
+        return f"payload is not JSON ({e})"
+    return None if isinstance(value, dict) else "payload must be a JSON object"
+
+
+def _problem_now(payload: object) -> str | None:
+    try:
+        stamped([event(payload=payload)], after=0, clock=lambda: NOON, new_event_id=lambda: "id")
+    except UsageError as e:
+        return str(e).removeprefix("event 0 (shop:order) cannot be appended: ")
+    return None
+
+
+TRICKY = [
+    '{"a":NaN}',
+    '{"a":-Infinity}',
+    '{"a":1e400}',
+    '{"a":-1e400}',
+    '{"a":"\x01"}',
+    '{"a":"\\ud800"}',
+    '{"a":"\udc80"}',
+    '{"a":1} x',
+    '{"a":1,"a":2}',
+    "\ufeff{}",
+    " {} \n",
+    "\f{}",
+    "{}\x0b",
+    '{"a":1\u00a0}',
+    '{"a":1,}',
+    '{"a":01}',
+    '{"a":1.}',
+    '{"a":"\\x"}',
+    '{"a":"\\u00"}',
+    '{"a":1}\x00',
+    '{"a":' + "1" * 5000 + "}",
+    '{"a":' + "[" * 300 + "]" * 300 + "}",
+    "",
+    "[]",
+    "null",
+    '"{}"',
+    b'{"a":1}',
+    None,
+    3,
+]
+
+
+@pytest.mark.parametrize("payload", TRICKY, ids=repr)
+def test_a_payload_is_accepted_or_refused_with_the_words_json_alone_gave(payload: object) -> None:
+    assert _problem_now(payload) == _problem_before(payload)
+
+
+def test_a_lowered_digit_limit_refuses_a_long_integer_as_json_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = '{"a":' + "7" * 700 + "}"
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        problem = _problem_now(payload)
+        assert problem == _problem_before(payload)
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert problem is not None and problem.startswith("payload is not JSON (Exceeds the limit")
+
+
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5), _nested, max_leaves=8
+)
+
+
+@given(
+    value=_json,
+    cut=st.integers(min_value=0, max_value=60),
+    noise=st.text(alphabet='{}[]",:\\0123456789.eE+-nNaItfu \t\f\x00\xa0\ud800', max_size=3),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_text_near_json_is_judged_as_json_alone_judged_it(value: object, cut: int, noise: str) -> None:
+    text = json.dumps(value, ensure_ascii=cut % 2 == 0)
+    for payload in (text, text[:cut] + noise + text[cut:], text[:cut] + text[cut + 1 :]):
+        assert _problem_now(payload) == _problem_before(payload)
