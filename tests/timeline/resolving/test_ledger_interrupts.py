@@ -11,11 +11,13 @@ import _thread
 import itertools
 import json
 import random
+import signal
 import sqlite3
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -28,6 +30,20 @@ from tests.bounds import bound
 
 TRIALS = bound("ANAGRAPHEUS_INTERRUPT_TRIALS", normal=60, soak=1500)
 KEYS = [f"p1:model_call:k{i}" for i in range(4)]
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler for each test: `interrupt_main` does nothing where SIGINT is ignored or default.
+
+    A library run earlier in the same worker (an engine's runner, say) may leave another handler behind; then no
+    KeyboardInterrupt would be raised and the test would fail for a reason of its neighbour's.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def unlocked(path: Path) -> bool:
