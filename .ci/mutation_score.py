@@ -294,19 +294,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'where += " AND TYPE = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_30": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_21": (
         '" select ?, ?, ?, ?, 1, coalesce(max(draw_no), 0) + 1, ? from pin_scratch where unit_id = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_31": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_22": (
         '" SELECT ?, ?, ?, ?, 1, COALESCE(MAX(DRAW_NO), 0) + 1, ? FROM PIN_SCRATCH WHERE UNIT_ID = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_33": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_24": (
         '" on conflict (unit_id, key) do update set attempts = attempts + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_34": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁscratch_put__mutmut_25": (
         '" ON CONFLICT (UNIT_ID, KEY) DO UPDATE SET ATTEMPTS = ATTEMPTS + 1"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -318,27 +318,27 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         '"UPDATE PIN_SCRATCH SET ATTEMPTS = ATTEMPTS + 1 WHERE UNIT_ID = ? AND KEY = ?"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_26": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_16": (
         'self._conn.execute("delete from pin_scratch where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_27": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_17": (
         'self._conn.execute("DELETE FROM PIN_SCRATCH WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_33": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_23": (
         'self._conn.execute("insert into closed_units (unit_id, outcome) values (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_34": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_24": (
         'self._conn.execute("INSERT INTO CLOSED_UNITS (UNIT_ID, OUTCOME) VALUES (?, ?)", (unit_id, outcome))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_40": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_30": (
         'self._conn.execute("delete from unit_leases where unit_id = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_41": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_31": (
         'self._conn.execute("DELETE FROM UNIT_LEASES WHERE UNIT_ID = ?", (unit_id,))',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -410,7 +410,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "self._depth = 1",
         "the first value of _depth is never read: transaction() sets it before any nested block reads it",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_42": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_32": (
         "self._leases.held.discard(None)",
         (
             "a settled unit left among the held leases: its lease row is gone and the unit is closed, so a later "

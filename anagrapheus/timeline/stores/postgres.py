@@ -527,6 +527,16 @@ class PostgresEventStore:
         with self.place.translated("borrowing a connection"), self._pool.connection() as conn:
             yield conn
 
+    def _borrowed(self) -> Conn:
+        """A connection borrowed from the pool, for a step that gives it back itself (`_pool.putconn`)."""
+        if self._closed_store:
+            raise StoreError(f"using the store failed on {self.place}: it is closed")
+        try:
+            return self._pool.getconn()
+        except psycopg.Error:
+            with self.place.translated("borrowing a connection"):
+                raise
+
     def _row(
         self, action: str, statement: Prepared, params: Sequence[str | bool | None], *, savepoint: bool = False
     ) -> tuple[Any, ...] | None:
@@ -544,13 +554,7 @@ class PostgresEventStore:
                 conn = stack.enter_context(self._connection())
                 with self._io(conn, action):
                     return conn.execute(statement.query, params).fetchone()
-        if self._closed_store:
-            raise StoreError(f"using the store failed on {self.place}: it is closed")
-        try:
-            conn = self._pool.getconn()
-        except psycopg.Error:
-            with self.place.translated("borrowing a connection"):
-                raise
+        conn = self._borrowed()
         try:
             with _Exchange(self, conn, action):
                 return statement.row(_run(conn, statement, params))
@@ -1038,13 +1042,7 @@ class PostgresEventStore:
         pipeline's sync, in one trip, so the log_head lock is held for that trip alone. psycopg's own pipeline
         did the same at twice the client's time; its statements are prepared on the connection before.
         """
-        if self._closed_store:
-            raise StoreError(f"using the store failed on {self.place}: it is closed")
-        try:
-            conn = self._pool.getconn()
-        except psycopg.Error:
-            with self.place.translated("borrowing a connection"):
-                raise
+        conn = self._borrowed()
         listing, closing = self._sql.list_to_settle, self._sql.close_unit
         pgconn = conn.pgconn
         try:

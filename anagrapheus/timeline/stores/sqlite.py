@@ -558,6 +558,13 @@ class SQLiteEventStore:
             ).fetchone()
         return row[0], row[1]
 
+    def _refuse_unless_open(self, unit_id: str, *, raw: str | None = None) -> None:
+        """Refuse a closed unit as closed (`UnitClosed`, carrying `raw`), and fence an open one (`_fence_open`)."""
+        outcome, holder = self._unit_state(unit_id)
+        if outcome is not None:
+            raise UnitClosed(unit_id, state=outcome, raw=raw)
+        self._fence_open(unit_id, holder)
+
     def _fence_open(self, unit_id: str, holder: str | None) -> None:
         """Refuse an open unit whose lease this store took and has since lost: `unlock` broke it, and another may draw.
 
@@ -621,10 +628,7 @@ class SQLiteEventStore:
         self._leases.hold(unit_id)
         # One write statement, atomic on its own: nested in the flush's transaction, no savepoint.
         with self._transaction(synced=True, savepoint=False):
-            outcome, holder = self._unit_state(unit_id)
-            if outcome is not None:
-                raise UnitClosed(unit_id, state=outcome, raw=raw)
-            self._fence_open(unit_id, holder)
+            self._refuse_unless_open(unit_id, raw=raw)
             with self._sql("writing scratch"):
                 row = self._conn.execute(
                     f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
@@ -646,10 +650,7 @@ class SQLiteEventStore:
         """
         self._leases.hold(unit_id)
         with self._transaction(synced=True, savepoint=False):
-            outcome, holder = self._unit_state(unit_id)
-            if outcome is not None:
-                raise UnitClosed(unit_id, state=outcome, raw=pins[0][2])  # the first's, as its own put would say
-            self._fence_open(unit_id, holder)
+            self._refuse_unless_open(unit_id, raw=pins[0][2])  # the first's, as its own put would say
             with self._sql("writing scratch"):
                 self._conn.executemany(
                     f"INSERT INTO pin_scratch ({_SCRATCH_COLUMNS})"
@@ -746,10 +747,7 @@ class SQLiteEventStore:
         check_outcome(outcome)
         self._leases.hold(unit_id)
         with self.transaction():
-            outcome_now, holder = self._unit_state(unit_id)
-            if outcome_now is not None:
-                raise UnitClosed(unit_id, state=outcome_now)
-            self._fence_open(unit_id, holder)
+            self._refuse_unless_open(unit_id)
             # Appended in this transaction, with no savepoint of its own: the whole close rolls back together.
             stored = self._append_now(events(self._scratch_list(unit_id)))
             with self._sql("closing the unit"):
