@@ -163,6 +163,11 @@ def _failed(askers: _Askers, run_id: str) -> None:
             askers.failing.setdefault(first, {})[run] = None
 
 
+def _placed_key(key: str, *, kind: str, place: int | str) -> str:
+    """The first asking's key of `key` by the run at `place`: `key` itself for the first run, not looked up."""
+    return key if place == 0 else asking_key(kind, key, run=place)
+
+
 def _recorded_before(
     key: str, place: int | str, *, kind: str, resolver: Resolver, askers: _Askers
 ) -> tuple[int | str, int]:
@@ -174,8 +179,7 @@ def _recorded_before(
     another's. In each case the run's asking is answered from the first recorded run's pin of the same call not
     yet taken as often as its unit asked it; past that, it is a miss.
     """
-    # The first run's key is `key` itself, as `asking_key` answers it (a place of 0 re-keys nothing): not looked up.
-    asked = resolver.asked(key if place == 0 else asking_key(kind, key, run=place))
+    asked = resolver.asked(_placed_key(key, kind=kind, place=place))
     if asked or not resolver.replays:
         return place, asked  # its own pin, or no recording to look through
     for candidate in range(_RUNS_LOOKED_AT):
@@ -272,14 +276,14 @@ def ask(
     # The key this asking is resolved under, and how many times the recording asked it: `_run_place` looked up the
     # first asking's (`asked`, where `resolver` numbers the run), so a first asking asks the recording once.
     if occurrence == 1:
-        own = key if place == 0 else asking_key(kind, key, run=place)
+        own = _placed_key(key, kind=kind, place=place)
         recorded = resolver.asked(own) if asked is None else asked
     else:
         own = asking_key(kind, key, run=place, occurrence=occurrence)
         recorded = resolver.asked(own)
         if not recorded:
             # A recording made before the repeat rule answered repeats from the first asking's pin, while it lasts.
-            first = key if place == 0 else asking_key(kind, key, run=place)
+            first = _placed_key(key, kind=kind, place=place)
             first_recorded = resolver.asked(first) if asked is None else asked
             if first_recorded >= occurrence:
                 own, recorded = first, first_recorded

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import from_json
@@ -47,22 +48,23 @@ _PARSER_DIGITS = 4300
 """The most digits pydantic-core's parser reads in an integer (Python's default limit on `int` from text)."""
 
 
-def parsed_json(text: str) -> Any:
-    """`json.loads(text)`, parsed by pydantic-core where it can: the same values, in about half the time.
+def parsed_json(text: str, *, loads: Callable[[str], Any] = json.loads, allow_inf_nan: bool = True) -> Any:
+    """`loads(text)` (`json.loads`), parsed by pydantic-core where it can: the same values, in about half the time.
 
     Every text pydantic-core's parser accepts, it reads as `json.loads` does (floats bit for bit, integers of any
     length up to the digit limit, escapes and surrogate pairs, key order, a repeated key's last value; tested
     against `json.loads`). What it refuses (a lone surrogate, nesting past 200 levels, an integer past 4,300
-    digits, a `str` that is not UTF-8) is read by `json.loads`, which accepts it or raises as it always did.
+    digits, a `str` that is not UTF-8) is read by `loads`, which accepts it or raises as it always did. A `loads`
+    that refuses NaN and the infinities is asked with `allow_inf_nan=False`, so the parser refuses them too.
     """
-    # Python's digit limit can be lowered below the parser's: then `json.loads` alone says what is too long.
+    # Python's digit limit can be lowered below the parser's: then `loads` alone says what is too long.
     limit = sys.get_int_max_str_digits()
     if limit == 0 or limit >= _PARSER_DIGITS:
         try:
-            return from_json(text)
+            return from_json(text, allow_inf_nan=allow_inf_nan)
         except (ValueError, TypeError):
             pass
-    return json.loads(text)
+    return loads(text)
 
 
 def ordered(value: object) -> JSONValue:

@@ -8,10 +8,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import cast
 
-from pydantic_core import from_json
-
 from anagrapheus.errors import UsageError
 from anagrapheus.timeline.events import PendingEvent, StoredEvent
+from anagrapheus.timeline.ordered import parsed_json
 
 __all__ = ["iso_timestamp", "stamp", "stamped", "utc_now"]
 
@@ -32,8 +31,6 @@ def _refuse_constant(name: str) -> object:
 
 _strict = json.JSONDecoder(parse_constant=_refuse_constant).decode
 
-_PARSER_DIGITS = 4300
-"""The most digits pydantic-core's parser reads in an integer (Python's default limit on `int` from text)."""
 _DEFAULT_RECURSION = 1000
 """Python's default recursion limit: `json` reads any nesting pydantic-core reads below it, short of 800 frames deep."""
 
@@ -41,21 +38,12 @@ _DEFAULT_RECURSION = 1000
 def _object_payload(payload: object) -> bool:
     """Whether `payload` is JSON text of an object, as `_strict` reads it; raises as `_strict` does where it is not.
 
-    pydantic-core's parser (its NaN and infinities refused) reads a payload in about half the time. Every text it
-    accepts, `_strict` accepts too (tested against it); what it refuses (a lone surrogate, an error of any kind,
-    nesting past 200 levels, an integer past 4,300 digits) goes to `_strict`, which accepts it or raises the error
-    it always raised. With Python's digit or recursion limit set lower than the parser's own, `_strict` alone reads.
+    Read by `parsed_json` (pydantic-core first, about half the time, its NaN and infinities refused; `_strict`
+    wherever it refuses, accepting or raising as it always did). With Python's recursion limit set lower than its
+    default, `_strict` alone reads: it would refuse nesting the parser reads.
     """
-    digits = sys.get_int_max_str_digits()
-    if (
-        type(payload) is str
-        and (digits == 0 or digits >= _PARSER_DIGITS)
-        and sys.getrecursionlimit() >= _DEFAULT_RECURSION
-    ):
-        try:
-            return isinstance(from_json(payload, allow_inf_nan=False), dict)
-        except (ValueError, TypeError):
-            pass
+    if type(payload) is str and sys.getrecursionlimit() >= _DEFAULT_RECURSION:
+        return isinstance(parsed_json(payload, loads=_strict, allow_inf_nan=False), dict)
     return isinstance(_strict(cast(str, payload)), dict)
 
 
