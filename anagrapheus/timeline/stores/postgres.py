@@ -52,6 +52,9 @@ _ANSWER_GRACE = 1.0
 _TRIES = 2
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+Preparations = weakref.WeakKeyDictionary[Conn, set[bytes]]
+"""The names of the statements a store prepared on each of its connections (see `_run`); an entry goes with its
+connection."""
 T = TypeVar("T")
 
 
@@ -164,10 +167,6 @@ def _event_arrays(events: Sequence[StoredEvent]) -> dict[str, list[Any]]:
     return {name: list(column) for name, column in zip(EVENT_COLUMN_NAMES, columns, strict=True)}
 
 
-# The statements prepared on each connection (see `_run`); a connection's entry goes with it.
-_PREPARED: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
-
-
 def _parameter(value: str | bool | None) -> bytes | None:
     """A parameter as libpq sends it: text in UTF-8 (the connections' encoding), a boolean as `t` or `f`."""
     if value is None:
@@ -177,21 +176,23 @@ def _parameter(value: str | bool | None) -> bytes | None:
     return value.encode()
 
 
-def _run(conn: Conn, statement: Prepared, params: Sequence[str | bool | None]) -> pq.abc.PGresult:
+def _run(
+    conn: Conn, statement: Prepared, params: Sequence[str | bool | None], *, prepared: Preparations
+) -> pq.abc.PGresult:
     """Run a prepared statement on an idle pooled connection, through libpq; raise its error as psycopg would.
 
-    Prepared on the connection at its first use there, and again if it was dropped since (psycopg deallocates
-    every prepared statement after a rollback on the connection): a statement the server does not know fails at
-    its bind, having done nothing.
+    Prepared on the connection at its first use there (as `prepared` records), and again if it was dropped since
+    (psycopg deallocates every prepared statement after a rollback on the connection): a statement the server does
+    not know fails at its bind, having done nothing.
     """
     values = [_parameter(value) for value in params]
     pgconn = conn.pgconn
     with conn.lock:
-        _prepare(conn, statement)
+        _prepare(conn, statement, prepared=prepared)
         try:
             return _exchange(conn, pgconn.send_query_prepared, statement.name, values)
         except psycopg.errors.InvalidSqlStatementName:
-            _prepare(conn, statement, again=True)
+            _prepare(conn, statement, prepared=prepared, again=True)
             return _exchange(conn, pgconn.send_query_prepared, statement.name, values)
 
 
@@ -205,19 +206,19 @@ def _exchange(conn: Conn, send: Callable[[bytes, Any], None], name: bytes, argum
     return result
 
 
-def _prepare(conn: Conn, *statements: Prepared, again: bool = False) -> None:
-    """Prepare on `conn` (outside a pipeline) those of `statements` not prepared there yet (`again`: each of them).
+def _prepare(conn: Conn, *statements: Prepared, prepared: Preparations, again: bool = False) -> None:
+    """Prepare on `conn` (outside a pipeline) those of `statements` not in `prepared` for it (`again`: each of them).
 
     Again after the server said one was gone: psycopg drops them all at once, but one made again since is there.
     """
-    prepared = _PREPARED.get(conn)
-    if prepared is None:
-        prepared = _PREPARED[conn] = set()
+    names = prepared.get(conn)
+    if names is None:
+        names = prepared[conn] = set()
     for statement in statements:
-        if again or statement.name not in prepared:
+        if again or statement.name not in names:
             with suppress(psycopg.errors.DuplicatePreparedStatement):
                 _exchange(conn, conn.pgconn.send_prepare, statement.name, statement.text)
-            prepared.add(statement.name)
+            names.add(statement.name)
 
 
 def _answer(conn: Conn, *, synced: bool = False) -> pq.abc.PGresult:
@@ -235,7 +236,9 @@ def _answer(conn: Conn, *, synced: bool = False) -> pq.abc.PGresult:
     return result
 
 
-def _listed(conn: Conn, listing: Prepared, params: list[bytes | None], closing: Prepared) -> pq.abc.PGresult:
+def _listed(
+    conn: Conn, listing: Prepared, params: list[bytes | None], closing: Prepared, *, prepared: Preparations
+) -> pq.abc.PGresult:
     """In the store's pipeline, send `listing` and read its answer, the transaction left open (a flush, no sync).
 
     Dropped since it was prepared (see `_run`), the statements are prepared again and the listing sent again: the
@@ -248,7 +251,7 @@ def _listed(conn: Conn, listing: Prepared, params: list[bytes | None], closing: 
         return _answer(conn)
     except psycopg.errors.InvalidSqlStatementName:
         _leave_pipeline(conn, sync_sent=False)
-        _prepare(conn, listing, closing, again=True)
+        _prepare(conn, listing, closing, prepared=prepared, again=True)
         pgconn.enter_pipeline_mode()
         pgconn.send_query_prepared(listing.name, params)
         pgconn.send_flush_request()
@@ -366,6 +369,8 @@ class PostgresEventStore:
         self._beacon_conn: Conn | None = None
         self._beacon_lock = threading.Lock()
         self._sql = PostgresStatements.of(self.place)
+        # This store's own record: its pool's connections are its own, and so is what is prepared on them.
+        self._prepared: Preparations = weakref.WeakKeyDictionary()
         # A direct connection first: a refused or misconfigured server surfaces with libpq's own reason,
         # not as a pool timeout.
         with self._connect() as conn:
@@ -557,7 +562,7 @@ class PostgresEventStore:
         conn = self._borrowed()
         try:
             with _Exchange(self, conn, action):
-                return statement.row(_run(conn, statement, params))
+                return statement.row(_run(conn, statement, params, prepared=self._prepared))
         finally:
             self._pool.putconn(conn)
 
@@ -1047,15 +1052,15 @@ class PostgresEventStore:
         pgconn = conn.pgconn
         try:
             with conn.lock:
-                if not {listing.name, closing.name} <= _PREPARED.get(conn, set()):
+                if not {listing.name, closing.name} <= self._prepared.get(conn, set()):
                     with _Exchange(self, conn, "listing scratch"):
-                        _prepare(conn, listing, closing)
+                        _prepare(conn, listing, closing, prepared=self._prepared)
                 pgconn.enter_pipeline_mode()
                 sync_sent = False
                 try:
                     params = [_parameter(unit_id), _parameter(self._holder), _parameter(self._lease_name(unit_id))]
                     with _Exchange(self, conn, "listing scratch"):
-                        listed = _listed(conn, listing, params, closing)
+                        listed = _listed(conn, listing, params, closing, prepared=self._prepared)
                     rows = listing.rows(listed)
                     self._fenced(unit_id, rows[0])
                     pins = [ScratchPin(*row[2:]) for row in rows[1:]]
