@@ -1076,8 +1076,10 @@ class PostgresEventStore:
                         sync_sent = True
                         closed = _answer(conn, synced=True)
                     pgconn.exit_pipeline_mode()
-                except BaseException:
+                except BaseException as e:
                     _leave_pipeline(conn, sync_sent=sync_sent)
+                    if sync_sent and isinstance(e, StoreUnavailable) and conn.closed:
+                        raise self._undecided(unit_id, outcome, e) from e
                     raise
         finally:
             self._pool.putconn(conn)
@@ -1085,6 +1087,18 @@ class PostgresEventStore:
         after = closing.row(closed)
         assert after is not None
         return [replace(event, seq=after[0] + event.seq) for event in stamped_events]
+
+    def _undecided(self, unit_id: str, outcome: UnitOutcome, error: StoreUnavailable) -> StoreUnavailable:
+        """The error for a settle whose connection was lost once its COMMIT was sent: it may have taken effect.
+
+        Raised from the StoreError, so it is not settled again on its own; settling again is safe, for the listing
+        refuses a closed unit.
+        """
+        return StoreUnavailable(
+            f"{error}; the connection went after unit {unit_id}'s closing was sent, so it may be {outcome} already:"
+            " its outcome (PinLedger.state, the store's unit_outcome) says whether, and settling it again settles it"
+            " once (refused with UnitClosed if it was)"
+        )
 
     def _settle_joined(
         self,
