@@ -120,7 +120,8 @@ class RunClocks:
         The numbering belongs to the resolver, not to a capability: every `Pinning` over one ledger (one per
         agent, say), and `PinnedModel` and `pinned_tool` with no capability, read the one sequence of its runs.
         """
-        return resolver.attached(_CLOCKS, lambda: cls(resolver.unit))
+        held = resolver.attachments
+        return None if held is None else _kept(held, resolver)
 
     @classmethod
     def unpinned(cls) -> RunClocks:
@@ -270,11 +271,6 @@ class RunClocks:
             run = None if run_id is None else self.by_id.pop(run_id, None)
             if failed and run is not None and run.asked_as is not None:
                 self.failed.setdefault(run.asked_as, []).append(run.position)
-
-    def position_of(self, run_id: str) -> int | str | None:
-        """The position of the running run `run_id` among the runs through the resolver; None if it is not one."""
-        run = self.by_id.get(run_id)
-        return None if run is None else run.position
 
     async def finish(
         self,
@@ -452,8 +448,14 @@ def run_position(resolver: Resolver, run_id: str, *, held: Attachments | None = 
 
     `held` is `resolver.attachments`, where the caller looked them up already (asked on every request).
     """
-    clocks = RunClocks.of(resolver) if held is None else held.get(_CLOCKS, lambda: RunClocks(resolver.unit))
-    return None if clocks is None else clocks.position_of(run_id)
+    clocks = RunClocks.of(resolver) if held is None else _kept(held, resolver)
+    run = None if clocks is None else clocks.by_id.get(run_id)
+    return None if run is None else run.position
+
+
+def _kept(held: Attachments, resolver: Resolver) -> RunClocks:
+    """The run clocks kept in `held` (`resolver`'s attachments), made for its unit on the first ask."""
+    return held.get(_CLOCKS, lambda: RunClocks(resolver.unit))
 
 
 def _run_id(raw: object) -> str:
