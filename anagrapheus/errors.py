@@ -268,6 +268,10 @@ class StoreUnavailable(StoreError):
     serialization failure) outlived the store's own retry (see the how-to on PostgreSQL); and by
     `SQLiteEventStore` when the database (or another thread's transaction on it) stays locked past its
     `busy_timeout`, or the disk has no room for a write.
+
+    One case is not "nothing was decided": a PostgreSQL commit (or abandon) whose connection was lost after its
+    `COMMIT` was sent says so in its message ("so it may be committed already"); the unit's outcome tells, and
+    committing again is safe (refused with `UnitClosed` where it took effect).
     """
 
 

@@ -36,8 +36,9 @@ KEYS = [f"p1:model_call:k{i}" for i in range(4)]
 def ctrl_c_raises() -> Iterator[None]:
     """Python's own SIGINT handler for each test: `interrupt_main` does nothing where SIGINT is ignored or default.
 
-    A library run earlier in the same worker (an engine's runner, say) may leave another handler behind; then no
-    KeyboardInterrupt would be raised and the test would fail for a reason of its neighbour's.
+    pytest started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and Python
+    keeps an inherited "ignored" rather than installing its own handler, as do the xdist workers; then no
+    KeyboardInterrupt would be raised and the test would fail for a reason of how it was launched.
     """
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
