@@ -588,6 +588,16 @@ class SQLiteEventStore:
         """Take the unit's lease now, as its first write would (`UnitBusy` if another live store holds it)."""
         self._leases.hold(unit_id)
 
+    def fence_unit(self, unit_id: str) -> None:
+        """The claim of a key scratch cannot hold: the lease held (taken, the unit's first write), the unit checked.
+
+        A closed unit is refused (`UnitClosed`), an open one fenced (`UnitBusy` once its lease was lost), as a claim's
+        write transaction would, by one read and no transaction: with no pin to count, that write changed nothing.
+        """
+        self._leases.hold(unit_id)
+        with self._owner.held():
+            self._refuse_unless_open(unit_id)
+
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
         with self._owner.held(), self._sql("reading a unit's lease"):
