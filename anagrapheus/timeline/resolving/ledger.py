@@ -150,6 +150,24 @@ class PinLedger(Resolver):
         store.fence_unit(self.unit_id)
         return None
 
+    async def _claimed(self, key: str, *, first: bool) -> ScratchPin | None:
+        """The key's turn for `aresolve`: its pin, or None once this caller owns the draw.
+
+        A key first asked for now in a unit whose scratch began empty is claimed on the calling thread (the event
+        loop's) when the unit can be fenced there (`SQLiteEventStore.fence_unit_here`): no pin can be in scratch,
+        so nothing else needs the store, and the claim needs no hop to a worker thread.
+        """
+        if not (first and self._gate.began_empty):
+            return await self._gate.aturn(key, self._look)
+        store = self._store
+        if self._gate.closed is None and isinstance(store, SQLiteEventStore) and store.fence_unit_here(self.unit_id):
+            in_flight = self._gate.claim_here(key)
+            if in_flight is None:
+                return None
+            await in_flight.wait_async()  # asked at the same moment in another thread: its pin is looked for now
+            return await self._gate.aturn(key, self._look)
+        return await self._gate.aturn(key, self._look_first)
+
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
         with suppress(Exception):
@@ -246,7 +264,7 @@ class PinLedger(Resolver):
         # Noted before the first await: tasks started in one order reach this line in that order.
         first = self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            pin = await self._gate.aturn(key, self._look_first if first and self._gate.began_empty else self._look)
+            pin = await self._claimed(key, first=first)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 return _answered(pin, interpret, failure)
