@@ -31,11 +31,11 @@ import pstats
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from _measure import Aim, Variant, compare, machine_line, options, print_table, summarise, use_options
 from pydantic_ai import Agent, RunContext
@@ -56,10 +56,13 @@ from typing_extensions import override
 
 from anagrapheus.provider import PinnedModel, Pinning
 from anagrapheus.timeline import EventTypeRegistry, PinLedger, ReplayPins, SQLiteEventStore
+from anagrapheus.timeline.canonical import JSONValue
+from anagrapheus.timeline.resolving.resolver import FailureCodec, Resolver
 
 PROMPT = "Which treaty governs fisheries?"
 SYNCHRONOUS: list[Literal["FULL", "NORMAL"]] = ["FULL"]
 STUB_MODEL = os.environ.get("ANAGRAPHEUS_BENCH_MODEL", "gpt-4o-mini")
+T = TypeVar("T")
 
 
 def lookup(topic: str) -> str:
@@ -175,12 +178,46 @@ def clocked_compare(
     print_table(f"{title}: wall (perf_counter), per run", baseline[0], wall)
 
 
+class Unstored(Resolver):
+    """A live resolver that runs every effect and keeps nothing: what `Pinning` costs before any ledger or store."""
+
+    @override
+    def resolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], object],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        return interpret(cast(JSONValue, effect()))
+
+    @override
+    async def aresolve(
+        self,
+        key: str,
+        *,
+        kind: str,
+        effect: Callable[[], Awaitable[object]],
+        interpret: Callable[[JSONValue], T],
+        fingerprint: Mapping[str, str] | None = None,
+        failure: FailureCodec | None = None,
+    ) -> T:
+        return interpret(cast(JSONValue, await effect()))
+
+    @override
+    def resolve_stream(self, key: str, *, kind: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+        raise NotImplementedError("the benchmark's run does not stream")
+
+
 class Pins:
     """A registry and a store to record into."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, synchronous: Literal["FULL", "NORMAL"] | None = None) -> None:
         self.types = EventTypeRegistry()
-        self.store = SQLiteEventStore(path, synchronous=SYNCHRONOUS[0])
+        self.store = SQLiteEventStore(path, synchronous=synchronous or SYNCHRONOUS[0])
 
     def ledger(self) -> PinLedger:
         return PinLedger(self.store, self.types)
@@ -190,12 +227,20 @@ class Pins:
 
 
 def recording_part(
-    loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int, base_url: str | None = None
+    loop: asyncio.AbstractEventLoop,
+    root: Path,
+    *,
+    n: int,
+    rounds: int,
+    base_url: str | None = None,
+    breakdown: bool = False,
 ) -> None:
     """Item 2: `Pinning(PinLedger)` + commit against the bare run (and `PinnedModel(PinLedger)` + commit).
 
     With `base_url`, the model is `OpenAIChatModel` over the loopback stub at that URL (in a child process, so
-    its CPU is not counted) instead of a `FunctionModel`: the same script, through an HTTP client.
+    its CPU is not counted) instead of a `FunctionModel`: the same script, through an HTTP client. With
+    `breakdown`, also `Pinning` over a resolver that keeps nothing (the capability's own work) and over a ledger
+    whose store does not sync (`synchronous=NORMAL`): the steps between them are the ledger and store, and syncs.
     """
     bare_model: Model
     if base_url is None:
@@ -234,17 +279,40 @@ def recording_part(
 
         return run
 
+    def unstored_run() -> Callable[[], None]:
+        agent = Agent(bare_model, tools=[lookup], capabilities=[Pinning(Unstored())])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+
+        return run
+
+    unsynced = Pins(root / f"recording-{'function' if base_url is None else 'stub'}-normal.db", synchronous="NORMAL")
+
+    def unsynced_run() -> Callable[[], None]:
+        ledger = unsynced.ledger()
+        agent = Agent(bare_model, tools=[lookup], capabilities=[Pinning(ledger)])
+
+        def run() -> None:
+            loop.run_until_complete(agent.run(PROMPT))
+            ledger.commit()
+
+        return run
+
+    parts: list[tuple[str, Callable[[], Callable[[], None]], Aim | None]] = [
+        ("record: Pinning + PinLedger, commit()", capability_run, Aim(at_most=1.15)),
+        ("record: PinnedModel + PinLedger, commit()", model_run, None),
+    ]
+    if breakdown:
+        parts += [
+            ("Pinning + a resolver that keeps nothing", unstored_run, None),
+            ("record: Pinning + PinLedger, synchronous=NORMAL", unsynced_run, None),
+        ]
     clocked_compare(
-        f"Recording one run, {label} (synchronous={SYNCHRONOUS[0]})",
-        (label, bare_run),
-        [
-            ("record: Pinning + PinLedger, commit()", capability_run, Aim(at_most=1.15)),
-            ("record: PinnedModel + PinLedger, commit()", model_run, None),
-        ],
-        n=n,
-        rounds=rounds,
+        f"Recording one run, {label} (synchronous={SYNCHRONOUS[0]})", (label, bare_run), parts, n=n, rounds=rounds
     )
     pins.store.close()
+    unsynced.store.close()
 
 
 def replay_part(loop: asyncio.AbstractEventLoop, root: Path, *, n: int, rounds: int) -> None:
@@ -421,6 +489,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = options((__doc__ or "").splitlines()[0], rounds=25, synchronous_help="of the pin stores")
     parser.add_argument("--part", choices=["recording", "replay", "calls", "all"], default="all")
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="the recording part also runs Pinning over a resolver that keeps nothing, and over an unsynced store",
+    )
+    parser.add_argument(
         "--model",
         choices=["function", "stub-chat", "both"],
         default="function",
@@ -437,12 +510,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="anagrapheus-bench-") as tmp:
             if args.part in ("recording", "all"):
                 if args.model in ("function", "both"):
-                    recording_part(loop, Path(tmp), n=n, rounds=rounds)
+                    recording_part(loop, Path(tmp), n=n, rounds=rounds, breakdown=args.breakdown)
                 if args.model in ("stub-chat", "both"):
                     from _stub_server import stub_server_process
 
                     with stub_server_process() as base_url:
-                        recording_part(loop, Path(tmp), n=n, rounds=rounds, base_url=base_url)
+                        recording_part(loop, Path(tmp), n=n, rounds=rounds, base_url=base_url, breakdown=args.breakdown)
             if args.part in ("replay", "all"):
                 replay_part(loop, Path(tmp), n=n, rounds=rounds)
             if args.part in ("calls", "all"):

@@ -34,7 +34,7 @@ def lookup(topic: str) -> str:
     return f"fact about {topic}"
 
 
-def test_the_runs_id_place_and_times_are_in_scratch_before_its_first_model_request_runs(
+def test_the_runs_id_place_and_times_are_in_scratch_with_its_first_model_request(
     store: SQLiteEventStore, types: EventTypeRegistry
 ) -> None:
     ledger = PinLedger(store, types)
@@ -50,12 +50,13 @@ def test_the_runs_id_place_and_times_are_in_scratch_before_its_first_model_reque
 
     result = Agent(FunctionModel(model), tools=[lookup], capabilities=[Pinning(ledger)]).run_sync("Where?")
 
-    # Before the first request's effect: the run's id, its place and the first request's times are durable.
-    assert seen[0] == ["run_id", "run_place", "run_clock"]
-    # Before the second: the first request, the tool call and the times the tool's return brought.
-    assert seen[1][3:] == ["model_call", "tool_call", "run_clock"]
+    # While the first request's effect runs, nothing is written yet: the run's id, its place and the request's
+    # times are held, and written with the request's answer, in its one transaction (issue #43 item 2).
+    assert seen[0] == []
+    # Before the second: all that, the tool call; the times the tool's return brought are held with the request.
+    assert seen[1] == ["run_id", "run_place", "run_clock", "model_call", "tool_call"]
     # When the run returns, before any commit, its last times are durable too: nothing is held in memory only.
-    assert scratch_kinds(store.path, ledger.unit_id) == [*seen[1], "model_call"]
+    assert scratch_kinds(store.path, ledger.unit_id) == [*seen[1], "run_clock", "model_call"]
     assert not ledger.holding
     ledger.commit()
 

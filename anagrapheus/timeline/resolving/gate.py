@@ -75,6 +75,11 @@ class Draw:
                     self._waiters.remove((loop, future))
 
 
+def _nothing_there(key: str) -> None:
+    """The look of a key scratch cannot hold: no pin."""
+    del key
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -202,6 +207,16 @@ class UnitGate:
                     mine.append(draw)
                 self.inflight[key] = draw
                 return None
+
+    def claim_here(self, key: str) -> Draw | None:
+        """`claim` of a key no pin of which can be in scratch, its unit fenced already: no look, so no hop needed.
+
+        None once this caller owns the draw; else the draw in flight (another thread asked at the same moment),
+        after which the caller looks in scratch as `aturn` does.
+        """
+        _note(key)
+        claimed = self.claim(key, _nothing_there)
+        return claimed if isinstance(claimed, Draw) else None
 
     def draw_at_once(self, key: str, *, asked_before: bool) -> Draw | None:
         """Take the draw of a key nobody asked for, draws or holds, without looking at the store; else None."""

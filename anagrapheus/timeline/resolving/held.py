@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitBusy
+from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitBusy, UnitClosed
 from anagrapheus.timeline.canonical import stored_json
 from anagrapheus.timeline.resolving.failures import scratch_kind
 from anagrapheus.timeline.resolving.gate import Held, UnitGate
@@ -151,30 +151,6 @@ class HeldDraws:
                 for _, held in pending:
                     held.writing = False
 
-    def flush_with(self, claim: Callable[[bool], T]) -> tuple[T] | None:
-        """Write the held results and run `claim` in one unsynced SQLite transaction; return what `claim` returned.
-
-        For a claim that writes nothing durable (a key scratch cannot hold): the draw's synced write follows and
-        syncs them with it. `claim` is told whether the writes before it checked the unit in this transaction (a
-        closed unit refused, a lost lease fenced), so that it need not read it again. None, with nothing written,
-        when nothing is held, the store is not SQLite, or the transaction failed (the caller then flushes and claims
-        as before, each on its own); a unit fenced there (its lease broken) raises its `UnitBusy` at once, with
-        nothing written.
-        """
-        store = self._store
-        if not self._gate.held or not isinstance(store, SQLiteEventStore):
-            return None
-        with self._lock:
-            pending = [(key, held) for key, held in self._gate.held.items() if not held.writing]
-            for _, held in pending:
-                held.writing = True
-        try:
-            return self._together(store, pending, claim, synced=False) if pending else None
-        finally:
-            with self._lock:
-                for _, held in pending:
-                    held.writing = False
-
     def _written_together(self, pending: list[tuple[str, Held]], *, synced: bool) -> list[tuple[str, Held]]:
         """Write several held results in one SQLite transaction (one sync to disk); return those left to write singly.
 
@@ -185,12 +161,12 @@ class HeldDraws:
         store = self._store
         if len(pending) < 2 or not isinstance(store, SQLiteEventStore):
             return pending
-        return pending if self._together(store, pending, lambda _: None, synced=synced) is None else []
+        return pending if self._together(store, pending, lambda: None, synced=synced) is None else []
 
     def _together(
-        self, store: SQLiteEventStore, pending: list[tuple[str, Held]], claim: Callable[[bool], T], *, synced: bool
+        self, store: SQLiteEventStore, pending: list[tuple[str, Held]], then: Callable[[], T], *, synced: bool
     ) -> tuple[T] | None:
-        """Write `pending` and run `claim` in one transaction, letting each go once it committed; None if it failed.
+        """Write `pending`, then run `then`, in one transaction, letting each go once it committed; None if it failed.
 
         Failed, it was rolled back whole: nothing is let go. A unit fenced there (its lease broken, or held by
         another) raises its `UnitBusy` at once: written again, singly, each would wait for the lease, then lose
@@ -205,7 +181,6 @@ class HeldDraws:
                     # One may have landed already: each is looked for, then written, as on its own.
                     for key, held in pending:
                         self._write_once(key, held, checked=True)
-                    checked = False
                 else:
                     # None tried (run-level pins held on purpose), so none can be there: written with their
                     # attempts in one statement's steps, the unit checked once for them all.
@@ -213,22 +188,55 @@ class HeldDraws:
                         held.tried = True
                     rows = [(key, held.kind, held.raw_text, held.fingerprint, held.attempts) for key, held in pending]
                     store.scratch_put_many(self._unit_id, rows)
-                    checked = True
-                claimed = claim(checked)
+                done = then()
         except UnitBusy:
             raise  # fenced: a decision, not a failure to try again
         except StoreError:
             return None
         for key, held in pending:
             self._let_go(key, held)
-        return (claimed,)
+        return (done,)
+
+    def _with_the_held(self, key: str, held: Held) -> ScratchPin | None:
+        """Write a draw with the results held before it, in its one synced transaction (they first, in draw order).
+
+        The run's id, place and times held on the event loop's thread are written by the unit's next draw this way,
+        with no transaction of their own: durable with the first draw whose asking they are part of. None, with
+        nothing written, when nothing else is held, the store is not SQLite, or the transaction failed (the caller
+        then writes the draw on its own, and the held results stay held for the next store step).
+        """
+        store = self._store
+        if not self._gate.held or not isinstance(store, SQLiteEventStore):
+            return None
+        with self._lock:
+            pending = [(k, h) for k, h in self._gate.held.items() if h is not held and not h.writing]
+            for _, h in pending:
+                h.writing = True
+        try:
+            if not pending:
+                return None
+            try:
+                written = self._together(
+                    store, pending, lambda: self._write_once(key, held, checked=False), synced=True
+                )
+            except UnitClosed:
+                return None  # written on its own, the draw's refusal carries its own raw
+            return None if written is None else written[0]
+        finally:
+            with self._lock:
+                for _, h in pending:
+                    h.writing = False
 
     def write(self, key: str, held: Held) -> ScratchPin:
         """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
         with self._lock:
             held.writing = True
         try:
-            return self._write_held(key, held, checked=False)
+            if (pin := self._with_the_held(key, held)) is not None:
+                self._let_go(key, held)
+                return pin
+            # Checked: had the transaction with the held results committed after all, the pin is found, not counted.
+            return self._write_held(key, held, checked=True)
         except StoreError as e:
             e.drawn = held.raw_text
             e.add_note(
@@ -249,7 +257,7 @@ class HeldDraws:
         try:
             pin = self._write_once(key, held, checked=checked)
         except UnitBusy:
-            raise  # fenced, as in `flush_with`: a fresh attempt would wait for the lease, then lose the note
+            raise  # fenced, as in `_together`: a fresh attempt would wait for the lease, then lose the note
         except StoreError:
             # A fresh attempt: a dead pooled connection is replaced, a lock that timed out is asked again.
             pin = self._write_once(key, held, checked=True)

@@ -29,6 +29,7 @@ from anagrapheus.timeline.resolving.gate import Draw, Held, gate_for, noting_key
 from anagrapheus.timeline.resolving.held import HeldDraws
 from anagrapheus.timeline.resolving.resolver import FailureCodec, Resolver, StreamDraw
 from anagrapheus.timeline.stores.ports import OpenUnit, ScratchPin, TimelineStore, UnitOutcome
+from anagrapheus.timeline.stores.sqlite import SQLiteEventStore
 from anagrapheus.timeline.tracing import PinSpan, pin_span, unit_span
 
 __all__ = ["LedgerState", "PinLedger", "noting_keys"]
@@ -138,15 +139,34 @@ class PinLedger(Resolver):
     def _look_first(self, key: str) -> ScratchPin | None:
         """`_look` for a key first asked for now in a unit whose scratch began empty: no pin of it can be there.
 
-        So its claim writes nothing, and it shares the held pins' transaction (one transaction and one hop, not
-        two; the lease's own first): unsynced, as their flush is, the draw's synced write that follows making them
-        durable. The claim stays in it, before the effect, fencing the unit as any claim does; where the held pins'
-        writes checked the unit in that transaction already (refused it closed, fenced its lease), it reads nothing.
+        So its claim counts nothing and writes nothing: on SQLite it takes the unit's lease (the unit's first write)
+        and reads whether the unit is still open and still this store's, before the effect runs, with no transaction.
+        What the ledger holds (the run's id, place, times) is written with the draw itself, in its one synced
+        transaction (`HeldDraws.write`), not here.
         """
-        claimed = self._held.flush_with(
-            lambda checked: None if checked else self._store.scratch_reuse(self.unit_id, key)
-        )
-        return self._look(key) if claimed is None else claimed[0]
+        store = self._store
+        if not isinstance(store, SQLiteEventStore):
+            return self._look(key)
+        store.fence_unit(self.unit_id)
+        return None
+
+    async def _claimed(self, key: str, *, first: bool) -> ScratchPin | None:
+        """The key's turn for `aresolve`: its pin, or None once this caller owns the draw.
+
+        A key first asked for now in a unit whose scratch began empty is claimed on the calling thread (the event
+        loop's) when the unit can be fenced there (`SQLiteEventStore.fence_unit_here`): no pin can be in scratch,
+        so nothing else needs the store, and the claim needs no hop to a worker thread.
+        """
+        if not (first and self._gate.began_empty):
+            return await self._gate.aturn(key, self._look)
+        store = self._store
+        if self._gate.closed is None and isinstance(store, SQLiteEventStore) and store.fence_unit_here(self.unit_id):
+            in_flight = self._gate.claim_here(key)
+            if in_flight is None:
+                return None
+            await in_flight.wait_async()  # asked at the same moment in another thread: its pin is looked for now
+            return await self._gate.aturn(key, self._look)
+        return await self._gate.aturn(key, self._look_first)
 
     def _put_failure(self, key: str, kind: str, failed: object, digests: str | None) -> None:
         """Pin a failed draw; never let pinning it mask the failure it records (a failed write keeps it held)."""
@@ -244,7 +264,7 @@ class PinLedger(Resolver):
         # Noted before the first await: tasks started in one order reach this line in that order.
         first = self._gate.note_asked(key)
         with pin_span(kind, key, self.unit_id) as span:
-            pin = await self._gate.aturn(key, self._look_first if first and self._gate.began_empty else self._look)
+            pin = await self._claimed(key, first=first)
             if pin is not None:
                 span.set("reused", attempts=pin.attempts)
                 return _answered(pin, interpret, failure)
@@ -337,11 +357,11 @@ class PinLedger(Resolver):
         """Resolve a run-level pin (a run's id, place or clock) with no store write on the calling thread.
 
         For an effect that reads only the process (a fresh id, the wall clock) and is safe to run under the
-        unit's bookkeeping. A key not drawn yet is drawn now and held in memory: the unit's next store step
-        writes it (the next draw's claim, in that draw's worker thread, so before the draw's effect runs), or
-        `flush_held`, or the commit. Until then a later ask is answered from memory, as after a failed write.
-        A key the unit holds in scratch (a resumed unit) is answered from there, as `resolve` does. A crash
-        before the write loses the draw only: nothing durable was built on it yet.
+        unit's bookkeeping. A key not drawn yet is drawn now and held in memory: the unit's next store write
+        writes it (the next draw's, in that draw's worker thread and transaction, before its pin; or a claim's
+        that writes), or `flush_held`, or the commit. Until then a later ask is answered from memory, as after a
+        failed write. A key the unit holds in scratch (a resumed unit) is answered from there, as `resolve` does.
+        A crash before the write loses it and the draw in flight only: nothing durable was built on them yet.
         """
         asked_before = key in self._gate.asked
         self._gate.note_asked(key)

@@ -6,6 +6,7 @@ import math
 import os
 import socket
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -131,6 +132,10 @@ _OPEN_HOLDERS: weakref.WeakValueDictionary[str, SQLiteEventStore] = weakref.Weak
 _MIGRATIONS_TABLE = "anagrapheus_migrations"
 _EVENT_COLUMNS = "seq, event_id, namespace, type, schema_version, causation_id, correlation_id, created_at, payload"
 _SCRATCH_COLUMNS = "unit_id, key, kind, raw, attempts, draw_no, fingerprint"
+# A unit's outcome (NULL while open) and its lease's holder (NULL if unleased), in one statement.
+_UNIT_STATE = (
+    "SELECT (SELECT outcome FROM closed_units WHERE unit_id = ?1), (SELECT holder FROM unit_leases WHERE unit_id = ?1)"
+)
 _READ_PAGE = 1000
 
 
@@ -188,7 +193,8 @@ class SQLiteEventStore:
 
     One connection, shared by threads and tasks: it belongs to one context at a time (an asyncio
     task or a thread, see `transaction`); each write is a `BEGIN IMMEDIATE` transaction, and
-    `transaction()` nests with savepoints.
+    `transaction()` nests with savepoints. A second, read-only one only reads a unit's fence on an
+    event loop's thread (`fence_unit_here`).
     """
 
     def __init__(
@@ -222,6 +228,11 @@ class SQLiteEventStore:
         self._synchronous = synchronous
         # Whether the connection may be at NORMAL for an unsynced transaction (see `unsynced_transaction`).
         self._unsynced = False
+        # The units whose lease row this store committed in a transaction of its own (not inside a caller's): their
+        # fence can be read on a second connection, which sees committed rows only (`fence_unit_here`).
+        self._leased: set[str] = set()
+        self._fence_reader: sqlite3.Connection | None = None
+        self._fence_lock = threading.Lock()
         with self._sql("opening the database"):
             self._conn = sqlite3.connect(
                 self._read_only_uri() if read_only else self.path,
@@ -528,6 +539,8 @@ class SQLiteEventStore:
     def _try_lease(self, unit_id: str) -> bool:
         # Unsynced: a lease guards a live process's draws; one lost in a power cut went with the process holding it.
         with self.unsynced_transaction(), self._sql(f"taking the lease of unit {unit_id}"):
+            # Committed by this block (not by a caller's transaction around it, which may yet roll it back)?
+            own = self._depth == 1
             # The unit's outcome and its lease's holder in one statement (a row of NULLs for an open, unleased unit).
             outcome, *row = self._conn.execute(
                 "SELECT (SELECT outcome FROM closed_units WHERE unit_id = ?1), holder, host, pid"
@@ -542,6 +555,8 @@ class SQLiteEventStore:
                 "INSERT OR REPLACE INTO unit_leases (unit_id, holder, host, pid) VALUES (?, ?, ?, ?)",
                 (unit_id, self._holder, _HOST, os.getpid()),
             )
+        if own:
+            self._leased.add(unit_id)
         return True
 
     def _unit_state(self, unit_id: str) -> tuple[UnitOutcome | None, str | None]:
@@ -551,11 +566,7 @@ class SQLiteEventStore:
         open one fenced (`_fence_open`).
         """
         with self._sql(f"checking unit {unit_id}"):
-            row = self._conn.execute(
-                "SELECT (SELECT outcome FROM closed_units WHERE unit_id = ?),"
-                " (SELECT holder FROM unit_leases WHERE unit_id = ?)",
-                (unit_id, unit_id),
-            ).fetchone()
+            row = self._conn.execute(_UNIT_STATE, (unit_id,)).fetchone()
         return row[0], row[1]
 
     def _refuse_unless_open(self, unit_id: str, *, raw: str | None = None) -> None:
@@ -576,7 +587,7 @@ class SQLiteEventStore:
             self._lost(unit_id)
 
     def _lost(self, unit_id: str) -> NoReturn:
-        self._leases.held.discard(unit_id)
+        self._let_go(unit_id)
         busy = UnitBusy(unit_id, waited=0.0)
         busy.add_note(
             f"anagrapheus: this store held unit {unit_id} and its lease was broken (`anagrapheus unlock`, or"
@@ -584,9 +595,56 @@ class SQLiteEventStore:
         )
         raise busy
 
+    def _let_go(self, unit_id: str) -> None:
+        """Forget the unit's lease (closed, broken or lost): a later draw takes it again, or is refused."""
+        self._leases.held.discard(unit_id)
+        self._leased.discard(unit_id)
+
     def hold_unit(self, unit_id: str) -> None:
         """Take the unit's lease now, as its first write would (`UnitBusy` if another live store holds it)."""
         self._leases.hold(unit_id)
+
+    def fence_unit(self, unit_id: str) -> None:
+        """The claim of a key scratch cannot hold: the lease held (taken, the unit's first write), the unit checked.
+
+        A closed unit is refused (`UnitClosed`), an open one fenced (`UnitBusy` once its lease was lost), as a claim's
+        write transaction would, by one read and no transaction: with no pin to count, that write changed nothing.
+        """
+        self._leases.hold(unit_id)
+        with self._owner.held():
+            self._refuse_unless_open(unit_id)
+
+    def fence_unit_here(self, unit_id: str) -> bool:
+        """`fence_unit`'s read on the calling thread (an event loop's), never waiting; False where it cannot say so.
+
+        For a unit whose lease this store committed: read on a connection of its own, which never waits for a lock
+        and sees committed rows only, so neither this store's connection nor a hop to a worker thread is needed.
+        True once the unit was read open and still this store's; `UnitClosed` or `UnitBusy` as `fence_unit` raises.
+        False, with nothing decided, when the lease is not committed yet, another thread is reading, or SQLite
+        would have to wait: the caller then claims as before, in a worker thread.
+        """
+        if unit_id not in self._leased or not self._fence_lock.acquire(blocking=False):
+            return False
+        try:
+            reader = self._fence_reader
+            if reader is None:
+                # Read-only, and never waiting (timeout 0): a lock in the way is a False, not a stall of the loop.
+                reader = self._fence_reader = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro",
+                    uri=True,
+                    timeout=0,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            outcome, holder = reader.execute(_UNIT_STATE, (unit_id,)).fetchone()
+        except sqlite3.Error:
+            return False
+        finally:
+            self._fence_lock.release()
+        if outcome is not None:
+            raise UnitClosed(unit_id, state=outcome)
+        self._fence_open(unit_id, holder)
+        return True
 
     def lease_holder(self, unit_id: str) -> LeaseHolder | None:
         """Return who holds the unit's lease, or None when no store does."""
@@ -617,7 +675,7 @@ class SQLiteEventStore:
             if not force and holder != self._holder and host == _HOST and _holder_alive(holder, host, pid):
                 raise UnitBusy(unit_id, waited=0.0)
             self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
-        self._leases.held.discard(unit_id)
+        self._let_go(unit_id)
         return LeaseHolder(unit_id, host, pid, holder)
 
     def scratch_put(self, unit_id: str, key: str, *, kind: str, raw: str, fingerprint: str | None) -> ScratchPin:
@@ -754,7 +812,7 @@ class SQLiteEventStore:
                 self._conn.execute("DELETE FROM pin_scratch WHERE unit_id = ?", (unit_id,))
                 self._conn.execute("INSERT INTO closed_units (unit_id, outcome) VALUES (?, ?)", (unit_id, outcome))
                 self._conn.execute("DELETE FROM unit_leases WHERE unit_id = ?", (unit_id,))
-        self._leases.held.discard(unit_id)
+        self._let_go(unit_id)
         return stored
 
     def close(self) -> None:
@@ -765,6 +823,10 @@ class SQLiteEventStore:
             with suppress(StoreError), self.transaction(), self._sql("releasing unit leases"):
                 self._conn.execute("DELETE FROM unit_leases WHERE holder = ?", (self._holder,))
             self._leases.held.clear()
+            self._leased.clear()
+        with self._fence_lock:
+            if self._fence_reader is not None:
+                self._fence_reader.close()
         with self._owner.held(), self._sql("closing the store"):
             self._conn.close()
 

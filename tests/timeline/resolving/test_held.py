@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -138,3 +139,61 @@ def test_a_resumed_unit_answers_a_held_key_from_scratch_without_drawing(
         assert again.calls == 1 and resumed.holding
         resumed.commit()
         assert promoted(store) == [(K1, 1, 2), (K2, 1, 1)]
+
+
+def begins(store: SQLiteEventStore) -> list[str]:
+    """The transactions begun on the store's connection from now on (one entry each)."""
+    begun: list[str] = []
+    connection = store._conn  # pyright: ignore[reportPrivateUsage]  # the store's one connection
+    connection.set_trace_callback(lambda sql: begun.append(sql) if sql.startswith("BEGIN") else None)
+    return begun
+
+
+def test_held_draws_are_written_in_the_next_async_draws_own_transaction(
+    db_path: Path, types: EventTypeRegistry
+) -> None:
+    # Issue #43 item 2: the claim of a key a minted unit never asked for writes nothing (the unit's lease aside), and
+    # the held pins ride in the draw's synced transaction, before its pin: one transaction a draw, not two.
+    store = CountingStore(db_path)
+    ledger = PinLedger(store, types)
+    drawn = Drawn()
+    ledger.resolve_held(K1, kind="run_place", effect=drawn, interpret=int)
+    ledger.resolve_held(K2, kind="run_place", effect=drawn, interpret=int)
+    seen: list[int] = []
+
+    async def effect() -> str:
+        seen.append(len(ledger.pins()))
+        return "answer"
+
+    begun = begins(store)
+    assert asyncio.run(ledger.aresolve(K3, kind="model_call", effect=effect, interpret=str)) == "answer"
+    assert seen == [0]
+    assert len(begun) == 2  # the unit's lease, then the draw with what was held
+    (_, together), (_, again), (_, alone) = store.puts
+    assert [key for key, _ in store.puts] == [K1, K2, K3]
+    assert together is not None and together == again == alone
+    assert not ledger.holding
+    ledger.commit()
+    assert promoted(store) == [(K1, 1, 1), (K2, 2, 1), (K3, "answer", 1)]
+    store.close()
+
+
+def test_a_draw_with_nothing_held_is_one_transaction_after_the_units_lease(
+    db_path: Path, types: EventTypeRegistry
+) -> None:
+    store = SQLiteEventStore(db_path)
+    ledger = PinLedger(store, types)
+
+    async def effect() -> str:
+        return "answer"
+
+    async def draws() -> None:
+        for n in range(3):
+            await ledger.aresolve(pin_key("model_call", {"n": n}), kind="model_call", effect=effect, interpret=str)
+
+    begun = begins(store)
+    asyncio.run(draws())
+    assert len(begun) == 4  # the lease, then one a draw: a fresh key's claim reads, and writes nothing
+    ledger.commit()
+    assert [attempts for _, _, attempts in promoted(store)] == [1, 1, 1]
+    store.close()

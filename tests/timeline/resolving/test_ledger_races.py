@@ -453,11 +453,12 @@ def test_a_holder_whose_lease_was_broken_stops_before_its_next_effect(tmp_path: 
         new.commit()
 
 
-def test_a_first_claim_sharing_the_held_pins_transaction_still_stops_a_holder_whose_lease_was_broken(
+def test_a_first_claim_with_no_transaction_still_stops_a_holder_whose_lease_was_broken(
     tmp_path: Path,
 ) -> None:
-    # A minted unit's first claim of a key runs in the held pins' unsynced transaction (issue #43 item 2): it
-    # still fences the unit there, before the effect, and the held pin is not written by the fenced holder.
+    # A minted unit's claim of a key it never asked for reads the unit with no transaction, leaving the held pins
+    # to the draw's own write (issue #43 item 2): it still fences the unit, before the effect, and the held pin is
+    # not written by the fenced holder.
     import sqlite3
 
     from anagrapheus.cli import main
@@ -483,6 +484,7 @@ def test_a_first_claim_sharing_the_held_pins_transaction_still_stops_a_holder_wh
             asyncio.run(old.aresolve("p1:tool_call:c", kind="tool_call", effect=lambda: effect("c"), interpret=str))
         assert any("its lease was broken" in note for note in stopped.value.__notes__)
         assert paid == ["a"]
+        assert old.holding  # kept in memory, written by nobody
         assert [pin.key for pin in new.pins()] == ["p1:tool_call:a", "p1:tool_call:b"]
         new.commit()
 
