@@ -336,8 +336,8 @@ class RunClocks:
         if answering is None:
             times = _times(canonical_value(stamped()))
         else:
-            # A ledger holds a fresh draw, written by the unit's next store step: the next draw's claim, before its
-            # effect runs, or the flush as the run ends (`finish`, `fail`). No hop and no write of its own.
+            # A ledger holds a fresh draw, written by the unit's next store write: the next draw's, in its own synced
+            # transaction before its pin, or the flush as the run ends (`finish`, `fail`). No hop, no write of its own.
             times = await answering.aresolve_held(key, kind=RUN_CLOCK, effect=stamped, interpret=_times)
         if len(times) != len(slots):
             raise PinResultError(f"a {RUN_CLOCK} pin holds {len(times)} timestamps for {len(slots)} stamps ({key})")
