@@ -7,6 +7,8 @@ import functools
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
@@ -257,9 +259,9 @@ def _unset_defaults(usage: RequestUsage) -> None:
     if type(usage) is not RequestUsage:
         return  # (a subclass may read its own fields otherwise)
     held = usage.__dict__
-    defaults = _USAGE_DEFAULTS
-    missing = _MISSING
-    usage.__dict__ = {name: value for name, value in held.items() if defaults.get(name, missing) is not value}
+    # (At C speed: each name's default, or a marker no value is, against its value by identity.)
+    defaults = map(_USAGE_DEFAULTS.get, held, repeat(_MISSING))
+    usage.__dict__ = dict(compress(held.items(), map(is_not, defaults, held.values())))
 
 
 _MISSING = object()
