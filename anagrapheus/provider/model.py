@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from weakref import WeakValueDictionary
@@ -224,12 +227,44 @@ def response_from_raw(raw: JSONValue, *, key: str | None = None) -> ModelRespons
         data = {name: value for name, value in data.items() if name != DETAIL_TYPES}
     # The adapter's own validator, as `TypeAdapter.validate_python` calls it with no option given: one layer fewer.
     response = _response_validator.validate_python(data)
+    _unset_defaults(response.usage)
     if isinstance(kept, dict):
         _retyped(response, cast(dict[str, JSONValue], kept), _DETAILS if key is None else _DETAILS.for_pin(key))
     # The run that receives the response stamps its own ids; an old run's stamps never travel with a pin.
     response.run_id = None
     response.conversation_id = None
     return response
+
+
+def _class_defaults(cls: type[object]) -> dict[str, object]:
+    """The fields of dataclass `cls` whose default is the class's own attribute, each to that very object."""
+    return {
+        each.name: each.default
+        for each in dataclasses.fields(cast(Any, cls))
+        if each.default is not dataclasses.MISSING and getattr(cls, each.name, None) is each.default
+    }
+
+
+_USAGE_DEFAULTS = _class_defaults(RequestUsage)
+
+
+def _unset_defaults(usage: RequestUsage) -> None:
+    """Drop from a validated usage each count that is its class's very default object, as pydantic-ai's own are.
+
+    Validation sets every field on the instance; pydantic-ai sets only what the provider reported, and adds a
+    response's usage to the run's over the names set on either (`RunUsage.incr`), a dozen getattr/isinstance/setattr
+    a request for counts that are all zero. A name dropped reads the class's attribute: the very object it held (an
+    `is` test, so `0.0` for an `int` default of `0` stays), so every read, `==`, `repr` and dump is as before.
+    """
+    if type(usage) is not RequestUsage:
+        return  # (a subclass may read its own fields otherwise)
+    held = usage.__dict__
+    # (At C speed: each name's default, or a marker no value is, against its value by identity.)
+    defaults = map(_USAGE_DEFAULTS.get, held, repeat(_MISSING))
+    usage.__dict__ = dict(compress(held.items(), map(is_not, defaults, held.values())))
+
+
+_MISSING = object()
 
 
 def _retyped(response: ModelResponse, kept: dict[str, JSONValue], declared: DeclaredTypes) -> None:

@@ -306,9 +306,26 @@ def asking_key(kind: str, asked: str, *, twin: int = 0, run: int | str = 0, occu
     """
     key = asked
     if twin != 0:
-        key = pin_key(kind, {"twin_of": key, "twin": twin}, normalised=True)
+        key = _rekeyed(kind, "twin", twin, key)
     if run != 0:
-        key = pin_key(kind, {"run_of": key, "run": run}, normalised=True)
+        key = _rekeyed(kind, "run", run, key)
     if occurrence != 1:
-        key = pin_key(kind, {"occurrence_of": key, "occurrence": occurrence}, normalised=True)
+        key = _rekeyed(kind, "occurrence", occurrence, key)
     return key
+
+
+# Text JSON writes as itself between quotes: printable ASCII but for the quote and the backslash (every key is).
+_UNESCAPED = re.compile(r"[ !#-\[\]-~]*")
+
+
+def _rekeyed(kind: str, name: str, at: object, key: str) -> str:
+    """`pin_key(kind, {name + "_of": key, name: at}, normalised=True)`; its text written directly where it can be.
+
+    The two names sort as `name` then `name_of`; an `int` (never a `bool`, written `true`) is written as `str` writes
+    it, and a key of plain characters between quotes: what the encoder writes. Anything else goes to the encoder.
+    """
+    if type(at) is int and _UNESCAPED.fullmatch(key):
+        text = f'{{"{name}":{at},"{name}_of":"{key}"}}'
+    else:
+        text = _encode({f"{name}_of": key, name: at})
+    return digest_key(kind, sha256_hex(text))

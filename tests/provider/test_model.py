@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.direct import model_request, model_request_batch
 from pydantic_ai.exceptions import UserError
@@ -22,6 +24,7 @@ from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.batch import BatchRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.run import AgentRunResultEvent
+from pydantic_ai.usage import RequestUsage
 
 from anagrapheus.errors import PartialPin, UsageError
 from anagrapheus.provider import PinnedModel, PinnedStreamedResponse
@@ -169,6 +172,35 @@ async def test_each_answer_from_one_pin_is_a_response_of_its_own(
     assert second is not first and second.parts is not first.parts and second.usage is not first.usage
     assert second.parts[0].__dict__ == expected == recorded.parts[0].__dict__
     assert len(second.parts) == len(recorded.parts) and second.usage == recorded.usage
+
+
+@pytest.mark.anyio
+async def test_a_replayed_usage_holds_only_what_was_set_and_reads_as_recorded(
+    store: SQLiteEventStore, types: EventTypeRegistry, ledger: PinLedger
+) -> None:
+    # Validation sets every count on the instance; the agent then adds each name either usage holds to the run's.
+    # A replayed usage keeps on itself only what is not its class's very default: every read is the recorded one's.
+    usage = RequestUsage(input_tokens=12, cache_read_tokens=0, audio_seconds=0.0, details={"reasoning": 3})
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("done")], usage=usage)
+
+    live = await Agent(PinnedModel(FunctionModel(answer), ledger)).run(PROMPT)
+    ledger.commit()
+    replayed = await Agent(PinnedModel(FunctionModel(answer), replay_of(store, types))).run(PROMPT)
+    recorded, response = live.all_messages()[-1], replayed.all_messages()[-1]
+    assert isinstance(recorded, ModelResponse) and isinstance(response, ModelResponse)
+    assert [name for name, value in vars(response.usage).items() if value is 0 or value is None] == []  # noqa: F632
+    for field in dataclasses.fields(RequestUsage):
+        want, got = getattr(recorded.usage, field.name), getattr(response.usage, field.name)
+        assert (type(got), got) == (type(want), want), field.name
+    assert type(response.usage.audio_seconds) is float  # 0.0 given, where the class's default is the int 0
+    assert response.usage == recorded.usage and repr(response.usage) == repr(recorded.usage)
+    assert replayed.usage == live.usage and repr(replayed.usage) == repr(live.usage)
+    dumped = TypeAdapter(RequestUsage).dump_json
+    assert dumped(response.usage) == dumped(recorded.usage)
+    response.usage.output_tokens += 5  # written on the instance, never on the class
+    assert RequestUsage().output_tokens == 0
 
 
 @pytest.mark.anyio

@@ -17,6 +17,7 @@ from anagrapheus.errors import CanonicalError, UsageError
 from anagrapheus.provider.keying.keys import walked
 from anagrapheus.timeline import canonical_json, pin_key
 from anagrapheus.timeline.canonical import (
+    asking_key,
     canonical_float,
     canonical_integer,
     canonical_string,
@@ -477,3 +478,27 @@ def test_sha256_hex_is_hashlibs_digest_and_its_template_stays_empty(texts: list[
         grown.update(text.encode())
         assert grown.hexdigest() == hashlib.sha256(text.encode()).hexdigest()
     assert sha256_hex("") == hashlib.sha256(b"").hexdigest()
+
+
+_PLACES = st.integers() | st.booleans() | st.text(max_size=8)
+
+
+@given(
+    kind=st.sampled_from(["model_call", "tool_call", "run.place"]),
+    asked=st.text(max_size=40) | st.from_regex(r"p1:[a-z_]+:[0-9a-f]{64}", fullmatch=True),
+    twin=st.integers(min_value=0, max_value=3) | st.booleans(),
+    run=_PLACES,
+    occurrence=st.integers(min_value=-2, max_value=5),
+)
+def test_an_asking_key_is_the_chain_of_pin_keys_its_rules_name(
+    kind: str, asked: str, twin: int, run: int | str, occurrence: int
+) -> None:
+    # Each re-keying's text is written directly where it can be: byte for byte what `pin_key` writes of the same dict.
+    expected = asked
+    if twin != 0:
+        expected = pin_key(kind, {"twin_of": expected, "twin": twin}, normalised=True)
+    if run != 0:
+        expected = pin_key(kind, {"run_of": expected, "run": run}, normalised=True)
+    if occurrence != 1:
+        expected = pin_key(kind, {"occurrence_of": expected, "occurrence": occurrence}, normalised=True)
+    assert asking_key(kind, asked, twin=twin, run=run, occurrence=occurrence) == expected
