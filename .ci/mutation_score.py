@@ -234,27 +234,27 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'row = self._conn.execute("SELECT OUTCOME FROM CLOSED_UNITS WHERE UNIT_ID = ?", (unit_id,)).fetchone()',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_8": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_11": (
         '"select (select outcome from closed_units where unit_id = ?1), holder, host, pid"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_9": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_12": (
         '"SELECT (SELECT OUTCOME FROM CLOSED_UNITS WHERE UNIT_ID = ?1), HOLDER, HOST, PID"',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_11": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_14": (
         '" from (select 1) left join unit_leases on unit_id = ?1",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_12": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_15": (
         '" FROM (SELECT 1) LEFT JOIN UNIT_LEASES ON UNIT_ID = ?1",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_27": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_30": (
         '"insert or replace into unit_leases (unit_id, holder, host, pid) values (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
-    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_28": (
+    "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁ_try_lease__mutmut_31": (
         '"INSERT OR REPLACE INTO UNIT_LEASES (UNIT_ID, HOLDER, HOST, PID) VALUES (?, ?, ?, ?)",',
         "SQL keywords and SQLite's names of tables and columns ignore case: the same statement",
     ),
@@ -411,10 +411,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the first value of _depth is never read: transaction() sets it before any nested block reads it",
     ),
     "anagrapheus.timeline.stores.sqlite.xǁSQLiteEventStoreǁsettle_unit__mutmut_32": (
-        "self._leases.held.discard(None)",
+        "self._let_go(None)",
         (
             "a settled unit left among the held leases: its lease row is gone and the unit is closed, so a later "
-            "draw is refused as closed either way, and close deletes no row of it"
+            "draw is refused as closed either way (read closed on the store's connection or the fence reader's), "
+            "and close deletes no row of it"
         ),
     ),
     "anagrapheus.provider.failures.x__rebuildable__mutmut_6": (
