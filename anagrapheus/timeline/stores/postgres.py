@@ -281,6 +281,14 @@ def _leave_pipeline(conn: Conn, *, sync_sent: bool) -> None:
         conn.close()
 
 
+def _may_be(outcome: UnitOutcome) -> str:
+    """What a settle that ended once its COMMIT was sent tells its caller: the unit's outcome is to be looked up."""
+    return (
+        f"so it may be {outcome} already: its outcome (PinLedger.state, the store's unit_outcome) says whether, and"
+        " settling it again settles it once (refused with UnitClosed if it was)"
+    )
+
+
 def _retryable(error: StoreError) -> bool:
     """Whether a failed step may succeed on a fresh connection: the connection was lost, or a conflict aborted it."""
     # Classified by the psycopg error: a StoreUnavailable made from a StoreError (a wait cut by its deadline) is not.
@@ -1080,6 +1088,9 @@ class PostgresEventStore:
                     _leave_pipeline(conn, sync_sent=sync_sent)
                     if sync_sent and isinstance(e, StoreUnavailable) and conn.closed:
                         raise self._undecided(unit_id, outcome, e) from e
+                    if sync_sent and not isinstance(e, StoreError):
+                        # A Ctrl-C (or a bug) while the COMMIT is out: raised as it is, saying what it left undecided.
+                        e.add_note(f"unit {unit_id}'s closing was sent when this was raised, {_may_be(outcome)}")
                     raise
         finally:
             self._pool.putconn(conn)
@@ -1095,9 +1106,7 @@ class PostgresEventStore:
         refuses a closed unit.
         """
         return StoreUnavailable(
-            f"{error}; the connection went after unit {unit_id}'s closing was sent, so it may be {outcome} already:"
-            " its outcome (PinLedger.state, the store's unit_outcome) says whether, and settling it again settles it"
-            " once (refused with UnitClosed if it was)"
+            f"{error}; the connection went after unit {unit_id}'s closing was sent, {_may_be(outcome)}"
         )
 
     def _settle_joined(

@@ -10,8 +10,11 @@ known to be on the server, then ends the session (or cuts the wire once the serv
 
 from __future__ import annotations
 
+import _thread
 import select
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -244,6 +247,68 @@ def test_a_commit_whose_connection_is_lost_after_the_server_committed_is_not_com
         assert [e.seq for e in other.commit()] == [4, 5, 6]
     finally:
         store.close()
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler for the test: `interrupt_main` does nothing where SIGINT is ignored or default.
+
+    pytest started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and Python
+    keeps an inherited "ignored" rather than installing its own handler, as do the xdist workers; then no
+    KeyboardInterrupt would be raised and the test would fail for a reason of how it was launched.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def awaiting_the_commits_answer(thread_id: int) -> list[tuple[()]]:
+    """Whether the thread waits for the answer of a settle's closing, its COMMIT sent (`_answer` of the sync)."""
+    frame = sys._current_frames().get(thread_id)  # pyright: ignore[reportPrivateUsage]
+    while frame is not None:
+        if frame.f_code.co_name == "_answer" and frame.f_locals.get("synced") is True:
+            return [()]
+        frame = frame.f_back
+    return []
+
+
+def test_a_ctrl_c_once_the_commit_was_sent_says_the_unit_may_be_committed(
+    ctrl_c_raises: None,
+    open_pg: Callable[..., PostgresEventStore],
+    postgres_dsn: str,
+    pg_schema: str,
+    types: EventTypeRegistry,
+) -> None:
+    # The COMMIT went with the closing, in one trip; the closing waits on the log_head lock, the client on its answer.
+    store, ran = open_pg(), []
+    ledger = drawn(store, types, ran)
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        waiting_on_a_lock(postgres_dsn, store)
+        until("the commit's answer to be awaited", lambda: awaiting_the_commits_answer(main))
+        _thread.interrupt_main()
+
+    with log_head_held(postgres_dsn, pg_schema) as blocker, ThreadPoolExecutor(1) as worker:
+        interrupting = worker.submit(interrupt)
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ledger.commit()
+        interrupting.result(timeout=30)
+        blocker.rollback()
+    assert type(caught.value) is KeyboardInterrupt
+    notes = getattr(caught.value, "__notes__", [])
+    assert len(notes) == 1
+    assert notes[0] == (
+        f"unit {ledger.unit_id}'s closing was sent when this was raised, so it may be committed already: its outcome"
+        " (PinLedger.state, the store's unit_outcome) says whether, and settling it again settles it once (refused"
+        " with UnitClosed if it was)"
+    )
+    # Here the interrupt cancelled the closing on the server: nothing committed, and committing again commits once.
+    assert store.unit_outcome(ledger.unit_id) is None
+    assert promoted(ledger.commit()) == [(n, ledger.unit_id, key) for n, key in enumerate(KEYS, start=1)]
+    assert ran == KEYS
 
 
 def test_a_commit_the_server_refused_is_no_undecided_one(
