@@ -6,8 +6,6 @@ import asyncio
 import contextvars
 import json
 import random
-import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from anagrapheus.timeline.stores.postgres_schema import PostgresPlace  # noqa: E
 
 from ...bounds import bound  # noqa: E402
 from ...store_conformance import pending  # noqa: E402
+from .pg_proxy import Proxy, proxied  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -291,73 +290,15 @@ def test_a_closed_store_takes_no_unit(open_pg: Callable[..., PostgresEventStore]
 # 3. Every wait on the server is bounded.
 
 
-class Partition:
-    """A loopback TCP proxy to the server that can be told to stop forwarding, without closing anything."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self.forwarding = threading.Event()
-        self.forwarding.set()
-        self._stop = threading.Event()
-        self._sockets: list[socket.socket] = [self._listener]
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._listener], [], [], 0.05)
-            if not ready:
-                continue
-            client, _ = self._listener.accept()
-            self._sockets.append(client)
-            if not self.forwarding.is_set():
-                continue  # accepted, and never answered
-            server = socket.create_connection(self._target)
-            self._sockets.append(server)
-            for a, b in ((client, server), (server, client)):
-                thread = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
-                self._threads.append(thread)
-                thread.start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        while not self._stop.is_set():
-            if not self.forwarding.is_set():
-                time.sleep(0.05)  # partitioned: whatever arrives waits in the kernel, unanswered
-                continue
-            try:
-                ready, _, _ = select.select([source], [], [], 0.05)
-                if not ready or not self.forwarding.is_set():
-                    continue
-                data = source.recv(65536)
-                if not data:
-                    sink.shutdown(socket.SHUT_WR)
-                    return
-                sink.sendall(data)
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        for sock in self._sockets:
-            sock.close()
-
-
 @pytest.fixture
-def partition(postgres_dsn: str) -> Iterator[tuple[Partition, str]]:
-    place = PostgresPlace.of(postgres_dsn, "public")
-    host, port = place.server.rsplit(":", 1)
-    proxy = Partition(host, int(port))
-    yield proxy, f"postgresql://postgres@127.0.0.1:{proxy.port}/{place.database}"
-    proxy.close()
+def partition(postgres_dsn: str) -> Iterator[tuple[Proxy, str]]:
+    with proxied(postgres_dsn) as (proxy, dsn):
+        yield proxy, dsn
 
 
 @pytest.mark.soak
 def test_a_partition_ends_a_commit_in_store_unavailable(
-    partition: tuple[Partition, str], pg_schema: str, types: EventTypeRegistry, postgres_dsn: str
+    partition: tuple[Proxy, str], pg_schema: str, types: EventTypeRegistry, postgres_dsn: str
 ) -> None:
     proxy, dsn = partition
     for _ in range(PARTITIONS):
@@ -385,7 +326,7 @@ def test_a_partition_ends_a_commit_in_store_unavailable(
 
 
 def test_a_partition_at_commit_ends_the_transaction_in_store_unavailable(
-    partition: tuple[Partition, str], pg_schema: str
+    partition: tuple[Proxy, str], pg_schema: str
 ) -> None:
     proxy, dsn = partition
     with PostgresEventStore(dsn, schema=pg_schema, statement_timeout=0.5, connect_timeout=1.0) as store:
@@ -401,7 +342,7 @@ def test_a_partition_at_commit_ends_the_transaction_in_store_unavailable(
 
 
 def test_a_read_unanswered_in_time_is_store_unavailable_and_not_tried_again(
-    partition: tuple[Partition, str], pg_schema: str
+    partition: tuple[Proxy, str], pg_schema: str
 ) -> None:
     proxy, dsn = partition
     with PostgresEventStore(dsn, schema=pg_schema, statement_timeout=0.5, pool_size=1) as store:
@@ -417,7 +358,7 @@ def test_a_read_unanswered_in_time_is_store_unavailable_and_not_tried_again(
 
 
 def test_a_server_that_never_answers_a_connection_is_store_unavailable(
-    partition: tuple[Partition, str], pg_schema: str
+    partition: tuple[Proxy, str], pg_schema: str
 ) -> None:
     proxy, dsn = partition
     proxy.forwarding.clear()

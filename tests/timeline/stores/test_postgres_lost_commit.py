@@ -11,15 +11,13 @@ known to be on the server, then ends the session (or cuts the wire once the serv
 from __future__ import annotations
 
 import _thread
-import select
 import signal
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -30,7 +28,7 @@ from anagrapheus.errors import StoreUnavailable, UnitClosed  # noqa: E402
 from anagrapheus.timeline import EventTypeRegistry, PinLedger  # noqa: E402
 from anagrapheus.timeline.events import StoredEvent  # noqa: E402
 from anagrapheus.timeline.stores.postgres import PostgresEventStore  # noqa: E402
-from anagrapheus.timeline.stores.postgres_schema import PostgresPlace  # noqa: E402
+from tests.timeline.stores.pg_proxy import Proxy, proxied  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -123,88 +121,14 @@ def test_a_commit_whose_session_ends_before_the_server_commits_writes_nothing_an
     assert ledger.state == "committed"
 
 
-class Wire:
-    """A loopback TCP proxy to the server whose answers can be held back, and whose connections can be cut."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self.answering = threading.Event()
-        """Cleared: what the server sends waits in the kernel, unread; what the client sends still goes through."""
-        self.answering.set()
-        self._stop = threading.Event()
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._listener], [], [], 0.05)
-            if not ready:
-                continue
-            client, _ = self._listener.accept()
-            server = socket.create_connection(self._target)
-            self._pairs.append((client, server))
-            for source, sink, gate in ((client, server, None), (server, client, self.answering)):
-                thread = threading.Thread(target=self._pipe, args=(source, sink, gate), daemon=True)
-                self._threads.append(thread)
-                thread.start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, gate: threading.Event | None) -> None:
-        while not self._stop.is_set():
-            if gate is not None and not gate.is_set():
-                time.sleep(0.01)
-                continue
-            try:
-                ready, _, _ = select.select([source], [], [], 0.05)
-                if not ready or (gate is not None and not gate.is_set()):
-                    continue
-                data = source.recv(65536)
-                if not data:
-                    sink.shutdown(socket.SHUT_WR)
-                    return
-                sink.sendall(data)
-            except (OSError, ValueError):  # cut: the socket is closed under the thread
-                return
-
-    def cut(self, server_port: int) -> None:
-        """Close both ends of the connection whose server session sees this client port: each side finds it lost."""
-        for client, server in self._pairs:
-            if server.getsockname()[1] == server_port:
-                for sock in (client, server):
-                    hang_up(sock)
-                return
-        raise AssertionError(f"no connection on port {server_port}")
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self._listener.close()
-        for pair in self._pairs:
-            for sock in pair:
-                hang_up(sock)
-
-
-def hang_up(sock: socket.socket) -> None:
-    """Shut a socket down and close it, whatever state it is in: its peer reads the end of the stream."""
-    with suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
-
-
 @pytest.fixture
-def wire(postgres_dsn: str) -> Iterator[tuple[Wire, str]]:
-    place = PostgresPlace.of(postgres_dsn, "public")
-    host, port = place.server.rsplit(":", 1)
-    proxy = Wire(host, int(port))
-    yield proxy, f"postgresql://postgres@127.0.0.1:{proxy.port}/{place.database}"
-    proxy.close()
+def wire(postgres_dsn: str) -> Iterator[tuple[Proxy, str]]:
+    with proxied(postgres_dsn) as (proxy, dsn):
+        yield proxy, dsn
 
 
 def test_a_commit_whose_connection_is_lost_after_the_server_committed_is_not_committed_again(
-    wire: tuple[Wire, str],
+    wire: tuple[Proxy, str],
     postgres_dsn: str,
     pg_schema: str,
     types: EventTypeRegistry,
