@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -357,3 +358,18 @@ class SaysNothing:
 
     def resolve_stream(self, key: str, **options: Any) -> Any:
         return self.ledger.resolve_stream(key, **options)
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler for the test: `interrupt_main` does nothing where SIGINT is ignored or default.
+
+    pytest started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and Python
+    keeps an inherited "ignored" rather than installing its own handler, as do the xdist workers; then no
+    KeyboardInterrupt would be raised and the test would fail for a reason of how it was launched.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -11,13 +11,11 @@ import _thread
 import itertools
 import json
 import random
-import signal
 import sqlite3
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -32,19 +30,8 @@ TRIALS = bound("ANAGRAPHEUS_INTERRUPT_TRIALS", normal=60, soak=1500)
 KEYS = [f"p1:model_call:k{i}" for i in range(4)]
 
 
-@pytest.fixture(autouse=True)
-def ctrl_c_raises() -> Iterator[None]:
-    """Python's own SIGINT handler for each test: `interrupt_main` does nothing where SIGINT is ignored or default.
-
-    pytest started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and Python
-    keeps an inherited "ignored" rather than installing its own handler, as do the xdist workers; then no
-    KeyboardInterrupt would be raised and the test would fail for a reason of how it was launched.
-    """
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
+# Python's own SIGINT handler for each test (see `ctrl_c_raises` in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("ctrl_c_raises")
 
 
 def unlocked(path: Path) -> bool:
