@@ -8,7 +8,8 @@ write on the calling thread. The held results live in the unit's gate, shared by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from anagrapheus.errors import CanonicalError, PinResultError, StoreError, UnitBusy, UnitClosed
@@ -139,13 +140,19 @@ class HeldDraws:
         """Write every held result, in draw order; raise the store's error (the rest stay held) if one fails."""
         if not self._gate.held:
             return
+        with self._taken() as pending:
+            for key, held in self._written_together(pending, synced=synced):
+                self._write_held(key, held, checked=True)
+
+    @contextmanager
+    def _taken(self, *, besides: Held | None = None) -> Generator[list[tuple[str, Held]]]:
+        """The held results no other caller is writing (`besides` left out), marked as being written for the block."""
         with self._lock:
-            pending = [(key, held) for key, held in self._gate.held.items() if not held.writing]
+            pending = [(key, held) for key, held in self._gate.held.items() if held is not besides and not held.writing]
             for _, held in pending:
                 held.writing = True
         try:
-            for key, held in self._written_together(pending, synced=synced):
-                self._write_held(key, held, checked=True)
+            yield pending
         finally:
             with self._lock:
                 for _, held in pending:
@@ -208,11 +215,7 @@ class HeldDraws:
         store = self._store
         if not self._gate.held or not isinstance(store, SQLiteEventStore):
             return None
-        with self._lock:
-            pending = [(k, h) for k, h in self._gate.held.items() if h is not held and not h.writing]
-            for _, h in pending:
-                h.writing = True
-        try:
+        with self._taken(besides=held) as pending:
             if not pending:
                 return None
             try:
@@ -222,10 +225,6 @@ class HeldDraws:
             except UnitClosed:
                 return None  # written on its own, the draw's refusal carries its own raw
             return None if written is None else written[0]
-        finally:
-            with self._lock:
-                for _, h in pending:
-                    h.writing = False
 
     def write(self, key: str, held: Held) -> ScratchPin:
         """Write a held draw at once; if the store fails, it stays held and the error carries it as `.drawn`."""
